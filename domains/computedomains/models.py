@@ -1,0 +1,288 @@
+"""ComputeDomains, their members, the IMEX channel ledger and the event log."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from domains.inventory.models import Clique, Node
+from domains.tenancy.models import Namespace
+from domains.validators import validate_dns1123_label
+
+
+class Phase(models.TextChoices):
+    PENDING = "Pending", "Pending"  # created; waiting for admission or approval
+    ADMITTED = "Admitted", "Admitted"  # within quota; queued for placement
+    PLACING = "Placing", "Placing"
+    FORMING = "Forming", "Forming"  # members assigned, agents configuring IMEX
+    READY = "Ready", "Ready"
+    DEGRADED = "Degraded", "Degraded"  # was Ready, lost a member
+    RELEASING = "Releasing", "Releasing"  # desired state absent, waiting for clean nodes
+    RELEASED = "Released", "Released"
+    FAILED = "Failed", "Failed"
+
+
+LIVE_PHASES = (
+    Phase.PENDING,
+    Phase.ADMITTED,
+    Phase.PLACING,
+    Phase.FORMING,
+    Phase.READY,
+    Phase.DEGRADED,
+    Phase.RELEASING,
+)
+TERMINAL_PHASES = (Phase.RELEASED, Phase.FAILED)
+
+
+class AllocationMode(models.TextChoices):
+    SINGLE = "Single", "Single"
+    ALL = "All", "All"
+
+
+class PlacementConstraint(models.TextChoices):
+    ANY = "any", "Any clique"
+    CLIQUE = "clique", "A given clique"
+    RACK = "rack", "A given rack"
+
+
+class ApprovalState(models.TextChoices):
+    NOT_REQUIRED = "not_required", "Not required"
+    PENDING = "pending", "Waiting for approval"
+    APPROVED = "approved", "Approved"
+    DENIED = "denied", "Denied"
+
+
+class DomainSource(models.TextChoices):
+    PORTAL = "portal", "Portal"
+    API = "api", "API"
+    KUBERNETES = "kubernetes", "Kubernetes"
+
+
+class ComputeDomain(models.Model):
+    """A set of trays in one clique sharing one IMEX domain for one workload."""
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="domains")
+    name = models.CharField(max_length=63, validators=[validate_dns1123_label])
+    labels = models.JSONField(default=dict, blank=True)
+
+    # spec: immutable after creation, like NVIDIA's CRD
+    num_nodes = models.PositiveSmallIntegerField()
+    gpus_per_node = models.PositiveSmallIntegerField(default=4)
+    allocation_mode = models.CharField(
+        max_length=8, choices=AllocationMode.choices, default=AllocationMode.SINGLE
+    )
+    resource_claim_template = models.CharField(max_length=253)
+    placement_constraint = models.CharField(
+        max_length=8, choices=PlacementConstraint.choices, default=PlacementConstraint.ANY
+    )
+    placement_target = models.CharField(
+        max_length=120, blank=True, help_text="Clique label or rack name for the constraint."
+    )
+    lifetime = models.DurationField(null=True, blank=True)
+
+    # status
+    phase = models.CharField(max_length=12, choices=Phase.choices, default=Phase.PENDING)
+    reason = models.CharField(max_length=64, blank=True, help_text="CamelCase, like Kubernetes.")
+    message = models.TextField(blank=True)
+    generation = models.PositiveIntegerField(
+        default=1, help_text="Bumped whenever the desired state of the members changes."
+    )
+    approval_state = models.CharField(
+        max_length=16, choices=ApprovalState.choices, default=ApprovalState.NOT_REQUIRED
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="requested_domains",
+    )
+    source = models.CharField(
+        max_length=16, choices=DomainSource.choices, default=DomainSource.PORTAL
+    )
+    request_id = models.CharField(max_length=64, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    placed_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    release_requested_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    failed_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    formation_deadline = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            # Names are reusable once a domain has ended, like a deleted Kubernetes object.
+            models.UniqueConstraint(
+                fields=["namespace", "name"],
+                condition=~Q(phase__in=["Released", "Failed"]),
+                name="domain_unique_live_name_per_namespace",
+            ),
+            models.CheckConstraint(
+                condition=Q(name__regex=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+                name="domain_name_dns1123",
+            ),
+            models.CheckConstraint(condition=Q(num_nodes__gte=1), name="domain_num_nodes_gte_1"),
+        ]
+        indexes = [
+            models.Index(fields=["phase", "created_at"], name="domain_phase_created"),
+            models.Index(fields=["namespace", "phase"], name="domain_namespace_phase"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace.name}/{self.name}"
+
+    @property
+    def is_live(self) -> bool:
+        return self.phase in LIVE_PHASES
+
+    @property
+    def gpu_count(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+
+class MemberState(models.TextChoices):
+    ASSIGNED = "assigned", "Assigned"
+    CONFIGURING = "configuring", "Configuring"
+    WAITING_PEERS = "waiting_peers", "Waiting for peers"
+    READY = "ready", "Ready"
+    RELEASING = "releasing", "Releasing"
+    RELEASED = "released", "Released"
+    FAILED = "failed", "Failed"
+
+
+class DomainMember(models.Model):
+    """One tray of a domain; `index` is its line in every member's IMEX nodes file."""
+
+    domain = models.ForeignKey(ComputeDomain, on_delete=models.CASCADE, related_name="members")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="memberships")
+    index = models.PositiveSmallIntegerField()
+    clique = models.ForeignKey(Clique, on_delete=models.PROTECT, related_name="+")
+    ip_address = models.GenericIPAddressField()
+    state = models.CharField(
+        max_length=16, choices=MemberState.choices, default=MemberState.ASSIGNED
+    )
+    # True while this membership holds the node (until the agent confirmed a clean node).
+    active = models.BooleanField(default=True)
+    message = models.TextField(blank=True, help_text="The agent's last message.")
+    step = models.CharField(max_length=64, blank=True, help_text="The agent's current step.")
+    daemon_state = models.CharField(max_length=32, blank=True)
+    connections = models.JSONField(default=dict, blank=True, help_text="peer index → status")
+    generation_applied = models.PositiveIntegerField(default=0)
+    state_changed_at = models.DateTimeField(auto_now_add=True)
+    assigned_at = models.DateTimeField(auto_now_add=True)
+    configuring_at = models.DateTimeField(null=True, blank=True)
+    waiting_peers_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["domain", "index"]
+        constraints = [
+            # The invariant NVIDIA's daemon enforces with NV_ERR_IN_USE: one domain per tray.
+            models.UniqueConstraint(
+                fields=["node"], condition=Q(active=True), name="member_one_live_domain_per_node"
+            ),
+            models.UniqueConstraint(fields=["domain", "index"], name="member_unique_index"),
+            models.UniqueConstraint(fields=["domain", "node"], name="member_unique_node"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.domain} #{self.index} {self.node}"
+
+
+class ChannelAllocation(models.Model):
+    """The IMEX channel ledger: a channel number is held by one domain per clique at a time.
+
+    `Single` domains hold one row. `All` domains get every channel of their member nodes;
+    that is safe without rows because a node is in at most one live domain.
+    """
+
+    clique = models.ForeignKey(Clique, on_delete=models.PROTECT, related_name="channels")
+    channel = models.PositiveIntegerField()
+    domain = models.ForeignKey(ComputeDomain, on_delete=models.CASCADE, related_name="channels")
+    allocated_at = models.DateTimeField(auto_now_add=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["clique", "channel"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["clique", "channel"],
+                condition=Q(released_at__isnull=True),
+                name="channel_once_per_clique",
+            ),
+            # Channel 0 is reserved (NVreg_CreateImexChannel0 makes it world-usable).
+            models.CheckConstraint(condition=Q(channel__gte=1), name="channel_not_zero"),
+        ]
+
+    def __str__(self) -> str:
+        return f"channel {self.channel} in {self.clique} → {self.domain}"
+
+
+class ActorKind(models.TextChoices):
+    USER = "user", "User"
+    AGENT = "agent", "Node agent"
+    CONTROLLER = "controller", "Controller"
+    KUBERNETES = "kubernetes", "Kubernetes"
+    SYSTEM = "system", "System"
+
+
+class Event(models.Model):
+    """One line of the audit log and of a domain's timeline."""
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor_kind = models.CharField(max_length=16, choices=ActorKind.choices)
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    actor_name = models.CharField(max_length=150)
+    verb = models.CharField(max_length=64, help_text="e.g. domain.requested, node.cordoned")
+    object_type = models.CharField(max_length=32)
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=200)
+    namespace = models.ForeignKey(
+        Namespace, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    domain = models.ForeignKey(
+        ComputeDomain, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    node = models.ForeignKey(
+        Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    request_id = models.CharField(max_length=64, blank=True)
+    message = models.CharField(max_length=500, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["namespace", "created_at"], name="event_namespace_time"),
+            models.Index(fields=["domain", "created_at"], name="event_domain_time"),
+            models.Index(fields=["node", "created_at"], name="event_node_time"),
+            models.Index(fields=["verb", "created_at"], name="event_verb_time"),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.verb} {self.object_repr}"
+        )

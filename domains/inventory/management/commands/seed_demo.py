@@ -1,0 +1,69 @@
+"""`manage.py seed_demo`: racks, cliques, trays, GPUs, demo tenants and an agent join token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from domains.agents.models import JoinToken
+from domains.inventory.seed import DEFAULT_LAYOUTS, RackLayout, build_fabric
+from domains.security import hash_token
+from domains.tenancy.seed import DEMO_PASSWORD, build_demo_tenants
+
+
+class Command(BaseCommand):
+    help = "Build a realistic GB200 NVL72 fabric and demo tenants (idempotent)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--racks", type=int, default=None, help="Number of racks (default: 2, or layouts)."
+        )
+        parser.add_argument(
+            "--layout",
+            action="append",
+            default=None,
+            help="Clique sizes per rack, e.g. 18 or 9,9; repeat per rack, the last one "
+            "repeats. Default: rack 1 = 18, rack 2 = 9,9.",
+        )
+        parser.add_argument("--ip-prefix", default="127.0", help="Trays get <prefix>.<rack>.<slot>")
+        parser.add_argument("--hostname-prefix", default="gb")
+        parser.add_argument("--no-users", action="store_true", help="Skip demo tenants/users.")
+        parser.add_argument(
+            "--join-token",
+            default=settings.PORTAL["AGENT_JOIN_TOKEN"],
+            help="Register this agent join token (for the demo's node agents).",
+        )
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        try:
+            layouts = self._layouts(opts["racks"], opts["layout"])
+            racks = build_fabric(
+                layouts, ip_prefix=opts["ip_prefix"], hostname_prefix=opts["hostname_prefix"]
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        trays = sum(sum(layout.cliques) for layout in layouts)
+        self.stdout.write(f"fabric: {len(racks)} racks, {trays} compute trays, {trays * 4} GPUs")
+        if opts["join_token"]:
+            JoinToken.objects.get_or_create(
+                token_hash=hash_token(opts["join_token"]), defaults={"name": "demo agents"}
+            )
+            self.stdout.write("agent join token registered")
+        if opts["no_users"]:
+            return
+        if not settings.DEBUG:
+            self.stdout.write(self.style.WARNING("DEBUG is off: demo logins will be refused."))
+        for username, description in build_demo_tenants():
+            self.stdout.write(f"  login {username:9} / {DEMO_PASSWORD}   {description}")
+
+    @staticmethod
+    def _layouts(racks: int | None, texts: list[str] | None) -> list[RackLayout]:
+        if not texts:
+            base = list(DEFAULT_LAYOUTS)
+            count = racks or len(base)
+            return (base + [base[-1]] * count)[:count] if count > len(base) else base[:count]
+        parsed = [RackLayout.parse(t) for t in texts]
+        count = racks or len(parsed)
+        return parsed[:count] + [parsed[-1]] * max(0, count - len(parsed))

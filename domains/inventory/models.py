@@ -1,0 +1,151 @@
+"""Fabric inventory: racks, NVLink cliques, compute trays and their GPUs."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class Rack(models.Model):
+    """One NVLink rack (a GB200 NVL72 has 18 compute trays and 9 NVLink switch trays)."""
+
+    name = models.CharField(max_length=63, unique=True)
+    location = models.CharField(max_length=200, blank=True)
+    kind = models.CharField(max_length=40, default="gb200-nvl72")
+    compute_slots = models.PositiveSmallIntegerField(default=18)
+    switch_slots = models.PositiveSmallIntegerField(default=9)
+    position = models.PositiveIntegerField(default=0, help_text="Order on the fabric overview.")
+
+    class Meta:
+        ordering = ["position", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Clique(models.Model):
+    """An NVLink partition as the GPUs see it: `<cluster_uuid>.<clique_id>`."""
+
+    cluster_uuid = models.CharField(max_length=36)
+    clique_id = models.PositiveIntegerField()
+    rack = models.ForeignKey(
+        Rack, null=True, blank=True, on_delete=models.SET_NULL, related_name="cliques"
+    )
+    name = models.CharField(max_length=63, blank=True, help_text="Operator's short name.")
+
+    class Meta:
+        ordering = ["rack__position", "rack__name", "clique_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster_uuid", "clique_id"], name="clique_unique_uuid_id"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.label
+
+    @property
+    def label(self) -> str:
+        """The `nvidia.com/gpu.clique` label value."""
+        return f"{self.cluster_uuid}.{self.clique_id}"
+
+
+class NodeState(models.TextChoices):
+    READY = "ready", "Ready"
+    CORDONED = "cordoned", "Cordoned"
+    DRAINING = "draining", "Draining"
+    DOWN = "down", "Down"
+    UNKNOWN = "unknown", "Unknown"
+
+
+class NodeSource(models.TextChoices):
+    SEED = "seed", "Seeded"
+    AGENT = "agent", "Agent registration"
+    KUBERNETES = "kubernetes", "Kubernetes"
+
+
+class Node(models.Model):
+    """A compute tray: one OS instance, one IMEX daemon, a few GPUs."""
+
+    hostname = models.CharField(max_length=253, unique=True)
+    management_ip = models.GenericIPAddressField(unique=True, null=True, blank=True)
+    rack = models.ForeignKey(
+        Rack, null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes"
+    )
+    slot = models.PositiveSmallIntegerField(null=True, blank=True, help_text="1-based tray slot")
+    clique = models.ForeignKey(
+        Clique,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="nodes",
+        help_text="Empty when the tray has no multi-node NVLink.",
+    )
+    gpu_count = models.PositiveSmallIntegerField(default=4)
+    gpu_product = models.CharField(max_length=100, blank=True)
+    driver_version = models.CharField(max_length=40, blank=True)
+    imex_version = models.CharField(max_length=40, blank=True)
+    channel_major = models.PositiveIntegerField(null=True, blank=True)
+    channel_count = models.PositiveIntegerField(default=2048)
+
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.UNKNOWN)
+    state_reason = models.CharField(max_length=300, blank=True)
+    source = models.CharField(max_length=16, choices=NodeSource.choices, default=NodeSource.SEED)
+    gone = models.BooleanField(default=False, help_text="Vanished from Kubernetes.")
+
+    # Agent link: the token is stored hashed; the report is the agent's last observation.
+    agent_token_hash = models.CharField(max_length=128, blank=True, db_index=True)
+    agent_version = models.CharField(max_length=40, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    daemon_state = models.CharField(max_length=32, blank=True)
+    agent_report = models.JSONField(default=dict, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["rack__position", "rack__name", "slot", "hostname"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rack", "slot"], condition=Q(slot__isnull=False), name="node_unique_slot"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+
+class FabricState(models.TextChoices):
+    NOT_SUPPORTED = "NOT_SUPPORTED", "Not supported"
+    NOT_STARTED = "NOT_STARTED", "Not started"
+    IN_PROGRESS = "IN_PROGRESS", "In progress"
+    COMPLETED = "COMPLETED", "Completed"
+
+
+class GpuHealth(models.TextChoices):
+    HEALTHY = "healthy", "Healthy"
+    DEGRADED = "degraded", "Degraded"
+    FAILED = "failed", "Failed"
+    UNKNOWN = "unknown", "Unknown"
+
+
+class Gpu(models.Model):
+    """One GPU of a tray, with its NVLink fabric registration state."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, unique=True)
+    product = models.CharField(max_length=100, blank=True)
+    fabric_state = models.CharField(
+        max_length=16, choices=FabricState.choices, default=FabricState.COMPLETED
+    )
+    health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.HEALTHY)
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_index_per_node"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}/gpu{self.index}"

@@ -1,0 +1,1 @@
+"""Kubernetes sync bookkeeping (owned by the kube integration)."""

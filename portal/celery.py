@@ -1,0 +1,38 @@
+"""The Celery app: the controller's workers and beat.
+
+The request id travels in the task headers, so logs of one domain's story line up across
+web, worker and agent.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery, signals
+
+from domains.context import get_request_id, set_request_id
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+app = Celery("portal")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(
+    [
+        "domains.computedomains",
+        "domains.inventory",
+        "domains.agents",
+        "domains.kube",
+    ]
+)
+
+
+@signals.before_task_publish.connect
+def _carry_request_id(headers: dict | None = None, **_: object) -> None:
+    if headers is not None and get_request_id():
+        headers.setdefault("request_id", get_request_id())
+
+
+@signals.task_prerun.connect
+def _restore_request_id(task=None, **_: object) -> None:  # type: ignore[no-untyped-def]
+    rid = getattr(task.request, "request_id", None) if task is not None else None
+    set_request_id(rid or "")

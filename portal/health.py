@@ -1,0 +1,30 @@
+"""Liveness and readiness for the web process."""
+
+from __future__ import annotations
+
+from django.core.cache import cache
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+
+
+def liveness(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+def readiness(request: HttpRequest) -> JsonResponse:
+    checks: dict[str, str] = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = "ok"
+    except Exception as exc:
+        checks["database"] = f"error: {exc.__class__.__name__}"
+    try:
+        cache.set("readyz", "1", 5)
+        checks["redis"] = "ok"
+    except Exception as exc:
+        checks["redis"] = f"error: {exc.__class__.__name__}"
+    ready = all(v == "ok" for v in checks.values())
+    return JsonResponse(
+        {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503
+    )

@@ -1,0 +1,14 @@
+"""Top-level URLs: the web UI, the REST API (with the agent API) and health checks."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+from portal import health
+
+urlpatterns = [
+    path("healthz", health.liveness, name="healthz"),
+    path("readyz", health.readiness, name="readyz"),
+    path("django-admin/", admin.site.urls),
+    path("api/v1/", include("portal.api.urls")),
+    path("", include("portal.web.urls")),
+]

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `make demo`: migrate, seed, make sure Redis answers, then run web, worker, beat and the
+# emulated trays' node agents under one process manager (honcho). Ctrl-C stops everything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+mkdir -p var/log
+
+export DEBUG=${DEBUG:-1}
+export PORTAL_VAR_DIR="$PWD/var"
+export PORT=${PORT:-8000}
+export PORTAL_AGENT_JOIN_TOKEN=${PORTAL_AGENT_JOIN_TOKEN:-dpj_demo-join-token}
+export PORTAL_URL="http://127.0.0.1:${PORT}"
+
+# --- Redis: use the one on REDIS_URL if it answers, otherwise run a private one -----------
+redis_ping() { "$VENV/bin/python" - "$1" <<'PY'
+import sys, redis
+try:
+    redis.Redis.from_url(sys.argv[1], socket_connect_timeout=1).ping()
+except Exception:
+    sys.exit(1)
+PY
+}
+export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
+if ! redis_ping "$REDIS_URL"; then
+  if ! command -v redis-server >/dev/null; then
+    echo "Installing Debian's redis-server…"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server
+  fi
+  export REDIS_URL=redis://127.0.0.1:6390/0
+  if ! redis_ping "$REDIS_URL"; then
+    redis-server --daemonize yes --bind 127.0.0.1 --port 6390 --save "" --appendonly no \
+      --dir "$PWD/var" --logfile "$PWD/var/log/redis.log" --pidfile "$PWD/var/redis.pid"
+    for _ in $(seq 50); do redis_ping "$REDIS_URL" && break; sleep 0.1; done
+  fi
+  echo "Using private Redis at $REDIS_URL"
+fi
+
+"$VENV/bin/python" manage.py migrate --no-input -v0
+"$VENV/bin/python" manage.py seed_demo ${SEED_ARGS:-}
+
+cat <<MSG
+
+  Domain Portal demo → ${PORTAL_URL}/
+  (logins above, password "demo"; API docs at ${PORTAL_URL}/api/v1/docs/)
+  Logs also under var/log/. Ctrl-C stops everything.
+
+MSG
+exec "$VENV/bin/honcho" -f Procfile start

@@ -1,0 +1,63 @@
+"""Shared fixtures: fixed actors and a topology (one GB200 NVL72 rack, one clique)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests import factories
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("PORTAL_TESTING", "1")
+
+
+@pytest.fixture
+def ns_a(db):
+    return factories.make_namespace(
+        "team-a", max_gpus=48, max_nodes=12, max_domains=4, max_nodes_per_domain=12
+    )
+
+
+@pytest.fixture
+def ns_b(db):
+    return factories.make_namespace("team-b", max_gpus=24, max_nodes=6, max_domains=2)
+
+
+@pytest.fixture
+def tenant_a(ns_a):
+    user = factories.make_user("alice")
+    factories.add_member(user, ns_a, "member")
+    return user
+
+
+@pytest.fixture
+def viewer_a(ns_a):
+    user = factories.make_user("victor")
+    factories.add_member(user, ns_a, "viewer")
+    return user
+
+
+@pytest.fixture
+def tenant_b(ns_b):
+    user = factories.make_user("bob")
+    factories.add_member(user, ns_b, "member")
+    return user
+
+
+@pytest.fixture
+def operator(db):
+    return factories.make_user("operator", staff=True)
+
+
+@pytest.fixture
+def admin(db):
+    return factories.make_user("admin", staff=True, superuser=True)
+
+
+@pytest.fixture
+def topology(db):
+    """One NVL72 rack: 18 ready trays in one clique."""
+    (rack,) = factories.make_racks("18")
+    return rack

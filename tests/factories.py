@@ -1,0 +1,59 @@
+"""Factories for test data: one place, plain functions."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from domains.inventory.models import Node, NodeState, Rack
+from domains.inventory.seed import RackLayout, build_fabric
+from domains.tenancy.models import Membership, Namespace, Quota, Role
+
+_seq = itertools.count(1)
+
+
+def make_user(username: str | None = None, *, staff: bool = False, superuser: bool = False):
+    User = get_user_model()
+    username = username or f"user{next(_seq)}"
+    user = User.objects.create_user(
+        username=username, password="pw-" + username, is_staff=staff, is_superuser=superuser
+    )
+    user.raw_password = "pw-" + username  # type: ignore[attr-defined]
+    return user
+
+
+def make_namespace(name: str | None = None, **quota: object) -> Namespace:
+    ns = Namespace.objects.create(name=name or f"ns-{next(_seq)}")
+    Quota.objects.create(namespace=ns, **quota)
+    return ns
+
+
+def add_member(user, namespace: Namespace, role: str = Role.MEMBER) -> Membership:
+    return Membership.objects.create(user=user, namespace=namespace, role=role)
+
+
+def make_racks(
+    *layouts: str,
+    ip_prefix: str = "127.0",
+    hostname_prefix: str = "gb",
+    ready: bool = True,
+    first_rack: int = 1,
+) -> list[Rack]:
+    """Racks from layout strings ("18", "9,9"); trays ready with a fresh heartbeat."""
+    racks = build_fabric(
+        [RackLayout.parse(text) for text in (layouts or ("18",))],
+        ip_prefix=ip_prefix,
+        hostname_prefix=hostname_prefix,
+        node_state=NodeState.READY if ready else NodeState.UNKNOWN,
+        first_rack=first_rack,
+    )
+    if ready:
+        Node.objects.filter(rack__in=racks).update(last_heartbeat=timezone.now())
+    return racks
+
+
+def stale_heartbeat(node: Node, age: timedelta = timedelta(minutes=5)) -> None:
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=timezone.now() - age)

@@ -1,0 +1,62 @@
+"""The seed builds the fabric operators expect."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+from domains.inventory.models import Clique, Gpu, Node, Rack
+from domains.inventory.seed import RackLayout
+from domains.tenancy.models import Membership, Quota
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_default_seed_is_two_nvl72_racks_with_rack_two_split_in_halves():
+    call_command("seed_demo", "--no-users")
+    assert Rack.objects.count() == 2
+    assert Node.objects.count() == 36 and Gpu.objects.count() == 144
+    r1, r2 = Rack.objects.order_by("position")
+    assert [c.nodes.count() for c in Clique.objects.filter(rack=r1)] == [18]
+    assert [c.nodes.count() for c in Clique.objects.filter(rack=r2)] == [9, 9]
+    assert r1.switch_slots == 9
+    ips = list(Node.objects.values_list("management_ip", flat=True))
+    assert len(set(ips)) == 36 and all(ip.startswith("127.") for ip in ips)
+
+
+def test_seeding_twice_changes_nothing():
+    call_command("seed_demo", "--no-users")
+    call_command("seed_demo", "--no-users")
+    assert Node.objects.count() == 36
+
+
+def test_it_builds_a_hundred_racks_with_custom_layouts():
+    call_command("seed_demo", "--no-users", "--racks", "100", "--layout", "6,6,6")
+    assert Rack.objects.count() == 100
+    assert Node.objects.count() == 1800
+    assert Clique.objects.count() == 300
+
+
+def test_a_layout_larger_than_a_rack_is_refused():
+    with pytest.raises(ValueError, match="at most 18"):
+        RackLayout.parse("10,10")
+
+
+def test_demo_users_get_namespaces_and_quotas():
+    call_command("seed_demo")
+    assert Membership.objects.filter(user__username="alice", namespace__name="team-a").exists()
+    assert Membership.objects.filter(user__username="bob", namespace__name="team-b").exists()
+    assert Quota.objects.get(namespace__name="team-a").max_gpus == 48
+
+
+def test_demo_logins_are_refused_when_debug_is_off(settings):
+    settings.DEBUG = False
+    call_command("seed_demo")
+    assert not Client().login(username="alice", password="demo")
+
+
+def test_demo_logins_work_in_debug(settings):
+    settings.DEBUG = True
+    call_command("seed_demo")
+    assert Client().login(username="alice", password="demo")

@@ -1,0 +1,97 @@
+"""Who may see and do what in which namespace, and how much of its quota is used.
+
+Roles: namespace viewer < member < admin (per namespace, Membership); operator
+(`is_staff`: the whole fabric, every domain read-only, tray actions); superuser (portal
+admin: quotas, approvals, everything).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, F, QuerySet, Sum
+
+from domains.tenancy.models import Membership, Namespace, Role
+
+_RANK = {Role.VIEWER: 1, Role.MEMBER: 2, Role.ADMIN: 3}
+
+
+def is_operator(user: Any) -> bool:
+    return bool(user.is_authenticated and (user.is_staff or user.is_superuser))
+
+
+def is_admin(user: Any) -> bool:
+    return bool(user.is_authenticated and user.is_superuser)
+
+
+def role_in(user: Any, namespace: Namespace) -> str | None:
+    """The user's own role in the namespace (None when not a member)."""
+    if not user.is_authenticated:
+        return None
+    return (
+        Membership.objects.filter(user=user, namespace=namespace)
+        .values_list("role", flat=True)
+        .first()
+    )
+
+
+def _has_role(user: Any, namespace: Namespace, minimum: str) -> bool:
+    role = role_in(user, namespace)
+    return role is not None and _RANK[Role(role)] >= _RANK[Role(minimum)]
+
+
+def can_view_namespace(user: Any, namespace: Namespace) -> bool:
+    return is_operator(user) or _has_role(user, namespace, Role.VIEWER)
+
+
+def can_request_in(user: Any, namespace: Namespace) -> bool:
+    """Request, release and extend domains (members and namespace admins)."""
+    return is_admin(user) or _has_role(user, namespace, Role.MEMBER)
+
+
+def can_admin_namespace(user: Any, namespace: Namespace) -> bool:
+    """Manage members of the namespace (namespace admins and superusers)."""
+    return is_admin(user) or _has_role(user, namespace, Role.ADMIN)
+
+
+def namespaces_visible_to(user: Any) -> QuerySet[Namespace]:
+    if not user.is_authenticated:
+        return Namespace.objects.none()
+    if is_operator(user):
+        return Namespace.objects.all()
+    return Namespace.objects.filter(memberships__user=user).distinct()
+
+
+def quota_usage(namespace: Namespace) -> dict[str, int]:
+    """What the namespace holds now: every live domain counts, queued ones included."""
+    from domains.computedomains.models import LIVE_PHASES, ComputeDomain
+
+    agg = ComputeDomain.objects.filter(namespace=namespace, phase__in=LIVE_PHASES).aggregate(
+        domains=Count("id"),
+        nodes=Sum("num_nodes"),
+        gpus=Sum(F("num_nodes") * F("gpus_per_node")),
+    )
+    return {k: int(v or 0) for k, v in agg.items()}
+
+
+def usage_by_namespace() -> dict[int, dict[str, int]]:
+    """quota_usage for every namespace in one query (for lists and metrics)."""
+    from domains.computedomains.models import LIVE_PHASES, ComputeDomain
+
+    rows = (
+        ComputeDomain.objects.filter(phase__in=LIVE_PHASES)
+        .values("namespace_id")
+        .annotate(
+            domains=Count("id"),
+            nodes=Sum("num_nodes"),
+            gpus=Sum(F("num_nodes") * F("gpus_per_node")),
+        )
+    )
+    return {
+        r["namespace_id"]: {
+            "domains": r["domains"],
+            "nodes": r["nodes"] or 0,
+            "gpus": r["gpus"] or 0,
+        }
+        for r in rows
+    }

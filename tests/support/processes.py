@@ -1,0 +1,194 @@
+"""Real processes for integration tests: the ASGI server, Celery workers and beat.
+
+They run against the test database that pytest-django created (use
+`@pytest.mark.django_db(transaction=True)` so they see committed data) and the real Redis.
+Each test session gets its own Celery queue, so stray tasks of other runs never land here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+SESSION_QUEUE = f"test-{uuid.uuid4().hex[:8]}"
+ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", ROOT / "test-artifacts"))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def database_url() -> str:
+    """The URL of the database the tests use right now (the `test_…` one)."""
+    db = settings.DATABASES["default"]
+    user = db.get("USER") or "postgres"
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
+
+
+def process_env(**extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PORTAL_TESTING": "1",
+        "DATABASE_URL": database_url(),
+        "DB_CONN_MAX_AGE": "0",
+        "CELERY_QUEUE": SESSION_QUEUE,
+        "PYTHONUNBUFFERED": "1",
+        "PORTAL_RECONCILE_SECONDS": "1",
+    }
+    env.update(extra)
+    return env
+
+
+class Proc:
+    """A child process whose output goes to a log file under test-artifacts/logs."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        log_dir = ARTIFACTS / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.log_path = log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log"
+        self._log = self.log_path.open("wb")
+        self.popen = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole process group (a worker's pool children too)."""
+        if self.alive():
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, timeout: float = 10) -> None:
+        self.kill(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(signal.SIGKILL)
+            self.popen.wait(5)
+        self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def wait_until(predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def start_server(**env: str) -> tuple[Proc, str]:
+    port = free_port()
+    proc = Proc(
+        "web",
+        [
+            str(VENV_BIN / "uvicorn"),
+            "portal.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+        ],
+        process_env(**env),
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        if not proc.alive():
+            raise RuntimeError(f"web server exited:\n{proc.log()[-3000:]}")
+        try:
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, timeout=30, what="web server")
+    return proc, url
+
+
+def start_worker(name: str = "worker", concurrency: int = 4, **env: str) -> Proc:
+    proc = Proc(
+        name,
+        [
+            str(VENV_BIN / "celery"),
+            "-A",
+            "portal",
+            "worker",
+            "--pool=threads",
+            f"--concurrency={concurrency}",
+            "-Q",
+            SESSION_QUEUE,
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel=INFO",
+            "-n",
+            f"{name}-{uuid.uuid4().hex[:6]}@%h",
+        ],
+        process_env(**env),
+    )
+    wait_until(lambda: "ready." in proc.log() or not proc.alive(), 30, what="celery worker")
+    if not proc.alive():
+        raise RuntimeError(f"worker exited:\n{proc.log()[-3000:]}")
+    return proc
+
+
+def start_beat(**env: str) -> Proc:
+    schedule = ARTIFACTS / f"beat-{uuid.uuid4().hex[:6]}"
+    return Proc(
+        "beat",
+        [
+            str(VENV_BIN / "celery"),
+            "-A",
+            "portal",
+            "beat",
+            "--loglevel=INFO",
+            "--schedule",
+            str(schedule),
+        ],
+        process_env(**env),
+    )
+
+
+@contextmanager
+def running(*procs: Proc) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.stop()

@@ -7,6 +7,7 @@ Each test session gets its own Celery queue, so stray tasks of other runs never 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -85,10 +86,8 @@ class Proc:
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal the whole process group (a worker's pool children too)."""
         if self.alive():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def stop(self, timeout: float = 10) -> None:
         self.kill(signal.SIGTERM)

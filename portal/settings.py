@@ -159,6 +159,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", BASE_DIR / "staticfiles"))
+# Development and tests serve static files straight from static/ (no collectstatic needed).
+WHITENOISE_USE_FINDERS = DEBUG or TESTING
+WHITENOISE_AUTOREFRESH = DEBUG or TESTING
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -243,6 +246,7 @@ PORTAL = {
     "KUBE_ENABLED": env_bool("PORTAL_KUBE_ENABLED", bool(os.environ.get("KUBECONFIG"))),
     "KUBE_RACK_LABEL": os.environ.get("PORTAL_KUBE_RACK_LABEL", "topology.kubernetes.io/rack"),
     "KUBE_NAMESPACE_LABEL": os.environ.get("PORTAL_KUBE_NAMESPACE_LABEL", ""),
+    "METRICS_TOKEN": os.environ.get("PORTAL_METRICS_TOKEN", ""),
 }
 
 LOGGING = {

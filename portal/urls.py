@@ -4,10 +4,12 @@ from django.contrib import admin
 from django.urls import include, path
 
 from portal import health
+from portal.metrics import metrics_view
 
 urlpatterns = [
     path("healthz", health.liveness, name="healthz"),
     path("readyz", health.readiness, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path("django-admin/", admin.site.urls),
     path("api/v1/", include("portal.api.urls")),
     path("", include("portal.web.urls")),

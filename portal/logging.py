@@ -12,3 +12,24 @@ class RequestIdFilter(logging.Filter):
         if not getattr(record, "request_id", None):
             record.request_id = get_request_id() or "-"
         return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, request id, message (+ exception)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        body = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "request_id": getattr(record, "request_id", "-"),
+            "message": record.getMessage(),
+        }
+        for key in ("domain", "node", "task"):
+            if hasattr(record, key):
+                body[key] = str(getattr(record, key))
+        if record.exc_info:
+            body["exception"] = self.formatException(record.exc_info)
+        return json.dumps(body, ensure_ascii=False)

@@ -1,0 +1,141 @@
+"""The placement vocabulary: plain frozen dataclasses, no ORM.
+
+`topology_snapshot()` (domains.placement.selectors) builds a `Topology` from the database
+in a constant number of queries; everything else in this package works on these values
+only, so it can be unit-tested and benchmarked without a database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class TrayStatus:
+    """Why a tray is or is not available to a new domain (one word each)."""
+
+    FREE = "free"  # ready, uncordoned, fresh heartbeat, in no live domain
+    IN_USE = "in_use"  # a member of a live domain (until its agent confirmed a clean node)
+    CORDONED = "cordoned"
+    DRAINING = "draining"
+    DOWN = "down"
+    UNKNOWN = "unknown"  # agent never joined, or gone from Kubernetes
+    STALE = "stale"  # state ready, but no heartbeat within HEARTBEAT_STALE_AFTER
+
+    LABELS = {
+        IN_USE: "in use",
+        CORDONED: "cordoned",
+        DRAINING: "draining",
+        DOWN: "down",
+        UNKNOWN: "not ready",
+        STALE: "silent",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Tray:
+    """One compute tray as placement sees it."""
+
+    node_id: int
+    hostname: str
+    slot: int  # position in the rack; contiguity of free slots is what best fit preserves
+    ip: str
+    gpu_count: int
+    status: str = TrayStatus.FREE
+
+    @property
+    def free(self) -> bool:
+        return self.status == TrayStatus.FREE
+
+
+@dataclass(frozen=True, slots=True)
+class CliqueView:
+    """One NVLink clique with its trays in slot order."""
+
+    clique_id: int
+    label: str  # "<cluster_uuid>.<clique_id>"
+    name: str  # operator's short name (may equal the label)
+    rack: str  # rack name, "" when the clique spans no known rack
+    trays: tuple[Tray, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.trays)
+
+    def free_trays(self, gpus_per_node: int = 0) -> list[Tray]:
+        return [t for t in self.trays if t.free and t.gpu_count >= gpus_per_node]
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """The whole fabric at one instant, cliques in a stable order (rack position, id)."""
+
+    cliques: tuple[CliqueView, ...]
+
+    @property
+    def largest_clique(self) -> int:
+        return max((c.size for c in self.cliques), default=0)
+
+    def tray_count(self) -> int:
+        return sum(c.size for c in self.cliques)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRequest:
+    """What placement needs to know about a domain."""
+
+    num_nodes: int
+    gpus_per_node: int = 0  # 0: any tray will do
+    constraint: str = "any"  # any | clique | rack
+    target: str = ""  # clique label or name / rack name
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a domain lands: one clique and trays in index order (index = position)."""
+
+    clique_id: int
+    clique_label: str
+    clique_name: str
+    rack: str
+    trays: tuple[Tray, ...]
+    free_before: int  # free trays the clique had
+
+    @property
+    def node_ids(self) -> list[int]:
+        return [t.node_id for t in self.trays]
+
+    @property
+    def hostnames(self) -> list[str]:
+        return [t.hostname for t in self.trays]
+
+    def describe(self) -> str:
+        where = f"rack {self.rack} clique {self.clique_name}" if self.rack else self.clique_name
+        return f"{len(self.trays)} trays in {where} ({self.free_before} free before)"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Nothing fits now; `reasons[0]` is the headline, the rest are details."""
+
+    reasons: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def message(self) -> str:
+        return self.reasons[0] if self.reasons else "no placement"
+
+
+@dataclass(frozen=True, slots=True)
+class CliqueSummary:
+    """Occupancy and fragmentation of one clique, for the topology view."""
+
+    clique_id: int
+    label: str
+    name: str
+    rack: str
+    total: int
+    free: int
+    in_use: int
+    unavailable: int  # cordoned, draining, down, unknown or silent
+    largest_free_block: int  # longest run of free trays in consecutive slots
+    stranded: int  # free trays that no allowed request can use (clique below the minimum)
+    fragmented: int  # free trays outside the largest free block

@@ -25,6 +25,10 @@ app.autodiscover_tasks(
     ]
 )
 
+from portal.worker_health import WorkerHealth  # noqa: E402
+
+app.steps["worker"].add(WorkerHealth)
+
 
 @signals.before_task_publish.connect
 def _carry_request_id(headers: dict | None = None, **_: object) -> None:

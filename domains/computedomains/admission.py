@@ -1,0 +1,244 @@
+"""Admission: turning a `DomainSpec` into a valid, quota-checked request.
+
+Validation raises `InvalidInput` naming the field, so the form and the API show the error
+next to the input at fault. Quota arithmetic is kept apart from locking: the caller
+(`domain_request`) locks the namespace row first, so two concurrent requests can never both
+see the last unit of quota as free.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db.models import Count, Max, Q
+
+from domains.computedomains.models import (
+    LIVE_PHASES,
+    AllocationMode,
+    ComputeDomain,
+    PlacementConstraint,
+)
+from domains.computedomains.specs import DomainSpec
+from domains.errors import InvalidInput, NameTaken, QuotaExceeded
+from domains.inventory.models import Clique, Node
+from domains.placement import PlacementRequest
+from domains.tenancy.models import Namespace, Quota
+from domains.validators import validate_dns1123_label
+
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+MAX_LABELS = 32
+
+
+@dataclass(frozen=True)
+class CleanSpec:
+    """A validated spec with every default filled in: what the domain row will hold."""
+
+    name: str
+    num_nodes: int
+    allocation_mode: str
+    resource_claim_template: str
+    gpus_per_node: int
+    placement_constraint: str
+    placement_target: str
+    lifetime: timedelta
+    labels: dict[str, str]
+
+    @property
+    def gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    def placement_request(self) -> PlacementRequest:
+        return PlacementRequest(
+            num_nodes=self.num_nodes,
+            gpus_per_node=self.gpus_per_node,
+            constraint=self.placement_constraint,
+            target=self.placement_target,
+        )
+
+
+def quota_of(namespace: Namespace) -> Quota:
+    """The namespace's quota; an unsaved all-unlimited one when none was ever set."""
+    return Quota.objects.filter(namespace=namespace).first() or Quota(namespace=namespace)
+
+
+def clean_spec(*, namespace: Namespace, spec: DomainSpec) -> CleanSpec:
+    """Validate every field (first error wins) and fill defaults. Reads, never writes."""
+    if not namespace.active:
+        raise InvalidInput(f"namespace {namespace.name} is no longer active", field="namespace")
+    name = _clean_name(namespace, spec.name)
+    constraint, target, largest, max_gpus = _clean_placement(spec)
+    num_nodes = _clean_int(spec.num_nodes, "num_nodes")
+    if not 1 <= num_nodes <= largest:
+        raise InvalidInput(
+            f"must be between 1 and {largest} (the largest clique"
+            f"{' allowed by the placement constraint' if constraint != 'any' else ''})",
+            field="num_nodes",
+        )
+    gpus = max_gpus
+    if spec.gpus_per_node is not None:
+        gpus = _clean_int(spec.gpus_per_node, "gpus_per_node")
+    if not 1 <= gpus <= max_gpus:
+        raise InvalidInput(f"must be between 1 and {max_gpus}", field="gpus_per_node")
+    if spec.allocation_mode not in AllocationMode.values:
+        raise InvalidInput("must be Single or All", field="allocation_mode")
+    template = spec.resource_claim_template or f"{name}-channel"
+    if len(template) > 253 or not DNS1123_SUBDOMAIN.match(template):
+        raise InvalidInput(
+            "must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')",
+            field="resource_claim_template",
+        )
+    return CleanSpec(
+        name=name,
+        num_nodes=num_nodes,
+        allocation_mode=spec.allocation_mode,
+        resource_claim_template=template,
+        gpus_per_node=gpus,
+        placement_constraint=constraint,
+        placement_target=target,
+        lifetime=_clean_lifetime(spec.lifetime, quota_of(namespace)),
+        labels=_clean_labels(spec.labels),
+    )
+
+
+def per_domain_limits(*, quota: Quota, spec: CleanSpec) -> None:
+    """Limits on one domain (size, lifetime): QuotaExceeded naming the field."""
+    if quota.max_nodes_per_domain is not None and spec.num_nodes > quota.max_nodes_per_domain:
+        raise QuotaExceeded(
+            f"at most {quota.max_nodes_per_domain} trays per domain in namespace "
+            f"{quota.namespace.name}",
+            field="num_nodes",
+        )
+    if quota.max_lifetime is not None and spec.lifetime > quota.max_lifetime:
+        raise QuotaExceeded(
+            f"at most {_human(quota.max_lifetime)} in namespace {quota.namespace.name}",
+            field="lifetime",
+        )
+
+
+def quota_impact(
+    *, quota: Quota, usage: dict[str, int], spec: CleanSpec
+) -> dict[str, dict[str, int | None]]:
+    """Used / requested / limit for GPUs, trays and domains (the form's quota bar)."""
+    return {
+        "gpus": {"used": usage["gpus"], "requested": spec.gpus, "limit": quota.max_gpus},
+        "nodes": {"used": usage["nodes"], "requested": spec.num_nodes, "limit": quota.max_nodes},
+        "domains": {"used": usage["domains"], "requested": 1, "limit": quota.max_domains},
+    }
+
+
+def quota_problems(*, quota: Quota, usage: dict[str, int], spec: CleanSpec) -> list[str]:
+    """Human sentences for every namespace-wide limit this request would break."""
+    problems = []
+    for what, row in quota_impact(quota=quota, usage=usage, spec=spec).items():
+        limit = row["limit"]
+        used, requested = row["used"] or 0, row["requested"] or 0
+        if limit is not None and used + requested > limit:
+            unit = {"gpus": "GPUs", "nodes": "trays", "domains": "domains"}[what]
+            problems.append(
+                f"{unit}: {used} in use + {requested} requested exceeds the quota of {limit}"
+            )
+    return problems
+
+
+def needs_approval(*, quota: Quota, spec: CleanSpec, requested_by: Any = None) -> bool:
+    """Above the namespace's threshold an admin approves; a portal admin's own requests
+    are approved by asking."""
+    if requested_by is not None and getattr(requested_by, "is_superuser", False):
+        return False
+    threshold = quota.approval_above_nodes
+    return threshold is not None and spec.num_nodes > threshold
+
+
+# --- field cleaners ---------------------------------------------------------------------------
+
+
+def _clean_name(namespace: Namespace, name: Any) -> str:
+    if not isinstance(name, str):
+        raise InvalidInput("must be a string", field="name")
+    try:
+        validate_dns1123_label(name)
+    except ValidationError as exc:
+        raise InvalidInput(exc.messages[0], field="name")
+    live = ComputeDomain.objects.filter(namespace=namespace, name=name, phase__in=LIVE_PHASES)
+    if live.exists():
+        raise NameTaken(
+            f"a live domain named {name!r} already exists in {namespace.name}", field="name"
+        )
+    return name
+
+
+def _clean_int(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput("must be a whole number", field=field)
+    return value
+
+
+def _clean_placement(spec: DomainSpec) -> tuple[str, str, int, int]:
+    """(constraint, target, largest clique it allows, most GPUs per tray) — one query each."""
+    constraint, target = spec.placement_constraint or "any", (spec.placement_target or "").strip()
+    if constraint not in PlacementConstraint.values:
+        raise InvalidInput("must be one of any, clique, rack", field="placement_constraint")
+    trays = Node.objects.filter(clique__isnull=False, gone=False)
+    if constraint == PlacementConstraint.ANY:
+        target = ""
+    elif not target:
+        raise InvalidInput(f"name the {constraint} to place in", field="placement_target")
+    elif constraint == PlacementConstraint.CLIQUE:
+        trays = trays.filter(clique__in=Clique.objects.filter(_clique_q(target)))
+    else:
+        trays = trays.filter(clique__rack__name=target)
+    sizes = trays.values("clique_id").annotate(n=Count("id"), g=Max("gpu_count"))
+    largest = max((row["n"] for row in sizes), default=0)
+    max_gpus = max((row["g"] for row in sizes), default=0)
+    if not largest:
+        if constraint == PlacementConstraint.ANY:
+            raise InvalidInput("the fabric has no NVLink clique with trays yet", field="num_nodes")
+        raise InvalidInput(f"no {constraint} named {target!r} with trays", field="placement_target")
+    return constraint, target, largest, max_gpus
+
+
+def _clique_q(target: str) -> Q:
+    """A clique by operator name or by its `<cluster_uuid>.<clique_id>` label."""
+    q = Q(name=target)
+    uuid_part, _, id_part = target.rpartition(".")
+    if uuid_part and id_part.isdigit():
+        q |= Q(cluster_uuid=uuid_part, clique_id=int(id_part))
+    return q
+
+
+def _clean_lifetime(lifetime: Any, quota: Quota) -> timedelta:
+    if lifetime is None:
+        default: timedelta = settings.PORTAL["DEFAULT_LIFETIME"]
+        return min(default, quota.max_lifetime) if quota.max_lifetime else default
+    if not isinstance(lifetime, timedelta):
+        raise InvalidInput("must be a duration", field="lifetime")
+    if lifetime <= timedelta(0):
+        raise InvalidInput("must be positive", field="lifetime")
+    return lifetime
+
+
+def _clean_labels(labels: Any) -> dict[str, str]:
+    if labels is None:
+        return {}
+    if not isinstance(labels, dict) or len(labels) > MAX_LABELS:
+        raise InvalidInput(f"must be a map of at most {MAX_LABELS} entries", field="labels")
+    for key, value in labels.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidInput("keys and values must be strings", field="labels")
+        if not key or len(key) > 63 or len(value) > 63:
+            raise InvalidInput(
+                f"label {key!r}: keys 1-63 characters, values at most 63", field="labels"
+            )
+    return dict(labels)
+
+
+def _human(delta: timedelta) -> str:
+    hours, rem = divmod(int(delta.total_seconds()), 3600)
+    if rem == 0 and hours:
+        return f"{hours} h"
+    return f"{int(delta.total_seconds()) // 60} min"

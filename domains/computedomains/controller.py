@@ -1,0 +1,185 @@
+"""The periodic controller: deadlines, leases, silent agents and whatever got lost.
+
+The database is the source of truth, so a reconcile pass can rebuild every decision a lost
+message or a killed worker did not make: it queries for domains whose phase disagrees with
+their members, deadlines or leases and calls the same services the event-driven path uses.
+Each fix is its own short transaction; a pass never holds a lock for long.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+from domains.computedomains.events import CONTROLLER, announce_domain, record_event
+from domains.computedomains.formation import (
+    aggregate,
+    domain_fail,
+    domain_request_id,
+    domains_place_queued,
+    lock_domain,
+    release_member,
+)
+from domains.computedomains.models import ComputeDomain, DomainMember, MemberState, Phase
+from domains.inventory.models import NodeState
+
+log = logging.getLogger(__name__)
+
+
+def reconcile(*, now: datetime | None = None) -> dict[str, int]:
+    """One pass; returns what it did, by kind (for logs and tests)."""
+    from domains.computedomains.services import domain_release
+
+    now = now or timezone.now()
+    done = {"expired": 0, "deadline": 0, "aggregated": 0, "placed": 0}
+    running = (Phase.FORMING, Phase.READY, Phase.DEGRADED)
+    for domain in ComputeDomain.objects.filter(phase__in=running, lease_expires_at__lt=now):
+        with domain_request_id(domain):
+            domain_release(actor=CONTROLLER, domain=domain, reason="lease expired")
+        done["expired"] += 1
+    for domain_id in ComputeDomain.objects.filter(
+        phase=Phase.FORMING, formation_deadline__lt=now
+    ).values_list("id", flat=True):
+        if fail_formation(domain_id=domain_id):
+            done["deadline"] += 1
+    for domain_id in _out_of_step().values_list("id", flat=True):
+        with transaction.atomic():
+            domain = lock_domain(domain_id)
+            if domain is None:
+                continue
+            with domain_request_id(domain):
+                _release_down_members(domain)
+                aggregate(domain)
+            done["aggregated"] += 1
+    _note_slow_releases(now)
+    done["placed"] = domains_place_queued()
+    if any(done.values()):
+        log.info("reconcile: %s", done)
+    return done
+
+
+def _out_of_step() -> QuerySet[ComputeDomain]:
+    """Domains whose phase disagrees with their members (a report's effect got lost)."""
+    active = DomainMember.objects.filter(domain=OuterRef("pk"), active=True)
+    not_ready = active.exclude(state=MemberState.READY)
+    down = active.filter(node__state=NodeState.DOWN)
+    return ComputeDomain.objects.filter(
+        Q(phase=Phase.FORMING, members__isnull=False) & ~Exists(not_ready)
+        | Q(phase=Phase.READY) & Exists(not_ready)
+        | Q(phase=Phase.DEGRADED) & ~Exists(not_ready)
+        | Q(phase=Phase.RELEASING) & (~Exists(active) | Exists(down))
+    ).distinct()
+
+
+def _release_down_members(domain: ComputeDomain) -> None:
+    if domain.phase != Phase.RELEASING:
+        return
+    for member in domain.members.filter(active=True, node__state=NodeState.DOWN):
+        release_member(member, message="node declared down by an operator")
+
+
+def fail_formation(*, domain_id: int) -> bool:
+    """The formation deadline passed: Failed, naming the node, its step and last message."""
+    members = list(
+        DomainMember.objects.select_related("node")
+        .filter(domain_id=domain_id, active=True)
+        .exclude(state=MemberState.READY)
+        .order_by("index")
+    )
+    stuck = members[0] if members else None
+    if stuck is None:
+        message = "formation deadline passed"
+    elif not stuck.step and not stuck.generation_applied:
+        message = (
+            f"formation deadline passed: {stuck.node.hostname} (#{stuck.index}) never "
+            "reported; its agent may be down"
+        )
+    else:
+        said = f"; agent said: {stuck.message}" if stuck.message else ""
+        message = (
+            f"formation deadline passed: {stuck.node.hostname} (#{stuck.index}) stuck at step "
+            f"{stuck.step or stuck.state}{said}"
+        )
+    details = {
+        "stuck": [
+            {"node": m.node.hostname, "index": m.index, "step": m.step, "message": m.message}
+            for m in members
+        ]
+    }
+    domain = domain_fail(
+        domain_id=domain_id, reason="FormationTimeout", message=message, details=details
+    )
+    return domain is not None
+
+
+def _note_slow_releases(now: datetime) -> None:
+    """A release past RELEASE_DEADLINE names the trays that have not confirmed clean."""
+    late = now - settings.PORTAL["RELEASE_DEADLINE"]
+    for domain in ComputeDomain.objects.filter(
+        phase=Phase.RELEASING, release_requested_at__lt=late
+    ).exclude(reason="ReleaseStuck"):
+        hosts = list(
+            domain.members.filter(active=True).values_list("node__hostname", flat=True)[:5]
+        )
+        message = (
+            f"still waiting for {', '.join(hosts)} to confirm a clean node; an operator can "
+            "mark a dead tray down to finish the release"
+        )
+        if ComputeDomain.objects.filter(pk=domain.pk, phase=Phase.RELEASING).update(
+            reason="ReleaseStuck", message=message, updated_at=now
+        ):
+            domain.reason, domain.message = "ReleaseStuck", message
+            record_event(actor=CONTROLLER, verb="domain.release_stuck", obj=domain, message=message)
+            announce_domain(domain)
+
+
+def reap_stale_heartbeats(*, now: datetime | None = None) -> int:
+    """Ready members whose agent has been silent past HEARTBEAT_STALE_AFTER → not ready,
+    so their domain turns Degraded naming the tray. The agent's next `ready` report
+    brings it back."""
+    now = now or timezone.now()
+    stale_before = now - settings.PORTAL["HEARTBEAT_STALE_AFTER"]
+    silent = (
+        DomainMember.objects.filter(
+            active=True,
+            state=MemberState.READY,
+            domain__phase__in=(Phase.READY, Phase.DEGRADED),
+        )
+        .filter(Q(node__last_heartbeat__lt=stale_before) | Q(node__last_heartbeat__isnull=True))
+        .values_list("domain_id", "id")
+    )
+    by_domain: dict[int, list[int]] = {}
+    for domain_id, member_id in silent:
+        by_domain.setdefault(domain_id, []).append(member_id)
+    for domain_id, member_ids in by_domain.items():
+        _mark_silent(domain_id, member_ids, now)
+    return sum(len(ids) for ids in by_domain.values())
+
+
+def _mark_silent(domain_id: int, member_ids: list[int], now: datetime) -> None:
+    with transaction.atomic():
+        domain = lock_domain(domain_id)
+        if domain is None:
+            return
+        members = DomainMember.objects.select_related("node").filter(
+            pk__in=member_ids, active=True, state=MemberState.READY
+        )
+        for member in members:
+            seen = member.node.last_heartbeat
+            message = f"no heartbeat since {seen:%H:%M:%S} UTC" if seen else "no heartbeat"
+            DomainMember.objects.filter(pk=member.pk).update(
+                state=MemberState.FAILED, message=message, state_changed_at=now
+            )
+            record_event(
+                actor=CONTROLLER,
+                verb="member.silent",
+                obj=domain,
+                node=member.node,
+                message=f"{member.node.hostname} #{member.index}: {message}",
+            )
+        aggregate(domain)

@@ -1,0 +1,41 @@
+"""What a tenant asks for and what a dry run answers: plain values shared by the services,
+the web forms, the API serializers and Kubernetes adoption."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+
+@dataclass(frozen=True)
+class DomainSpec:
+    """What a tenant asks for. Validated by `domain_request` / `domain_dry_run`."""
+
+    name: str
+    num_nodes: int
+    allocation_mode: str = "Single"
+    resource_claim_template: str = ""  # default: "<name>-channel"
+    gpus_per_node: int | None = None  # default: the trays' GPU count (4 on GB200)
+    placement_constraint: str = "any"  # any | clique | rack
+    placement_target: str = ""  # clique label/name or rack name
+    lifetime: timedelta | None = None  # default: settings.PORTAL["DEFAULT_LIFETIME"]
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DryRunResult:
+    """The would-be outcome of a request, creating nothing."""
+
+    placeable: bool  # fits in the fabric now
+    quota_ok: bool
+    needs_approval: bool
+    message: str  # one human sentence: where it lands, or why it can't
+    reasons: list[str] = field(default_factory=list)
+    quota_problems: list[str] = field(default_factory=list)
+    clique: str = ""  # label of the chosen clique
+    clique_name: str = ""
+    rack: str = ""
+    nodes: list[str] = field(default_factory=list)  # hostnames in index order
+    node_ids: list[int] = field(default_factory=list)
+    quota_impact: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    # e.g. {"gpus": {"used": 8, "requested": 8, "limit": 32}, ...}

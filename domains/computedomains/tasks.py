@@ -1,0 +1,52 @@
+"""Controller tasks: thin wrappers that load ids, call one service and classify errors.
+
+All are idempotent (compare-and-set on phase, row locks), so `acks_late` redelivery after
+a killed worker, a duplicate message or the beat reconcile running beside them is safe.
+Only `TransientError` is retried; anything else is a bug and is logged, not looped.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from domains.computedomains import controller
+from domains.computedomains.formation import domain_place, domains_place_queued
+from domains.errors import TransientError
+
+log = logging.getLogger(__name__)
+
+RETRY = {
+    "acks_late": True,
+    "autoretry_for": (TransientError,),
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "retry_jitter": True,
+    "max_retries": 5,
+}
+
+
+@shared_task(name="domains.place_domain", **RETRY)
+def place_domain(domain_id: int) -> str:
+    """Place one Admitted domain (queued right after admission or approval)."""
+    domain = domain_place(domain_id=domain_id)
+    return domain.phase if domain is not None else "skipped"
+
+
+@shared_task(name="domains.place_queued", **RETRY)
+def place_queued() -> int:
+    """Retry the queue FIFO: run when trays or channels come free."""
+    return domains_place_queued()
+
+
+@shared_task(name="domains.reconcile", **RETRY)
+def reconcile() -> dict[str, int]:
+    """Finish whatever a lost message or a killed worker left (beat, every few seconds)."""
+    return controller.reconcile()
+
+
+@shared_task(name="domains.reap_stale_heartbeats", **RETRY)
+def reap_stale_heartbeats() -> int:
+    """Members of running domains whose agent went silent count as not ready."""
+    return controller.reap_stale_heartbeats()

@@ -1,0 +1,123 @@
+"""Operator actions on trays: cordon, uncordon, drain, mark down.
+
+A cordoned or draining tray takes no new domain but keeps serving the one it has (its
+workload is not disturbed); draining says "and do not come back until I say so" on the
+rack view. Marking a tray down is the operator's word that the tray is dead: a release
+waiting for that tray's agent to confirm a clean node may then finish, and a running
+domain on it turns Degraded.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from domains.computedomains.events import (
+    Actor,
+    announce_domain,
+    announce_nodes,
+    record_event,
+)
+from domains.computedomains.models import DomainMember, MemberState, Phase
+from domains.errors import InvalidTransition
+from domains.inventory.models import Node, NodeState
+
+REASON_MAX = 300
+
+
+def node_cordon(*, actor: Actor, node: Node, reason: str = "") -> Node:
+    """No new domain lands here; the current one keeps running."""
+    return _transition(
+        actor,
+        node,
+        NodeState.CORDONED,
+        allowed=(NodeState.READY, NodeState.UNKNOWN, NodeState.DRAINING, NodeState.CORDONED),
+        verb="node.cordoned",
+        reason=reason,
+    )
+
+
+def node_drain(*, actor: Actor, node: Node, reason: str = "") -> Node:
+    """Like cordon, and marked for maintenance once its domain has gone."""
+    return _transition(
+        actor,
+        node,
+        NodeState.DRAINING,
+        allowed=(NodeState.READY, NodeState.UNKNOWN, NodeState.CORDONED, NodeState.DRAINING),
+        verb="node.draining",
+        reason=reason,
+    )
+
+
+def node_uncordon(*, actor: Actor, node: Node, reason: str = "") -> Node:
+    """Back into the pool; queued domains get another try."""
+    node = _transition(
+        actor,
+        node,
+        NodeState.READY,
+        allowed=(NodeState.CORDONED, NodeState.DRAINING, NodeState.DOWN, NodeState.READY),
+        verb="node.uncordoned",
+        reason=reason,
+    )
+    from domains.computedomains.formation import enqueue_queued_placement
+
+    enqueue_queued_placement()
+    return node
+
+
+def node_mark_down(*, actor: Actor, node: Node, reason: str = "") -> Node:
+    """The operator declares the tray dead.
+
+    Its membership in a Releasing domain ends at once (nobody will ever report it clean),
+    which may finish that release; in a running domain the member counts as failed, so
+    the domain turns Degraded naming the tray.
+    """
+    from domains.computedomains.formation import aggregate, lock_domain, release_member
+
+    with transaction.atomic():
+        node = _transition(
+            actor,
+            node,
+            NodeState.DOWN,
+            allowed=tuple(NodeState.values),
+            verb="node.marked_down",
+            reason=reason,
+        )
+        member = DomainMember.objects.filter(node=node, active=True).first()
+        if member is None:
+            return node
+        domain = lock_domain(member.domain_id)
+        if domain is None:
+            return node
+        member = DomainMember.objects.select_related("node").get(pk=member.pk)
+        text = "node declared down by an operator" + (f": {reason}" if reason else "")
+        if domain.phase == Phase.RELEASING:
+            release_member(member, message=text)
+        elif domain.phase in (Phase.FORMING, Phase.READY, Phase.DEGRADED):
+            DomainMember.objects.filter(pk=member.pk).update(state=MemberState.FAILED, message=text)
+        aggregate(domain)
+        announce_domain(domain)
+        return node
+
+
+def _transition(
+    actor: Actor, node: Node, new: str, *, allowed: tuple[str, ...], verb: str, reason: str
+) -> Node:
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        old = locked.state
+        if old not in allowed:
+            raise InvalidTransition(f"{locked.hostname} is {old}; cannot become {new}")
+        if old == new and locked.state_reason == reason[:REASON_MAX]:
+            return locked  # idempotent: repeating an action changes nothing
+        locked.state = new
+        locked.state_reason = reason[:REASON_MAX]
+        locked.save(update_fields=["state", "state_reason", "updated_at"])
+        record_event(
+            actor=actor,
+            verb=verb,
+            obj=locked,
+            message=reason[:500],
+            details={"from": old, "to": new},
+        )
+        announce_nodes([locked.pk])
+        return locked

@@ -1,0 +1,65 @@
+"""The desired-state document an agent fetches: what its tray should look like now.
+
+Built from the lifecycle's rows (DomainMember, ChannelAllocation) through its selectors, so
+it is a pure read: fetching it twice changes nothing. The peer list is the domain's members
+in index order, identical on every member (line i of every nodes file is member i).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from domains.computedomains.models import AllocationMode, ComputeDomain
+from domains.computedomains.selectors import (
+    desired_member,
+    domain_channels,
+    domain_peers,
+    member_should_run,
+)
+from domains.inventory.models import Node
+
+
+def desired_state_for(node: Node) -> dict[str, Any]:
+    """`{"node", "domain": {...} | None, "release": {...} | None}`.
+
+    `domain` set: run IMEX for it. `release` set: the tray still holds that domain and must
+    tear it down and report clean. Both None: the tray should be clean and idle.
+    """
+    doc: dict[str, Any] = {
+        "node": {"id": node.pk, "hostname": node.hostname},
+        "domain": None,
+        "release": None,
+    }
+    member = desired_member(node)
+    if member is None:
+        return doc
+    domain = member.domain
+    if not member_should_run(member):
+        doc["release"] = {"uid": str(domain.uid), "request_id": domain.request_id}
+        return doc
+    peers = domain_peers(domain)
+    doc["domain"] = {
+        "uid": str(domain.uid),
+        "name": f"{domain.namespace.name}/{domain.name}",
+        "generation": domain.generation,
+        "request_id": domain.request_id,
+        "index": member.index,
+        "peers": [
+            {"index": m.index, "ip": m.ip_address, "hostname": m.node.hostname} for m in peers
+        ],
+        "imex": {
+            "server_port": settings.PORTAL["IMEX_SERVER_PORT"],
+            "cmd_port": settings.PORTAL["IMEX_CMD_PORT"],
+        },
+        "channels": channel_spec(domain, domain_channels(domain)),
+    }
+    return doc
+
+
+def channel_spec(domain: ComputeDomain, numbers: list[int]) -> dict[str, Any]:
+    """Compact: `All` sends the range, not 2,047 numbers."""
+    if domain.allocation_mode == AllocationMode.ALL and numbers:
+        return {"mode": "All", "first": min(numbers), "last": max(numbers)}
+    return {"mode": "Single", "numbers": sorted(numbers)}

@@ -1,0 +1,197 @@
+"""Writes for the agent protocol: joining, status reports, refused access.
+
+`agent_report` is the heartbeat of 2,000 trays every 10 s, so it does one UPDATE on the
+node and leaves the member/domain bookkeeping to `domain_member_report` (the lifecycle's
+single owner of member and phase changes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import logging
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from domains.agents.models import JoinToken
+from domains.agents.report import AgentReport
+from domains.agents.selectors import usable_join_token
+from domains.computedomains import services as domain_services
+from domains.computedomains.events import Actor, announce_nodes, record_event
+from domains.errors import Conflict, PermissionDenied
+from domains.inventory.models import Clique, Gpu, Node, NodeSource, NodeState
+from domains.security import generate_token, hash_token
+
+log = logging.getLogger(__name__)
+
+# Node states an agent's heartbeat brings back to `ready`; cordoned/draining trays and
+# trays an operator marked down stay as they are.
+_RECOVERABLE = (NodeState.UNKNOWN,)
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    index: int
+    uuid: str
+    product: str = ""
+    fabric_state: str = "COMPLETED"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What an agent says about its tray when it joins (NVML, /proc/devices, versions)."""
+
+    hostname: str
+    ip: str | None = None
+    gpus: list[GpuFacts] = field(default_factory=list)
+    cluster_uuid: str = ""  # "" when the tray has no multi-node NVLink
+    clique_id: int | None = None
+    driver_version: str = ""
+    imex_version: str = ""
+    channel_major: int | None = None
+    channel_count: int = 2048
+    agent_version: str = ""
+
+
+def _check_join_token(raw: str) -> None:
+    """The settings token (compared in constant time) or a usable JoinToken row (counted)."""
+    configured = settings.PORTAL["AGENT_JOIN_TOKEN"]
+    if configured and hmac.compare_digest(configured.encode(), raw.encode()):
+        return
+    token = usable_join_token(raw) if raw else None
+    if token is None:
+        raise PermissionDenied("The join token is not valid.", field="join_token")
+    used = JoinToken.objects.filter(pk=token.pk, revoked_at__isnull=True)
+    if token.max_uses is not None:
+        used = used.filter(uses__lt=token.max_uses)
+    if used.update(uses=F("uses") + 1) != 1:
+        raise PermissionDenied("The join token is used up.", field="join_token")
+
+
+@transaction.atomic
+def agent_join(*, join_token: str, facts: NodeFacts) -> tuple[Node, str]:
+    """Register (or re-register) a tray and issue its node token; returns (node, raw token).
+
+    The raw token is returned once and stored only hashed. Joining again replaces the token,
+    so a tray that lost its token can come back, and a stolen old token stops working.
+    """
+    _check_join_token(join_token)
+    node = (
+        Node.objects.select_for_update(of=("self",))
+        .filter(hostname=facts.hostname)
+        .order_by("pk")
+        .first()
+    )
+    if (
+        facts.ip
+        and Node.objects.filter(management_ip=facts.ip).exclude(hostname=facts.hostname).exists()
+    ):
+        raise Conflict(f"IP {facts.ip} belongs to another tray.", field="ip")
+    created = node is None
+    if node is None:
+        node = Node(hostname=facts.hostname, source=NodeSource.AGENT, state=NodeState.READY)
+    raw = generate_token("dpn")
+    _apply_facts(node, facts)
+    node.agent_token_hash = hash_token(raw)
+    node.last_heartbeat = timezone.now()
+    if node.state in _RECOVERABLE:
+        node.state, node.state_reason = NodeState.READY, ""
+    try:
+        node.save()
+    except IntegrityError as exc:
+        raise Conflict(f"Tray {facts.hostname} cannot be registered: {exc}", field="hostname")
+    _sync_gpus(node, facts.gpus)
+    record_event(
+        actor=Actor.for_agent(node),
+        verb="agent.joined" if created else "agent.rejoined",
+        obj=node,
+        message=f"agent {facts.agent_version or '?'} joined; clique {node.clique or 'none'}",
+        details={"ip": facts.ip, "gpus": len(facts.gpus), "channel_major": facts.channel_major},
+    )
+    announce_nodes([node.pk])
+    return node, raw
+
+
+def _apply_facts(node: Node, facts: NodeFacts) -> None:
+    if facts.ip:
+        node.management_ip = facts.ip
+    if facts.cluster_uuid and facts.clique_id is not None:
+        clique, _ = Clique.objects.get_or_create(
+            cluster_uuid=facts.cluster_uuid,
+            clique_id=facts.clique_id,
+            defaults={"rack": node.rack},
+        )
+        node.clique = clique
+    else:
+        node.clique = None  # no multi-node NVLink: never placed into a domain
+    if facts.gpus:
+        node.gpu_count = len(facts.gpus)
+        node.gpu_product = facts.gpus[0].product or node.gpu_product
+    node.driver_version = facts.driver_version or node.driver_version
+    node.imex_version = facts.imex_version or facts.driver_version or node.imex_version
+    node.channel_major = facts.channel_major
+    node.channel_count = facts.channel_count
+    node.agent_version = facts.agent_version
+
+
+def _sync_gpus(node: Node, gpus: list[GpuFacts]) -> None:
+    if not gpus:
+        return
+    current = {g.index: g for g in node.gpus.all()}
+    Gpu.objects.filter(node=node).exclude(index__in=[g.index for g in gpus]).delete()
+    for fact in gpus:
+        gpu = current.get(fact.index)
+        if gpu and (gpu.uuid, gpu.product, gpu.fabric_state) == (
+            fact.uuid,
+            fact.product or gpu.product,
+            fact.fabric_state,
+        ):
+            continue
+        Gpu.objects.update_or_create(
+            node=node,
+            index=fact.index,
+            defaults={
+                "uuid": fact.uuid,
+                "product": fact.product,
+                "fabric_state": fact.fabric_state,
+            },
+        )
+
+
+@transaction.atomic
+def agent_report(*, node: Node, report: AgentReport) -> None:
+    """Record what the agent observed (the heartbeat) and fold it into its membership."""
+    now = timezone.now()
+    updates: dict = {
+        "last_heartbeat": now,
+        "daemon_state": report.daemon_state,
+        "agent_report": dataclasses.asdict(report) | {"received_at": now.isoformat()},
+    }
+    changed = node.daemon_state != report.daemon_state
+    if node.state in _RECOVERABLE:
+        updates |= {"state": NodeState.READY, "state_reason": ""}
+        changed = True
+        record_event(actor=Actor.for_agent(node), verb="node.heartbeat_resumed", obj=node)
+    Node.objects.filter(pk=node.pk).update(**updates)
+    for key, value in updates.items():
+        setattr(node, key, value)
+    if changed:
+        announce_nodes([node.pk])
+    domain_services.domain_member_report(node=node, report=report)
+
+
+def agent_access_denied(*, node: Node, target_node_id: int | str, action: str) -> None:
+    """A node token tried to act for another tray: refuse (the caller answers 403) and log."""
+    log.warning("node %s tried to %s for node %s", node.hostname, action, target_node_id)
+    with transaction.atomic():
+        record_event(
+            actor=Actor.for_agent(node),
+            verb="agent.access_denied",
+            obj=node,
+            message=f"{node.hostname} tried to {action} for node {target_node_id}",
+            details={"target_node_id": str(target_node_id), "action": action},
+        )

@@ -1,0 +1,130 @@
+"""Talking to the portal: join, desired state, status reports, and the nudge websocket.
+
+The websocket carries one kind of message, "your desired state changed"; the agent then
+fetches the desired state over HTTP. Losing the socket costs only latency (the poll stays).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from websockets.exceptions import WebSocketException
+from websockets.sync.client import connect as ws_connect
+
+API = "/api/v1/agent"
+
+
+class PortalError(RuntimeError):
+    """The portal answered with an error (status kept) or could not be reached (status 0)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Unauthorized(PortalError):
+    """Our node token is not (or no longer) valid: join again."""
+
+
+class PortalClient:
+    def __init__(self, base_url: str, *, timeout: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.http = httpx.Client(base_url=self.base_url, timeout=timeout)
+        self.node_id: int | None = None
+        self.token: str = ""
+
+    def close(self) -> None:
+        self.http.close()
+
+    def use(self, node_id: int, token: str) -> None:
+        self.node_id, self.token = node_id, token
+
+    def _call(self, method: str, path: str, *, request_id: str = "", **kw: Any) -> Any:
+        headers = {"Authorization": f"Node {self.token}"} if self.token else {}
+        if request_id:
+            headers["X-Request-ID"] = request_id  # the domain's story, end to end
+        try:
+            resp = self.http.request(method, path, headers=headers, **kw)
+        except httpx.HTTPError as exc:
+            raise PortalError(f"{method} {path}: {exc}") from exc
+        if resp.status_code == 401:
+            raise Unauthorized(f"{method} {path}: 401 {resp.text[:200]}", 401)
+        if resp.status_code >= 400:
+            raise PortalError(
+                f"{method} {path}: {resp.status_code} {resp.text[:300]}", resp.status_code
+            )
+        return resp.json() if resp.content else None
+
+    def join(self, join_token: str, facts: dict[str, Any]) -> tuple[int, str]:
+        body = self._call("POST", f"{API}/join/", json={"join_token": join_token, **facts})
+        return int(body["node_id"]), str(body["token"])
+
+    def desired(self) -> dict[str, Any]:
+        return self._call("GET", f"{API}/nodes/{self.node_id}/desired/")
+
+    def report(self, report: dict[str, Any], *, request_id: str = "") -> None:
+        self._call(
+            "POST", f"{API}/nodes/{self.node_id}/status/", json=report, request_id=request_id
+        )
+
+    @property
+    def websocket_url(self) -> str:
+        scheme = "wss" if self.base_url.startswith("https") else "ws"
+        return f"{scheme}://{self.base_url.split('://', 1)[1]}/ws/agent/"
+
+
+class Nudger(threading.Thread):
+    """Holds the websocket open and calls `on_nudge` for every "desired state changed"."""
+
+    def __init__(
+        self,
+        client: PortalClient,
+        on_nudge: Callable[[], None],
+        stop: threading.Event,
+        log: logging.LoggerAdapter,
+    ) -> None:
+        super().__init__(name=f"nudge-{client.node_id}", daemon=True)
+        self.client = client
+        self.on_nudge = on_nudge
+        self.stop_event = stop
+        self.log = log
+        self.connected = False
+
+    def run(self) -> None:
+        backoff = 0.5
+        while not self.stop_event.is_set():
+            try:
+                with ws_connect(
+                    self.client.websocket_url,
+                    additional_headers={"Authorization": f"Node {self.client.token}"},
+                    open_timeout=10,
+                    close_timeout=1,
+                ) as ws:
+                    self.connected = True
+                    backoff = 0.5
+                    self.on_nudge()  # we may have missed nudges while disconnected
+                    self._listen(ws)
+            except (OSError, WebSocketException, TimeoutError) as exc:
+                self.log.debug("nudge socket: %s", exc)
+            self.connected = False
+            self.stop_event.wait(backoff + random.uniform(0, backoff))
+            backoff = min(backoff * 2, 15.0)
+
+    def _listen(self, ws: Any) -> None:
+        while not self.stop_event.is_set():
+            try:
+                raw = ws.recv(timeout=1.0)
+            except TimeoutError:
+                continue
+            try:
+                kind = json.loads(raw).get("type")
+            except (ValueError, AttributeError):
+                kind = None
+            if kind == "desired_state_changed":
+                self.on_nudge()

@@ -1,0 +1,171 @@
+"""One process hosting the reconcile loops of many emulated trays (demo and tests).
+
+    python -m nodeagent.emulator.fleet --portal URL --join-token T --spec fleet.json \
+        --root var/agents [--only HOST,HOST] [--health-addr HOST:PORT] [--stop-daemons-on-exit]
+
+Each tray gets its own root (`<root>/<hostname>`: /etc, /dev, /proc, state), its own
+loopback IP and its own `nvidia-imex` process (the emulator's); only the agents' loops share
+this process, one thread each. The spec file lists the trays:
+
+    {"trays": [{"hostname": "gb-r01-t01", "ip": "127.0.1.1", "cluster_uuid": "…",
+                "clique_id": 0, "driver_version": "580.82.07",
+                "gpus": [{"index": 0, "uuid": "GPU-…", "product": "NVIDIA GB200"}],
+                "faults": {"start_delay_s": 2}}]}
+
+`manage.py agent_fleet_spec` writes one for the portal's trays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from nodeagent.agent import Agent, FatalError
+from nodeagent.cli import setup_logging
+from nodeagent.config import AgentConfig
+from nodeagent.emulator.tray import (
+    EMU_DIR,
+    IMEX_BIN,
+    IMEX_CTL_BIN,
+    GpuFacts,
+    TrayFacts,
+    prepare_tray,
+)
+from nodeagent.health import HealthServer
+
+log = logging.getLogger("nodeagent.fleet")
+
+
+def tray_facts(entry: dict[str, Any]) -> TrayFacts:
+    return TrayFacts(
+        hostname=entry["hostname"],
+        ip=entry["ip"],
+        cluster_uuid=entry.get("cluster_uuid", ""),
+        clique_id=int(entry.get("clique_id") or 0),
+        gpus=[
+            GpuFacts(
+                index=int(g["index"]),
+                uuid=g["uuid"],
+                product=g.get("product", "NVIDIA GB200"),
+                fabric_state=g.get("fabric_state", "COMPLETED"),
+            )
+            for g in entry.get("gpus", [])
+        ],
+        driver_version=entry.get("driver_version", "580.82.07"),
+        channel_major=int(entry.get("channel_major") or 0),
+    )
+
+
+class Fleet:
+    """The agents of many emulated trays, each looping in its own thread."""
+
+    def __init__(self, trays: list[dict[str, Any]], base: AgentConfig, root: Path) -> None:
+        self.stop_event = threading.Event()
+        self.agents: list[Agent] = []
+        for entry in trays:
+            facts = tray_facts(entry)
+            tray_root = (root / facts.hostname).resolve()
+            prepare_tray(tray_root, facts, entry.get("faults"))
+            config = AgentConfig(
+                **{
+                    **base.__dict__,
+                    "root": tray_root,
+                    "hostname": facts.hostname,
+                    "ip": facts.ip,
+                    "fabric_facts": tray_root / EMU_DIR / "fabric.json",
+                }
+            )
+            self.agents.append(Agent(config, stop=self.stop_event))
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for agent in self.agents:
+            thread = threading.Thread(target=self._run, args=(agent,), name=agent.log.tray)
+            thread.start()
+            self.threads.append(thread)
+
+    def _run(self, agent: Agent) -> None:
+        try:
+            agent.run()
+        except FatalError as exc:
+            log.error("%s: %s", agent.log.tray, exc)
+        except Exception:
+            log.exception("%s: agent loop died", agent.log.tray)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for agent in self.agents:
+            agent.wake.set()
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join()
+
+    def health(self) -> list[dict[str, Any]]:
+        return [agent.health() for agent in self.agents]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nodeagent.emulator.fleet", description=__doc__)
+    p.add_argument("--portal", required=True)
+    p.add_argument("--join-token", required=True)
+    p.add_argument("--spec", type=Path, required=True, help="JSON file listing the trays")
+    p.add_argument("--root", type=Path, required=True, help="Parent of every tray's root")
+    p.add_argument("--only", default="", help="Comma-separated hostnames to run (default all)")
+    p.add_argument("--health-addr", default="")
+    p.add_argument("--poll-interval", type=float, default=5.0)
+    p.add_argument("--heartbeat-interval", type=float, default=10.0)
+    p.add_argument(
+        "--stop-daemons-on-exit",
+        action="store_true",
+        help="Stop each tray's nvidia-imex when the fleet stops (demo/tests; a real agent "
+        "leaves a serving daemon running across its own restarts)",
+    )
+    p.add_argument("--emulated-channel-files", action="store_true")
+    p.add_argument("--log-level", default=os.environ.get("NODEAGENT_LOG_LEVEL", "INFO"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    setup_logging(args.log_level)
+    trays = json.loads(args.spec.read_text(encoding="utf-8"))["trays"]
+    if args.only:
+        wanted = set(args.only.split(","))
+        trays = [t for t in trays if t["hostname"] in wanted]
+    base = AgentConfig(
+        portal=args.portal,
+        join_token=args.join_token,
+        imex_bin=[IMEX_BIN],
+        imex_ctl_bin=[IMEX_CTL_BIN],
+        poll_interval=args.poll_interval,
+        heartbeat_interval=args.heartbeat_interval,
+        stop_daemon_on_exit=args.stop_daemons_on_exit,
+        emulated_channel_files=args.emulated_channel_files,
+    )
+    fleet = Fleet(trays, base, args.root)
+    signal.signal(signal.SIGTERM, lambda *_: fleet.stop())
+    signal.signal(signal.SIGINT, lambda *_: fleet.stop())
+    health = HealthServer(args.health_addr, fleet.health) if args.health_addr else None
+    if health:
+        health.start()
+    log.info("fleet of %d emulated trays against %s", len(fleet.agents), args.portal)
+    fleet.start()
+    # The main thread only waits; signal handlers run here and just set the stop event.
+    while not fleet.stop_event.wait(1.0):
+        pass
+    fleet.join()
+    if health:
+        health.stop()
+    log.info("fleet stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,267 @@
+"""Driving `nvidia-imex`: config and nodes file, one supervised daemon, readiness and health.
+
+The same code runs NVIDIA's binaries on a tray and the emulator's in the demo and tests.
+Facts it relies on (reference/IMEX-FACTS.md): the config and nodes file are read only at
+start; `DAEMONIZE=0` keeps the daemon in the foreground; `nvidia-imex-ctl -q` prints exactly
+one word and ready means exactly `READY`; `-N -j` gives the domain state and every peer's
+connection; SIGTERM is a graceful stop; a restart is a new instance and breaks running jobs,
+so an agent restart re-adopts the daemon instead of restarting it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeagent.config import Paths
+from nodeagent.files import remove, write_atomic
+
+CELL_WORDS = {
+    "C": "CONNECTED",
+    "N": "NEVER_CONNECTED",
+    "R": "RECOVERING",
+    "D": "DISCONNECTED",
+    "I": "INVALID",
+    "!V!": "VERSION_MISMATCH",
+    "!M!": "NODE_MAP_MISMATCH",
+}
+
+
+def render_config(*, paths: Paths, bind_ip: str, server_port: int, cmd_port: int) -> str:
+    """The daemon's config: foreground, command port on, our nodes file, this tray's IP."""
+    lines = [
+        "# Written by the Domain Portal node agent; the agent owns this daemon.",
+        "DAEMONIZE=0",
+        f"SERVER_PORT={server_port}",
+        f"BIND_INTERFACE_IP={bind_ip}",
+        "IMEX_CMD_ENABLED=1",
+        f"IMEX_CMD_PORT={cmd_port}",
+        f"IMEX_CMD_BIND_INTERFACE_IP={bind_ip}",
+        f"IMEX_NODE_CONFIG_FILE={paths.nodes_file}",
+        "IMEX_WAIT_FOR_QUORUM=RECOVERY",
+        "IMEX_NODE_DISCONNECTED_GRACE_TIME=120",
+        "IMEX_ENABLE_AUTH_ENCRYPTION=0",
+        "LOG_LEVEL=2",
+        "LOG_FILE_NAME=",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_nodes(peer_ips: list[str]) -> str:
+    """One IP per line; the line number is the node's index, identical on every member."""
+    return "".join(f"{ip}\n" for ip in peer_ips)
+
+
+def write_config(*, paths: Paths, config: str, nodes: str) -> bool:
+    """Atomically write both files; True when anything changed on disk."""
+    changed = write_atomic(paths.nodes_file, nodes)
+    return write_atomic(paths.imex_config, config) or changed
+
+
+def remove_config(paths: Paths) -> None:
+    remove(paths.imex_config)
+    remove(paths.nodes_file)
+
+
+@dataclass(frozen=True)
+class DomainHealth:
+    state: str  # UP | DEGRADED | DOWN, "" when unknown
+    peers: list[dict] = field(default_factory=list)  # {"index", "ip", "status"}
+
+
+def parse_domain_json(text: str, own_index: int) -> DomainHealth:
+    """`nvidia-imex-ctl -N -j` → domain state and this node's connection to every peer."""
+    doc = json.loads(text)
+    node = doc.get("nodes", {}).get(str(own_index), {})
+    peers = [
+        {"index": int(j), "ip": conn.get("host", ""), "status": conn.get("status", "")}
+        for j, conn in sorted(node.get("connections", {}).items(), key=lambda kv: int(kv[0]))
+    ]
+    return DomainHealth(state=str(doc.get("status", "")), peers=peers)
+
+
+class Ctl:
+    """`nvidia-imex-ctl` against our config file."""
+
+    def __init__(self, argv: list[str], paths: Paths, timeout: float) -> None:
+        self.argv = argv
+        self.paths = paths
+        self.timeout = timeout
+
+    def _run(self, *flags: str) -> str:
+        try:
+            done = subprocess.run(
+                [*self.argv, "-c", str(self.paths.imex_config), *flags],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise CtlError(f"nvidia-imex-ctl {' '.join(flags)}: {exc}") from exc
+        return done.stdout
+
+    def query(self) -> str:
+        """The daemon's state word; ready means exactly `READY`."""
+        out = self._run("-q").strip()
+        return out if out and " " not in out else ""
+
+    def domain(self, own_index: int) -> DomainHealth:
+        text = self._run("-N", "-j")
+        try:
+            return parse_domain_json(text, own_index)
+        except ValueError as exc:
+            raise CtlError(f"nvidia-imex-ctl -N -j: not JSON: {text[:200]!r}") from exc
+
+
+class CtlError(RuntimeError):
+    pass
+
+
+class Daemon:
+    """One `nvidia-imex` per tray, supervised, with a pidfile so a new agent can re-adopt it."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        paths: Paths,
+        log: logging.LoggerAdapter,
+        on_exit: Callable[[], None] | None = None,
+    ) -> None:
+        self.argv = argv
+        self.paths = paths
+        self.log = log
+        self.on_exit = on_exit  # woken at once when our child exits (crash detection)
+        self.child: subprocess.Popen | None = None
+        self.pid: int | None = None
+        self.exit_code: int | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def adopt(self) -> bool:
+        """Take over a daemon a previous agent started (pidfile) if it still runs ours."""
+        try:
+            pid = int(self.paths.pidfile.read_text().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return False
+        if _alive(pid) and str(self.paths.imex_config) in _cmdline(pid):
+            self.pid = pid
+            self.log.info("re-adopted running nvidia-imex pid %s", pid)
+            return True
+        remove(self.paths.pidfile)
+        return False
+
+    def start(self) -> None:
+        self.paths.daemon_log.parent.mkdir(parents=True, exist_ok=True)
+        with self.paths.daemon_log.open("ab") as log_fh:
+            # Own session: the daemon outlives an agent crash/restart (it is re-adopted).
+            self.child = subprocess.Popen(
+                [*self.argv, "-c", str(self.paths.imex_config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log_fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self.pid = self.child.pid
+        self.exit_code = None
+        write_atomic(self.paths.pidfile, f"{self.pid}\n")
+        if self.on_exit is not None:
+            threading.Thread(
+                target=self._watch, args=(self.child, self.on_exit), daemon=True
+            ).start()
+        self.log.info("started nvidia-imex pid %s", self.pid)
+
+    @staticmethod
+    def _watch(child: subprocess.Popen, on_exit: Callable[[], None]) -> None:
+        child.wait()
+        on_exit()
+
+    def running(self) -> bool:
+        if self.pid is None:
+            return False
+        if self.child is not None:
+            code = self.child.poll()
+            if code is None:
+                return True
+            self.exit_code = code
+        elif _alive(self.pid):
+            return True
+        self.log.warning("nvidia-imex pid %s exited (%s)", self.pid, self.describe_exit())
+        self.pid = None
+        self.child = None
+        remove(self.paths.pidfile)
+        return False
+
+    def describe_exit(self) -> str:
+        code = self.exit_code
+        if code is None:
+            return "exit status unknown (adopted daemon)"
+        if code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit code {code}"
+
+    def stop(self, timeout: float) -> None:
+        """SIGTERM, then SIGKILL after `timeout`; always reaps our own child."""
+        if self.pid is None or not self.running():
+            remove(self.paths.pidfile)
+            return
+        pid = self.pid
+        self.log.info("stopping nvidia-imex pid %s", pid)
+        _signal(pid, signal.SIGTERM)
+        if not self._wait_gone(timeout):
+            self.log.warning("nvidia-imex pid %s ignored SIGTERM; sending SIGKILL", pid)
+            _signal(pid, signal.SIGKILL)
+            self._wait_gone(timeout)
+        self.pid = None
+        self.child = None
+        remove(self.paths.pidfile)
+
+    def _wait_gone(self, timeout: float) -> bool:
+        if self.child is not None:
+            try:
+                self.child.wait(timeout)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.pid is None or not _alive(self.pid):
+                return True
+            time.sleep(0.02)
+        return False
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (an adopted daemon's exit is reaped by someone else)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except FileNotFoundError:
+        return ""
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)

@@ -1,0 +1,96 @@
+"""Input of the agent API; field names are the wire names nodeagent/ sends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from domains.agents.report import AgentReport, PeerStatus, Step
+from domains.agents.services import GpuFacts, NodeFacts
+
+FABRIC_STATES = ["NOT_SUPPORTED", "NOT_STARTED", "IN_PROGRESS", "COMPLETED"]
+PEER_STATUSES = [
+    "CONNECTED",
+    "NEVER_CONNECTED",
+    "RECOVERING",
+    "DISCONNECTED",
+    "INVALID",
+    "VERSION_MISMATCH",
+    "NODE_MAP_MISMATCH",
+    "AUTHENTICATING",
+]
+
+
+class GpuSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0, max_value=63)
+    uuid = serializers.CharField(max_length=64)
+    product = serializers.CharField(max_length=100, allow_blank=True, required=False, default="")
+    fabric_state = serializers.ChoiceField(FABRIC_STATES, required=False, default="COMPLETED")
+
+
+class JoinSerializer(serializers.Serializer):
+    join_token = serializers.CharField(max_length=200, trim_whitespace=False)
+    hostname = serializers.RegexField(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+    ip = serializers.IPAddressField(required=False, allow_blank=True, default="")
+    gpus = GpuSerializer(many=True, required=False, default=list)
+    cluster_uuid = serializers.CharField(
+        max_length=36, required=False, allow_blank=True, default=""
+    )
+    clique_id = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    driver_version = serializers.CharField(
+        max_length=40, required=False, allow_blank=True, default=""
+    )
+    imex_version = serializers.CharField(
+        max_length=40, required=False, allow_blank=True, default=""
+    )
+    channel_major = serializers.IntegerField(
+        min_value=1, max_value=4095, required=False, allow_null=True
+    )
+    channel_count = serializers.IntegerField(
+        min_value=1, max_value=1 << 20, required=False, default=2048
+    )
+    agent_version = serializers.CharField(
+        max_length=40, required=False, allow_blank=True, default=""
+    )
+
+    def facts(self) -> NodeFacts:
+        data: dict[str, Any] = dict(self.validated_data)
+        data.pop("join_token")
+        data["gpus"] = [GpuFacts(**g) for g in data.get("gpus", [])]
+        data["ip"] = data.get("ip") or None
+        return NodeFacts(**data)
+
+
+class PeerSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0, max_value=4095)
+    ip = serializers.CharField(max_length=253, allow_blank=True)
+    status = serializers.ChoiceField(PEER_STATUSES)
+
+
+class ReportSerializer(serializers.Serializer):
+    domain_uid = serializers.UUIDField(allow_null=True, required=False, default=None)
+    generation_applied = serializers.IntegerField(min_value=0)
+    step = serializers.ChoiceField(list(Step.ALL))
+    daemon_state = serializers.CharField(
+        max_length=32, allow_blank=True, required=False, default=""
+    )
+    domain_state = serializers.ChoiceField(
+        ["", "UP", "DEGRADED", "DOWN"], required=False, default=""
+    )
+    peers = PeerSerializer(many=True, required=False, default=list)
+    channels_present = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=1 << 20),
+        required=False,
+        default=list,
+        max_length=1 << 16,
+    )
+    clean = serializers.BooleanField(required=False, default=False)
+    error = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+    message = serializers.CharField(max_length=2000, allow_blank=True, required=False, default="")
+
+    def report(self) -> AgentReport:
+        data = dict(self.validated_data)
+        uid = data.pop("domain_uid")
+        data["peers"] = [PeerStatus(**p) for p in data.get("peers", [])]
+        return AgentReport(domain_uid=str(uid) if uid else None, **data)

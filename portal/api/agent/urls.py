@@ -1,0 +1,13 @@
+"""The agent API under /api/v1/agent/ (node-token auth; see views.py)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from portal.api.agent import views
+
+urlpatterns: list = [
+    path("join/", views.JoinView.as_view(), name="agent-join"),
+    path("nodes/<int:node_id>/desired/", views.DesiredView.as_view(), name="agent-desired"),
+    path("nodes/<int:node_id>/status/", views.StatusView.as_view(), name="agent-status"),
+]

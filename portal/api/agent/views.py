@@ -1,0 +1,77 @@
+"""The agent protocol: join, desired state, status report (DESIGN.md §5).
+
+Per-node URLs (`nodes/<id>/…`) make "a node token acts only for its own node" a check on
+every request: a token presented for another node's URL is refused with 403 and logged as
+an Event, so an operator sees a tray trying to read or write what is not its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from domains.agents.desired import desired_state_for
+from domains.agents.services import agent_access_denied, agent_join, agent_report
+from domains.inventory.models import Node
+from portal.api.agent.auth import IsNodeAgent, NodeTokenAuthentication
+from portal.api.agent.serializers import JoinSerializer, ReportSerializer
+
+
+class JoinView(APIView):
+    """Exchange a join token and the tray's facts for a node token (shown once)."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(request=JoinSerializer, responses={201: dict}, tags=["agent"])
+    def post(self, request: Request) -> Response:
+        serializer = JoinSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        node, token = agent_join(
+            join_token=serializer.validated_data["join_token"], facts=serializer.facts()
+        )
+        body = {"node_id": node.pk, "hostname": node.hostname, "token": token}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class NodeScopedView(APIView):
+    """Base for `nodes/<node_id>/…`: the token's node must be the URL's node."""
+
+    authentication_classes = [NodeTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+    action_name = ""
+
+    def own_node(self, request: Request, node_id: int) -> Node:
+        node: Node = request.auth
+        if node.pk != node_id:
+            agent_access_denied(node=node, target_node_id=node_id, action=self.action_name)
+            raise PermissionDenied("A node token acts only for its own node.")
+        return node
+
+
+class DesiredView(NodeScopedView):
+    action_name = "read the desired state"
+
+    @extend_schema(responses={200: dict}, tags=["agent"])
+    def get(self, request: Request, node_id: int) -> Response:
+        return Response(desired_state_for(self.own_node(request, node_id)))
+
+
+class StatusView(NodeScopedView):
+    action_name = "report status"
+
+    @extend_schema(request=ReportSerializer, responses={200: dict}, tags=["agent"])
+    def post(self, request: Request, node_id: int) -> Response:
+        node = self.own_node(request, node_id)
+        serializer = ReportSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        agent_report(node=node, report=serializer.report())
+        body: dict[str, Any] = {"ok": True}
+        return Response(body)

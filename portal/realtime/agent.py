@@ -1,0 +1,70 @@
+"""The agents' nudge socket: "your desired state changed", nothing else.
+
+An agent holds `ws/agent/` open with its node token (`Authorization: Node <token>`) and is
+put in `groups.agent_group(node_id)`. When the business announces
+`signals.desired_state_changed` (after commit), every named tray's group gets one message;
+the agent then fetches its desired state over HTTP. Nothing else travels here, so a lost
+message costs only the fallback poll's latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.layers import get_channel_layer
+from django.dispatch import receiver
+
+from domains import signals
+from domains.agents.selectors import node_for_token
+from portal.api.agent.auth import token_from_header
+from portal.realtime.groups import agent_group
+
+log = logging.getLogger(__name__)
+NUDGE = {"type": "desired_state_changed"}
+
+
+class AgentConsumer(AsyncJsonWebsocketConsumer):
+    group: str = ""
+
+    async def connect(self) -> None:
+        headers = dict(self.scope.get("headers") or [])
+        raw = token_from_header(headers.get(b"authorization", b""))
+        node = await database_sync_to_async(node_for_token)(raw) if raw else None
+        if node is None:
+            await self.close(code=4401)  # refused before accept: the handshake fails
+            return
+        self.group = agent_group(node.pk)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        """Agents have nothing to say here; they report over HTTP."""
+
+    async def desired_changed(self, event: dict[str, Any]) -> None:
+        await self.send_json(NUDGE)
+
+
+async def _nudge(node_ids: list[int]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    message = {"type": "desired.changed"}
+    await asyncio.gather(*(layer.group_send(agent_group(i), message) for i in node_ids))
+
+
+@receiver(signals.desired_state_changed, dispatch_uid="portal.realtime.agent.nudge")
+def nudge_agents(sender: Any, node_ids: list[int], **kwargs: Any) -> None:
+    """Tell these trays' agents to re-fetch now. Best effort: their poll is the fallback."""
+    try:
+        async_to_sync(_nudge)(list(node_ids))
+    except Exception:  # a down Redis must not fail the transaction that already committed
+        log.warning("could not nudge agents of nodes %s", node_ids, exc_info=True)

@@ -1,0 +1,141 @@
+"""NVIDIA's failover set, for real: agents, daemons and trays going away mid-flight."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from domains.computedomains.models import DomainMember, Event, Phase
+from domains.inventory.models import Node
+from tests import factories
+from tests.e2e.conftest import IP_PREFIX, phase_of, release_domain, request_domain, verbs
+from tests.support.agents import AgentFleet, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def trays(transactional_db) -> list[Node]:
+    (rack,) = factories.make_racks("4", ip_prefix=IP_PREFIX)
+    return list(Node.objects.filter(rack=rack).order_by("slot"))
+
+
+def hostnames(nodes: list[Node]) -> list[str]:
+    return [n.hostname for n in nodes]
+
+
+def ready(domain) -> bool:
+    return phase_of(domain) == Phase.READY
+
+
+def test_an_agent_killed_mid_formation_comes_back_and_the_domain_still_forms(
+    portal, tenant_api, trays
+):
+    victim, others = trays[0], trays[1:]
+    # a slow peer keeps the domain Forming long enough to kill an agent in the middle
+    slow = {others[0].hostname: {"start_delay_s": 1.5}}
+    with (
+        AgentFleet(portal, others, faults=slow, name="agents-rest") as rest,
+        AgentFleet(portal, [victim], name="agents-victim") as lone,
+    ):
+        rest.wait_joined()
+        lone.wait_joined()
+        domain = request_domain(tenant_api, "survivor", 4)
+        pid = wait_for(lambda: lone.daemon_pid(victim.hostname), 20, "victim's daemon")
+        assert phase_of(domain) == Phase.FORMING
+        lone.kill_agents()  # kill -9; its IMEX daemon runs on in its own session
+        lone.start()
+        wait_for(lambda: ready(domain), 30, "domain Ready after the agent came back")
+        # the new agent re-adopted the daemon instead of restarting it
+        assert lone.daemon_pid(victim.hostname) == pid
+        assert "re-adopted running nvidia-imex" in lone.log()
+
+
+def test_a_killed_daemon_degrades_the_domain_naming_the_tray_then_it_recovers(
+    portal, tenant_api, trays
+):
+    with AgentFleet(portal, trays) as fleet:
+        fleet.wait_joined()
+        domain = request_domain(tenant_api, "wounded", 4)
+        wait_for(lambda: ready(domain), 30, "domain Ready")
+        victim = DomainMember.objects.get(domain=domain, index=2).node.hostname
+        old = fleet.kill_daemon(victim, signal.SIGKILL)
+
+        degraded = wait_for(
+            lambda: Event.objects.filter(domain=domain, verb="domain.degraded").first(),
+            20,
+            "domain.degraded",
+        )
+        assert victim in degraded.details["nodes"]
+        assert victim in degraded.message and "SIGKILL" in degraded.message
+        wait_for(lambda: ready(domain), 30, "domain Ready again")
+        assert fleet.daemon_pid(victim) not in (None, old)
+        assert "domain.recovered" in verbs(domain)
+
+
+def test_all_daemons_killed_at_once_and_the_domain_recovers(portal, tenant_api, trays):
+    with AgentFleet(portal, trays) as fleet:
+        fleet.wait_joined()
+        domain = request_domain(tenant_api, "blackout", 4)
+        wait_for(lambda: ready(domain), 30, "domain Ready")
+        before = {h: fleet.daemon_pid(h) for h in hostnames(trays)}
+        for host in hostnames(trays):
+            fleet.kill_daemon(host, signal.SIGKILL)
+        wait_for(lambda: "domain.degraded" in verbs(domain), 20, "domain.degraded")
+        wait_for(lambda: ready(domain), 30, "domain Ready again")
+        after = {h: fleet.daemon_pid(h) for h in hostnames(trays)}
+        assert all(after[h] and after[h] != before[h] for h in before)
+
+
+def test_a_gracefully_removed_tray_degrades_the_domain_and_rejoins(portal, tenant_api, trays):
+    victim, others = trays[3], trays[:3]
+    with (
+        AgentFleet(portal, others, name="agents-rest") as rest,
+        AgentFleet(portal, [victim], name="agents-victim") as lone,
+    ):
+        rest.wait_joined()
+        lone.wait_joined()
+        domain = request_domain(tenant_api, "maintenance", 4)
+        wait_for(lambda: ready(domain), 30, "domain Ready")
+        lone.stop()  # SIGTERM: the agent stops its daemon gracefully and exits
+        assert lone.daemon_pid(victim.hostname) is None
+        wait_for(lambda: phase_of(domain) == Phase.DEGRADED, 20, "domain Degraded")
+        domain.refresh_from_db()
+        assert victim.management_ip in domain.message  # peers name whom they lost
+        lone.start()  # the tray is back: same node token, same desired state
+        wait_for(lambda: ready(domain), 30, "domain Ready again")
+        release_domain(tenant_api, "maintenance")
+        wait_for(lambda: phase_of(domain) == Phase.RELEASED, 30, "domain Released")
+        assert lone.leftovers(victim.hostname) == []
+
+
+@pytest.mark.parametrize(
+    ("knob", "word"),
+    [
+        ({"version": "570.86.10"}, "version mismatch"),
+        ({"stale_node_map": "127.12.99.99"}, "node map mismatch"),
+    ],
+)
+def test_a_mismatched_peer_is_reported_as_such_not_as_a_timeout(
+    portal, tenant_api, trays, knob, word
+):
+    odd = trays[1].hostname
+    with AgentFleet(portal, trays, faults={odd: knob}) as fleet:
+        fleet.wait_joined()
+        domain = request_domain(tenant_api, "mismatch", 4)
+
+        def reported() -> bool:
+            messages = DomainMember.objects.filter(domain=domain).values_list("message", flat=True)
+            return any(word in m for m in messages)
+
+        wait_for(reported, 20, f"a member reporting a {word}")
+        odd_ip = Node.objects.get(hostname=odd).management_ip
+        peer = DomainMember.objects.filter(domain=domain, message__contains=word).first()
+        assert odd_ip in peer.message or peer.node.hostname == odd
+        assert phase_of(domain) == Phase.FORMING
+        domain.refresh_from_db()
+        assert domain.reason != "FormationTimeout"
+        release_domain(tenant_api, "mismatch")
+        wait_for(lambda: phase_of(domain) == Phase.RELEASED, 30, "domain Released")
+        assert fleet.leftovers(odd) == []

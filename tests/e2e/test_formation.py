@@ -1,0 +1,84 @@
+"""Domains form for real: agents configure emulated IMEX daemons that really connect."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from domains.computedomains.models import ChannelAllocation, DomainMember, MemberState, Phase
+from domains.inventory.models import Node
+from tests import factories
+from tests.e2e.conftest import IP_PREFIX, phase_of, release_domain, request_domain, verbs
+from tests.support.agents import AgentFleet, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def imex_processes_using(config: Path) -> list[int]:
+    """Every live process whose command line names this tray's IMEX config."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if "imex.py" in cmdline and str(config) in cmdline and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+def test_an_18_tray_domain_forms_end_to_end_and_release_leaves_nothing(portal, tenant_api):
+    (rack,) = factories.make_racks("18", ip_prefix=IP_PREFIX)
+    with AgentFleet(portal, Node.objects.filter(rack=rack)) as fleet:
+        fleet.wait_joined()
+        domain = request_domain(tenant_api, "rack-wide", 18, request_id="e2e-rack-wide-1")
+        wait_for(lambda: phase_of(domain) == Phase.READY, 60, "domain Ready")
+
+        members = list(DomainMember.objects.filter(domain=domain).select_related("node"))
+        assert len(members) == 18 and all(m.state == MemberState.READY for m in members)
+        (channel,) = ChannelAllocation.objects.filter(domain=domain).values_list(
+            "channel", flat=True
+        )
+        expected_nodes = "".join(
+            f"{m.ip_address}\n" for m in sorted(members, key=lambda m: m.index)
+        )
+        majors = set()
+        for m in members:
+            host = m.node.hostname
+            assert fleet.nodes_file(host) == expected_nodes  # identical, index-stable
+            config = fleet.tray_root(host) / "etc/nvidia-imex/config.cfg"
+            assert imex_processes_using(config) == [fleet.daemon_pid(host)]  # one daemon
+            major = fleet.proc_devices_major(host)
+            majors.add(major)
+            assert fleet.channel_devices(host) == {f"channel{channel}": (major, channel)}
+            (device,) = fleet.cdi_spec(host)["devices"]
+            assert device["containerEdits"]["deviceNodes"][0]["major"] == major
+        assert len(majors) > 1  # majors are per tray and were read, not assumed
+        # one request id from the HTTP request to every agent's log lines
+        assert domain.request_id == "e2e-rack-wide-1"
+        assert fleet.log().count("[e2e-rack-wide-1] reported ready") == 18
+
+        release_domain(tenant_api, "rack-wide")
+        wait_for(lambda: phase_of(domain) == Phase.RELEASED, 60, "domain Released")
+        for m in members:
+            assert fleet.leftovers(m.node.hostname) == []
+        assert verbs(domain)[-1] == "domain.released"
+
+
+def test_an_all_channels_domain_gets_every_channel_but_zero(portal, tenant_api):
+    (rack,) = factories.make_racks("4", ip_prefix=IP_PREFIX)
+    with AgentFleet(portal, Node.objects.filter(rack=rack)) as fleet:
+        fleet.wait_joined()
+        domain = request_domain(tenant_api, "every-channel", 2, channel={"allocationMode": "All"})
+        wait_for(lambda: phase_of(domain) == Phase.READY, 30, "domain Ready")
+        member = DomainMember.objects.filter(domain=domain).select_related("node").first()
+        devices = fleet.channel_devices(member.node.hostname)
+        assert len(devices) == 2047 and "channel0" not in devices
+        assert [d["name"] for d in fleet.cdi_spec(member.node.hostname)["devices"]] == ["all"]
+        release_domain(tenant_api, "every-channel")
+        wait_for(lambda: phase_of(domain) == Phase.RELEASED, 30, "domain Released")
+        assert fleet.leftovers(member.node.hostname) == []

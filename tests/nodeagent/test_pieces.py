@@ -1,0 +1,192 @@
+"""The agent's pieces on a tray root: fabric facts, channels, CDI spec, IMEX files, daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nodeagent import imex
+from nodeagent.agent import TrayLog
+from nodeagent.channels import Channels, cdi_spec, channel_numbers
+from nodeagent.config import Paths
+from nodeagent.emulator.tray import GpuFacts, TrayFacts, channel_major_for, prepare_tray
+from nodeagent.fabric import ZERO_UUID, channel_major, clique_of, probe
+from nodeagent.files import write_atomic
+
+CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
+
+
+@pytest.fixture
+def tray(tmp_path):
+    facts = TrayFacts(
+        hostname="gb-r07-t03",
+        ip="127.12.7.3",
+        cluster_uuid=CLUSTER,
+        clique_id=1,
+        gpus=[GpuFacts(index=i, uuid=f"GPU-{i}") for i in range(4)],
+    )
+    return prepare_tray(tmp_path, facts)
+
+
+def test_the_channel_major_comes_from_proc_devices_character_part(tray):
+    major = channel_major(tray / "proc/devices")
+    assert major == channel_major_for("gb-r07-t03")
+    text = (tray / "proc/devices").read_text()
+    assert f"{major} nvidia-caps-imex-channels" in text.replace("  ", " ")
+    # a block device of the same name does not count
+    (tray / "proc/devices").write_text(
+        "Character devices:\n  1 mem\n\nBlock devices:\n250 nvidia-caps-imex-channels\n"
+    )
+    assert channel_major(tray / "proc/devices") is None
+
+
+def test_majors_differ_between_trays():
+    assert len({channel_major_for(f"gb-r01-t{i:02d}") for i in range(1, 19)}) > 1
+
+
+def test_the_probe_reports_the_clique_only_when_every_gpu_agrees(tray):
+    facts = probe(
+        proc_devices=tray / "proc/devices",
+        hostname="gb-r07-t03",
+        ip="127.12.7.3",
+        facts_file=tray / "run/nvidia-emu/fabric.json",
+    )
+    assert facts.clique == f"{CLUSTER}.1" and len(facts.gpus) == 4
+    assert clique_of([("COMPLETED", 1, CLUSTER), ("COMPLETED", 2, CLUSTER)]) == ("", None)
+    assert clique_of([("COMPLETED", 1, CLUSTER), ("IN_PROGRESS", 1, CLUSTER)]) == ("", None)
+
+
+def test_not_supported_or_an_all_zero_uuid_means_no_multi_node_nvlink():
+    assert clique_of([("NOT_SUPPORTED", 0, "")]) == ("", None)  # PCIe H100
+    assert clique_of([("COMPLETED", 0, ZERO_UUID)] * 8) == ("", None)  # HGX H100
+
+
+def test_channels_are_char_devices_with_the_trays_major_and_minor_n(tray):
+    channels = Channels(Paths(tray).channels_dir)
+    channels.check_mknod()
+    assert channels.ensure([7], 237) == [7]
+    st = (Paths(tray).channels_dir / "channel7").lstat()
+    assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (237, 7)
+    assert stat.S_IMODE(Paths(tray).channels_dir.stat().st_mode) == 0o755
+    inode = st.st_ino
+    channels.ensure([7], 237)  # idempotent: the node is left alone
+    assert (Paths(tray).channels_dir / "channel7").lstat().st_ino == inode
+    channels.ensure([9], 240)  # another domain: the old node goes
+    assert channels.present() == {9: (240, 9)}
+    channels.remove_all()
+    assert channels.present() == {}
+
+
+def test_the_emulator_only_fallback_writes_plain_files(tray):
+    channels = Channels(Paths(tray).channels_dir, emulated_files=True)
+    channels.ensure([3], 237)
+    assert channels.present() == {3: (237, 3)}
+
+
+def test_all_mode_travels_as_a_range():
+    assert channel_numbers({"mode": "All", "first": 1, "last": 2047}) == list(range(1, 2048))
+    assert channel_numbers({"mode": "Single", "numbers": [5]}) == [5]
+    assert channel_numbers(None) == []
+
+
+def test_the_cdi_spec_describes_the_channel_device_nodes(tray):
+    spec = json.loads(cdi_spec(numbers=[7], major=237, root=tray, domain_uid="u", mode="Single"))
+    assert spec["cdiVersion"] and spec["kind"] == "nvidia.com/imex-channel"
+    (device,) = spec["devices"]
+    assert device["name"] == "channel7"
+    (node,) = device["containerEdits"]["deviceNodes"]
+    assert node["type"] == "c" and (node["major"], node["minor"]) == (237, 7)
+    assert node["path"] == "/dev/nvidia-caps-imex-channels/channel7"
+    assert node["hostPath"] == str(tray / "dev/nvidia-caps-imex-channels/channel7")
+    every = json.loads(
+        cdi_spec(numbers=list(range(1, 2048)), major=237, root=tray, domain_uid="u", mode="All")
+    )
+    assert [d["name"] for d in every["devices"]] == ["all"]
+    assert len(every["devices"][0]["containerEdits"]["deviceNodes"]) == 2047
+
+
+def test_the_imex_config_keeps_the_daemon_in_the_foreground(tray):
+    paths = Paths(tray)
+    text = imex.render_config(paths=paths, bind_ip="127.12.7.3", server_port=50000, cmd_port=50005)
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    assert values["DAEMONIZE"] == "0" and values["IMEX_CMD_ENABLED"] == "1"
+    assert values["IMEX_NODE_CONFIG_FILE"] == str(paths.nodes_file)
+    assert values["BIND_INTERFACE_IP"] == values["IMEX_CMD_BIND_INTERFACE_IP"] == "127.12.7.3"
+    assert imex.render_nodes(["10.0.0.2", "10.0.0.1"]) == "10.0.0.2\n10.0.0.1\n"
+
+
+def test_files_are_written_atomically_and_only_when_they_change(tmp_path):
+    path = tmp_path / "etc/x.cfg"
+    assert write_atomic(path, "A=1\n") is True
+    assert write_atomic(path, "A=1\n") is False
+    assert [p.name for p in path.parent.iterdir()] == ["x.cfg"]  # no temp files left
+
+
+def test_the_domain_json_yields_state_and_this_nodes_peers():
+    doc = {
+        "status": "DEGRADED",
+        "nodes": {
+            "0": {"connections": {"1": {"host": "a", "status": "CONNECTED"}}},
+            "1": {
+                "connections": {
+                    "0": {"host": "b", "status": "CONNECTED"},
+                    "2": {"host": "c", "status": "DISCONNECTED"},
+                }
+            },
+        },
+    }
+    health = imex.parse_domain_json(json.dumps(doc), 1)
+    assert health.state == "DEGRADED"
+    assert health.peers == [
+        {"index": 0, "ip": "b", "status": "CONNECTED"},
+        {"index": 2, "ip": "c", "status": "DISCONNECTED"},
+    ]
+
+
+def test_a_new_agent_re_adopts_the_running_daemon_instead_of_restarting_it(tray):
+    paths = Paths(tray)
+    write_atomic(paths.imex_config, "DAEMONIZE=0\n")
+    # a stand-in long-running "daemon"; start() appends `-c <config>` to its command line
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    log = TrayLog("t")
+    first = imex.Daemon(sleeper, paths, log)
+    first.start()
+    try:
+        second = imex.Daemon(sleeper, paths, log)
+        assert second.adopt() and second.pid == first.pid and second.running()
+        second.stop(timeout=2)
+        assert not second.running()
+        first.child.wait(5)
+        assert not paths.pidfile.exists()
+    finally:
+        if first.child.poll() is None:
+            first.child.kill()
+
+
+def test_a_daemon_that_ignores_sigterm_is_killed(tray):
+    paths = Paths(tray)
+    write_atomic(paths.imex_config, "DAEMONIZE=0\n")
+    stubborn = [
+        sys.executable,
+        "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)",
+    ]
+    daemon = imex.Daemon(stubborn, paths, TrayLog("t"))
+    daemon.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    daemon.stop(timeout=0.5)
+    assert time.monotonic() - started < 3
+    assert daemon.pid is None
+
+
+def test_the_agent_module_never_imports_django():
+    code = "import sys, nodeagent.cli, nodeagent.emulator.fleet; print('django' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,230 @@
+"""Real node agents for end-to-end tests: emulated trays driven by `nodeagent` processes.
+
+    from tests.support.agents import AgentFleet
+
+    server, url = start_server()          # tests.support.processes
+    worker = start_worker()
+    with AgentFleet(url, Node.objects.filter(rack=rack)) as fleet:
+        fleet.wait_joined()
+        ...                                # request a domain; the trays form it for real
+        fleet.kill_daemon("gb-r01-t03")    # faults: kill -9 an IMEX daemon
+        fleet.kill_agents()                # kill -9 the agent process (daemons live on)
+        fleet.start()                      # ... and bring it back (re-adopts the daemons)
+
+One `AgentFleet` is one agent process hosting the loops of the given trays (pass `only=` to
+split trays over several fleets, e.g. to kill one tray's agent alone). Each tray has its own
+root under a temp dir, its own loopback IP (the node's management IP) and its own emulated
+`nvidia-imex` process. Leaving the `with` block stops the agents and every tray's daemon.
+
+Needs `@pytest.mark.django_db(transaction=True)`: the server and agents see committed rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from domains.agents.fleet import fleet_spec
+from domains.agents.models import JoinToken
+from domains.inventory.models import Node
+from domains.security import hash_token
+from tests.support.processes import VENV_BIN, Proc, free_port, process_env, wait_until
+
+JOIN_TOKEN = "dpj_e2e-test-join-token"
+
+
+def ensure_join_token(raw: str = JOIN_TOKEN) -> str:
+    JoinToken.objects.get_or_create(token_hash=hash_token(raw), defaults={"name": "e2e agents"})
+    return raw
+
+
+class AgentFleet:
+    def __init__(
+        self,
+        portal_url: str,
+        nodes: Iterable[Node],
+        *,
+        root: Path | None = None,
+        poll_interval: float = 2.0,
+        heartbeat_interval: float = 5.0,
+        faults: dict[str, dict[str, Any]] | None = None,
+        name: str = "agents",
+    ) -> None:
+        """`faults`: hostname → emulator fault knobs (start_delay_s, crash_after_s,
+        refuse_peers, version), applied before the daemons start."""
+        self.url = portal_url
+        nodes = list(nodes)
+        self.hostnames = [n.hostname for n in nodes]
+        self._tmp = None if root else tempfile.TemporaryDirectory(prefix="trays-")
+        self.root = Path(root or self._tmp.name)  # type: ignore[union-attr]
+        spec = fleet_spec(Node.objects.filter(pk__in=[n.pk for n in nodes]).order_by("pk"))
+        for tray in spec["trays"]:
+            if faults and tray["hostname"] in faults:
+                tray["faults"] = faults[tray["hostname"]]
+        self.spec_path = self.root / "fleet.json"
+        self.spec_path.parent.mkdir(parents=True, exist_ok=True)
+        self.spec_path.write_text(json.dumps(spec))
+        self.poll_interval = poll_interval
+        self.heartbeat_interval = heartbeat_interval
+        self.name = name
+        self.health_port = free_port()
+        self.proc: Proc | None = None
+        ensure_join_token()
+
+    # --- process control ------------------------------------------------------------------
+    def start(self, only: Iterable[str] | None = None) -> AgentFleet:
+        """Start (or restart) the agent process; `only` restricts it to some trays."""
+        argv = [
+            str(VENV_BIN / "python"),
+            "-m",
+            "nodeagent.emulator.fleet",
+            "--portal",
+            self.url,
+            "--join-token",
+            JOIN_TOKEN,
+            "--spec",
+            str(self.spec_path),
+            "--root",
+            str(self.root),
+            "--poll-interval",
+            str(self.poll_interval),
+            "--heartbeat-interval",
+            str(self.heartbeat_interval),
+            "--health-addr",
+            f"127.0.0.1:{self.health_port}",
+            "--stop-daemons-on-exit",  # SIGTERM = graceful removal; kill_agents() = a crash
+        ]
+        if only:
+            argv += ["--only", ",".join(only)]
+        self.proc = Proc(self.name, argv, process_env())
+        return self
+
+    def kill_agents(self) -> None:
+        """kill -9 the agent process; the trays' IMEX daemons keep running (own sessions)."""
+        if self.proc:
+            self.proc.kill(signal.SIGKILL)
+            self.proc.popen.wait(10)
+
+    def stop(self) -> None:
+        """Stop the agents gracefully (they stop their daemons), then kill any daemon left."""
+        if self.proc:
+            self.proc.stop(timeout=15)
+        for host in self.hostnames:
+            self.kill_daemon(host, signal.SIGKILL)
+
+    def __enter__(self) -> AgentFleet:
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        if self._tmp:
+            self._tmp.cleanup()
+
+    def log(self) -> str:
+        return self.proc.log() if self.proc else ""
+
+    # --- waiting --------------------------------------------------------------------------
+    def health(self, path: str = "/readyz") -> dict[str, Any]:
+        try:
+            resp = httpx.get(f"http://127.0.0.1:{self.health_port}{path}", timeout=2)
+            return resp.json()
+        except (httpx.HTTPError, ValueError):
+            return {"ok": False, "trays": []}
+
+    def wait_joined(self, timeout: float = 60) -> None:
+        """Every tray of this fleet joined and reported."""
+
+        def ready() -> bool:
+            if self.proc and not self.proc.alive():
+                raise RuntimeError(f"agent fleet exited:\n{self.log()[-3000:]}")
+            return bool(self.health().get("ok"))
+
+        wait_until(ready, timeout=timeout, interval=0.2, what="agents to join")
+
+    # --- a tray's view --------------------------------------------------------------------
+    def tray_root(self, hostname: str) -> Path:
+        return self.root / hostname
+
+    def daemon_pid(self, hostname: str) -> int | None:
+        """The tray's running nvidia-imex (from the agent's pidfile), or None."""
+        pidfile = self.tray_root(hostname) / "run/nodeagent/nvidia-imex.pid"
+        try:
+            pid = int(pidfile.read_text().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return None
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return None
+        return None if stat.rsplit(")", 1)[1].split()[0] == "Z" else pid
+
+    def kill_daemon(self, hostname: str, sig: int = signal.SIGKILL) -> int | None:
+        pid = self.daemon_pid(hostname)
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        return pid
+
+    def set_faults(self, hostname: str, **knobs: Any) -> None:
+        """Fault knobs the tray's next daemon start reads (run/nvidia-emu/faults.json)."""
+        from nodeagent.emulator.tray import set_faults
+
+        set_faults(self.tray_root(hostname), knobs)
+
+    def nodes_file(self, hostname: str) -> str | None:
+        path = self.tray_root(hostname) / "etc/nvidia-imex/nodes_config.cfg"
+        return path.read_text() if path.exists() else None
+
+    def channel_devices(self, hostname: str) -> dict[str, tuple[int, int]]:
+        """name → (major, minor) of every channel char device on the tray."""
+        directory = self.tray_root(hostname) / "dev/nvidia-caps-imex-channels"
+        found = {}
+        if directory.exists():
+            for entry in directory.iterdir():
+                st = entry.lstat()
+                found[entry.name] = (os.major(st.st_rdev), os.minor(st.st_rdev))
+        return found
+
+    def proc_devices_major(self, hostname: str) -> int:
+        text = (self.tray_root(hostname) / "proc/devices").read_text()
+        return next(
+            int(line.split()[0])
+            for line in text.splitlines()
+            if line.endswith(" nvidia-caps-imex-channels")
+        )
+
+    def cdi_spec(self, hostname: str) -> dict[str, Any] | None:
+        path = self.tray_root(hostname) / "etc/cdi/nvidia.com-imex-channel.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def leftovers(self, hostname: str) -> list[str]:
+        """What release must have removed: daemon, config, nodes file, channels, CDI spec."""
+        root = self.tray_root(hostname)
+        left = [
+            str(p.relative_to(root))
+            for p in (
+                root / "etc/nvidia-imex/config.cfg",
+                root / "etc/nvidia-imex/nodes_config.cfg",
+                root / "etc/cdi/nvidia.com-imex-channel.json",
+            )
+            if p.exists()
+        ]
+        left += [f"dev/{name}" for name in self.channel_devices(hostname)]
+        if self.daemon_pid(hostname):
+            left.append("nvidia-imex process")
+        return left
+
+
+def wait_for(predicate: Any, timeout: float = 30, what: str = "condition") -> Any:
+    """`wait_until` with a default poll suited to formation (agents act in ~0.1 s)."""
+    return wait_until(predicate, timeout=timeout, interval=0.1, what=what)

@@ -1,16 +1,110 @@
-"""One error shape for the whole API: {"code", "message", "field"?, "details"?}."""
+"""One error shape for the whole API: {"code", "message", "field"?, "details"?}.
+
+Business errors (domains.errors) carry their own stable code and HTTP status. DRF's own
+exceptions are mapped to the same shape here; validation errors are flattened to dotted
+field paths as they appear in the request body (`spec.channel.allocationMode`), the first
+one in `field`/`message` and all of them in `details.errors`.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, serializers
 from rest_framework.response import Response
-from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
 
 from domains.errors import DomainError
+
+# Stable codes for DRF's exceptions (clients branch on these, never on messages).
+_CODES: dict[type[exceptions.APIException], str] = {
+    exceptions.ParseError: "malformed",
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "authentication_failed",
+    exceptions.PermissionDenied: "forbidden",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotAcceptable: "not_acceptable",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.Throttled: "throttled",
+}
+
+
+class FieldErrorSerializer(serializers.Serializer):
+    field = serializers.CharField()
+    message = serializers.CharField()
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The body of every 4xx answer."""
+
+    code = serializers.CharField(help_text="Stable, machine-readable, e.g. `quota_exceeded`.")
+    message = serializers.CharField(help_text="One human sentence.")
+    field = serializers.CharField(
+        required=False, help_text="Dotted path of the offending input, e.g. `spec.numNodes`."
+    )
+    details = serializers.JSONField(
+        required=False, help_text="More context: `errors` (every field error), reasons …"
+    )
+
+
+def flatten(detail: Any, path: str = "") -> list[dict[str, str]]:
+    """DRF's nested error dict/list → [{field, message}] with dotted paths."""
+    if isinstance(detail, dict):
+        out: list[dict[str, str]] = []
+        for key, value in detail.items():
+            name = "" if key == "non_field_errors" else str(key)
+            out += flatten(value, f"{path}.{name}" if path and name else path or name)
+        return out
+    if isinstance(detail, list):
+        if detail and all(isinstance(item, str) for item in detail):
+            return [{"field": path, "message": str(item)} for item in detail]
+        out = []
+        for index, item in enumerate(detail):
+            out += flatten(item, f"{path}[{index}]")
+        return out
+    return [{"field": path, "message": str(detail)}]
+
+
+def _validation_body(exc: exceptions.ValidationError) -> dict[str, Any]:
+    errors = flatten(exc.detail) or [{"field": "", "message": "invalid input"}]
+    first = errors[0]
+    message = f"{first['field']}: {first['message']}" if first["field"] else first["message"]
+    body: dict[str, Any] = {"code": "invalid", "message": message}
+    if first["field"]:
+        body["field"] = first["field"]
+    body["details"] = {"errors": errors}
+    return body
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DomainError):
+        set_rollback()
         return Response(exc.as_dict(), status=exc.http_status)
-    return drf_exception_handler(exc, context)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if not isinstance(exc, exceptions.APIException):
+        return None  # a bug: let Django answer 500 and log it
+    set_rollback()
+    headers: dict[str, str] = {}
+    if getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = exc.auth_header  # type: ignore[attr-defined]
+    if getattr(exc, "wait", None):
+        headers["Retry-After"] = str(int(exc.wait))  # type: ignore[attr-defined]
+    if isinstance(exc, exceptions.ValidationError):
+        body = _validation_body(exc)
+    else:
+        code = next((c for t, c in _CODES.items() if isinstance(exc, t)), "error")
+        body = {"code": code, "message": str(exc.detail)}
+    return Response(body, status=exc.status_code, headers=headers)
+
+
+def not_found(request: Any, *args: Any, **kwargs: Any) -> JsonResponse:
+    """Any other URL under /api/v1/: a 404 in the API's shape, not Django's HTML page."""
+    return JsonResponse(
+        {"code": "not_found", "message": f"no API endpoint at {request.path}"}, status=404
+    )

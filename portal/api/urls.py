@@ -1,5 +1,37 @@
-"""REST API v1 (one router) and the agent API under agent/."""
+"""REST API v1: one router, the OpenAPI schema and its docs, and the agent API under agent/."""
 
-from django.urls import path  # noqa: F401
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
 
-urlpatterns: list = []
+from portal.api.errors import not_found
+from portal.api.views.domains import ApprovalViewSet, ComputeDomainViewSet
+from portal.api.views.fabric import CliqueViewSet, NodeViewSet, RackViewSet
+from portal.api.views.members import MemberViewSet
+from portal.api.views.tenancy import EventViewSet, NamespaceViewSet, TokenViewSet
+
+# The trailing slash is optional: `racks/` the Django way, `racks` the kubectl way.
+router = SimpleRouter(trailing_slash="/?")
+router.register("racks", RackViewSet, basename="rack")
+router.register("cliques", CliqueViewSet, basename="clique")
+router.register("nodes", NodeViewSet, basename="node")
+router.register("namespaces", NamespaceViewSet, basename="namespace")
+router.register(
+    r"namespaces/(?P<namespace>[^/]+)/computedomains",
+    ComputeDomainViewSet,
+    basename="computedomain",
+)
+router.register(
+    r"namespaces/(?P<namespace>[^/]+)/members", MemberViewSet, basename="namespace-member"
+)
+router.register("events", EventViewSet, basename="event")
+router.register("approvals", ApprovalViewSet, basename="approval")
+router.register("tokens", TokenViewSet, basename="token")
+
+urlpatterns: list = [
+    path("agent/", include("portal.api.agent.urls")),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    *router.urls,
+    re_path(r"", not_found),  # last: unknown API paths answer JSON, not an HTML page
+]

@@ -1,0 +1,65 @@
+"""API authentication: `Authorization: Bearer <token>` personal tokens, and the browser's
+session (with CSRF, as DRF's SessionAuthentication enforces for signed-in sessions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.request import Request
+
+from domains.tenancy.models import ApiToken
+from domains.tenancy.tokens import token_authenticate
+from portal.ratelimit import TOKEN_FAILURES, client_address
+
+
+class BearerTokenAuthentication(BaseAuthentication):
+    """Personal API tokens. `request.auth` is the ApiToken (the read-only flag lives there).
+
+    Failed tokens count against the caller's address; past the limit the API answers 429
+    without looking tokens up, so nobody can scan for valid ones.
+    """
+
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[Any, ApiToken] | None:
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword.lower().encode():
+            return None  # not ours: let session auth try
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed(
+                "Authorization header must be 'Bearer <token>' with no spaces in the token"
+            )
+        address = client_address(request)
+        if TOKEN_FAILURES.exceeded(address):
+            raise exceptions.Throttled(
+                wait=TOKEN_FAILURES.retry_after(), detail="Too many failed token attempts."
+            )
+        try:
+            raw = parts[1].decode("ascii")
+        except UnicodeDecodeError:
+            raw = ""
+        token = token_authenticate(raw) if raw else None
+        if token is None:
+            TOKEN_FAILURES.hit(address)
+            raise exceptions.AuthenticationFailed("Invalid, expired or revoked token")
+        return token.user, token
+
+    def authenticate_header(self, request: Request) -> str:
+        # Makes unauthenticated requests 401 (with this challenge) rather than 403.
+        return f'{self.keyword} realm="api"'
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "portal.api.authentication.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A personal API token (`dpt_…`) from the portal or "
+            "`manage.py create_token`.",
+        }

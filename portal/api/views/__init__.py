@@ -1,0 +1,1 @@
+"""API v1 viewsets, by area. Each derives from portal.api.base.ScopedViewSet."""

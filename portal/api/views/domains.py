@@ -1,0 +1,219 @@
+"""ComputeDomains under namespaces/{namespace}/computedomains/, and admins' approvals."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from domains.computedomains import services
+from domains.computedomains.models import ComputeDomain, DomainSource, Phase
+from domains.computedomains.selectors import events_visible_to
+from domains.errors import DomainError, InvalidInput
+from domains.tenancy.selectors import can_request_in
+from portal.api.base import NamespacedViewSet, ScopedViewSet, refreshed
+from portal.api.permissions import IsPortalAdmin
+from portal.api.schema import READ, WRITE, errors
+from portal.api.selectors import approvals_for_api, domain_by_name, domains_for_api
+from portal.api.serializers.common import ReasonSerializer
+from portal.api.serializers.domains import (
+    SPEC_FIELD_PATHS,
+    ComputeDomainInput,
+    ComputeDomainSerializer,
+    DryRunSerializer,
+    ExtendInput,
+    ManifestsSerializer,
+)
+from portal.api.serializers.tenancy import EventSerializer
+
+T = TypeVar("T")
+
+DRY_RUN = OpenApiParameter(
+    "dryRun",
+    OpenApiTypes.STR,
+    enum=["All"],
+    description="`All`: validate and answer where it would land (or why not); create nothing.",
+)
+PHASE_FILTER = OpenApiParameter(
+    "phase", OpenApiTypes.STR, enum=[p.value for p in Phase], description="Only this phase."
+)
+
+
+def call_service(service: Callable[..., T], **kwargs: Any) -> T:
+    """Run a service, naming the offending field as it appears in the API body."""
+    try:
+        return service(**kwargs)
+    except DomainError as exc:
+        if exc.field in SPEC_FIELD_PATHS:
+            exc.field = SPEC_FIELD_PATHS[exc.field]
+            exc.message = f"{exc.field}: {exc.message}"
+        raise
+
+
+@extend_schema(
+    parameters=[
+        OpenApiParameter("namespace", OpenApiTypes.STR, OpenApiParameter.PATH),
+    ]
+)
+class ComputeDomainViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, NamespacedViewSet
+):
+    """A namespace's ComputeDomains, shaped like `resource.nvidia.com/v1beta1` objects.
+
+    Viewers read; members and namespace admins create, extend and release (DELETE).
+    """
+
+    serializer_class = ComputeDomainSerializer
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+
+    def scoped_queryset(self, user: Any) -> QuerySet[ComputeDomain]:
+        if getattr(self, "swagger_fake_view", False):
+            return ComputeDomain.objects.none()
+        qs = domains_for_api(user, self.namespace)
+        phase = self.request.query_params.get("phase") if self.action == "list" else None
+        return qs.filter(phase=phase) if phase else qs
+
+    def get_object(self) -> ComputeDomain:
+        return domain_by_name(self.request.user, self.namespace, self.kwargs["name"])
+
+    def _require_member(self) -> None:
+        if not can_request_in(self.request.user, self.namespace):
+            raise PermissionDenied(
+                f"Only members of {self.namespace.name!r} may request or release its domains."
+            )
+
+    def _render(self, domain: ComputeDomain, status_code: int = 200) -> Response:
+        domain = refreshed(domain, domains_for_api(self.request.user, self.namespace))
+        body = ComputeDomainSerializer(domain, context=self.get_serializer_context()).data
+        return Response(body, status=status_code)
+
+    @extend_schema(parameters=[PHASE_FILTER])
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(
+        request=ComputeDomainInput,
+        parameters=[DRY_RUN],
+        responses={
+            201: ComputeDomainSerializer,
+            200: OpenApiResponse(DryRunSerializer, description="With `?dryRun=All`."),
+            **errors(*WRITE),
+        },
+        summary="Request a domain (a NVIDIA ComputeDomain manifest as JSON works).",
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        self._require_member()
+        body = ComputeDomainInput(data=request.data, context=self.get_serializer_context())
+        body.is_valid(raise_exception=True)
+        spec = body.to_spec()
+        dry_run = request.query_params.get("dryRun")
+        if dry_run is not None:
+            if dry_run != "All":
+                raise InvalidInput("dryRun: the only accepted value is All", field="dryRun")
+            result = call_service(services.domain_dry_run, namespace=self.namespace, spec=spec)
+            return Response(DryRunSerializer(result).data)
+        domain = call_service(
+            services.domain_request,
+            actor=self.actor,
+            namespace=self.namespace,
+            spec=spec,
+            source=DomainSource.API,
+        )
+        return self._render(domain, status.HTTP_201_CREATED)
+
+    @extend_schema(
+        responses={202: ComputeDomainSerializer, **errors(*WRITE)},
+        summary="Release the domain (idempotent); it is Released once every tray is clean.",
+    )
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        domain = self.get_object()
+        self._require_member()
+        domain = services.domain_release(actor=self.actor, domain=domain, reason="released via API")
+        return self._render(domain, status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        request=ExtendInput,
+        responses={200: ComputeDomainSerializer, **errors(*WRITE)},
+        summary="Extend the domain's lease.",
+    )
+    @action(detail=True, methods=["post"], serializer_class=ExtendInput)
+    def extend(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        domain = self.get_object()
+        self._require_member()
+        body = ExtendInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        domain = services.domain_extend_lease(
+            actor=self.actor, domain=domain, by=body.validated_data["by"]
+        )
+        return self._render(domain)
+
+    @extend_schema(
+        responses={200: ManifestsSerializer, **errors(*READ, 409)},
+        summary="Workload manifests (Deployment, Job, MPIJob) pinned to the domain's trays.",
+    )
+    @action(detail=True, methods=["get"], serializer_class=ManifestsSerializer)
+    def manifests(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        from domains.kube.manifests import workload_manifests
+
+        manifests = workload_manifests(self.get_object())
+        return Response(ManifestsSerializer(manifests).data)
+
+    @extend_schema(
+        responses={200: EventSerializer(many=True), **errors(*READ)},
+        summary="The domain's timeline, newest first.",
+    )
+    @action(detail=True, methods=["get"], serializer_class=EventSerializer)
+    def events(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        domain = self.get_object()
+        page = self.paginate_queryset(events_visible_to(request.user).filter(domain=domain))
+        return self.get_paginated_response(EventSerializer(page, many=True).data)
+
+
+class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+    """Requests above a namespace's approval threshold, waiting for a portal admin."""
+
+    serializer_class = ComputeDomainSerializer
+    permission_classes = [*ScopedViewSet.permission_classes, IsPortalAdmin]
+    lookup_field = "uid"
+    lookup_value_regex = "[0-9a-f-]{36}"
+
+    def scoped_queryset(self, user: Any) -> QuerySet[ComputeDomain]:
+        return approvals_for_api(user)
+
+    def _render(self, domain: ComputeDomain) -> Response:
+        domain = refreshed(domain, domains_for_api(self.request.user, domain.namespace))
+        return Response(ComputeDomainSerializer(domain, context=self.get_serializer_context()).data)
+
+    @extend_schema(
+        request=None,
+        responses={200: ComputeDomainSerializer, **errors(*WRITE)},
+        summary="Approve: the domain goes on to placement.",
+    )
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, uid: str) -> Response:
+        domain = services.domain_approve(actor=self.actor, domain=self.get_object())
+        return self._render(domain)
+
+    @extend_schema(
+        request=ReasonSerializer,
+        responses={200: ComputeDomainSerializer, **errors(*WRITE)},
+        summary="Deny: the domain fails with the reason given.",
+    )
+    @action(detail=True, methods=["post"], serializer_class=ReasonSerializer)
+    def deny(self, request: Request, uid: str) -> Response:
+        domain = self.get_object()
+        body = ReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        domain = services.domain_deny(
+            actor=self.actor, domain=domain, reason=body.validated_data["reason"]
+        )
+        return self._render(domain)

@@ -1,0 +1,178 @@
+"""Namespaces and their quotas, the caller's API tokens, and the audit log."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from domains.computedomains.models import Event
+from domains.computedomains.selectors import events_visible_to
+from domains.errors import DomainError, InvalidInput
+from domains.tenancy.models import ApiToken, Namespace, Quota
+from domains.tenancy.selectors import is_admin, quota_usage
+from domains.tenancy.services import namespace_create, quota_set
+from domains.tenancy.tokens import token_create, token_revoke
+from portal.api.base import ScopedViewSet
+from portal.api.schema import READ, WRITE, errors
+from portal.api.selectors import namespaces_for_api, tokens_of
+from portal.api.serializers.tenancy import (
+    QUOTA_FIELDS,
+    ApiTokenInput,
+    ApiTokenSerializer,
+    EventSerializer,
+    NamespaceInput,
+    NamespaceSerializer,
+    NewApiTokenSerializer,
+    QuotaInput,
+    QuotaSerializer,
+    quota_limits,
+)
+
+QUOTA_API_NAMES = {field: api for api, field in QUOTA_FIELDS.items()}
+
+
+class NamespaceViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, ScopedViewSet
+):
+    """The namespaces (tenants) you belong to; operators see all of them. Portal admins
+    create them."""
+
+    serializer_class = NamespaceSerializer
+    lookup_field = "name"
+    lookup_url_kwarg = "namespace"
+    lookup_value_regex = "[^/]+"
+
+    def scoped_queryset(self, user: Any) -> QuerySet[Namespace]:
+        return namespaces_for_api(user)
+
+    @extend_schema(
+        request=NamespaceInput,
+        responses={201: NamespaceSerializer, **errors(*WRITE)},
+        summary="Create a namespace (tenant) with its quota (portal admins).",
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        if not is_admin(request.user):
+            raise PermissionDenied("Only portal admins may create namespaces.")
+        body = NamespaceInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        namespace = namespace_create(
+            actor=self.actor,
+            name=data["name"],
+            display_name=data["displayName"],
+            labels=data["labels"],
+            **quota_limits(data.get("quota", {}), partial=True),
+        )
+        created = self.get_queryset().get(pk=namespace.pk)
+        return Response(NamespaceSerializer(created).data, status=status.HTTP_201_CREATED)
+
+    def _quota_body(self, namespace: Namespace) -> dict[str, Any]:
+        quota = Quota.objects.filter(namespace=namespace).first()
+        return QuotaSerializer(QuotaSerializer.shape(namespace, quota, quota_usage(namespace))).data
+
+    @extend_schema(
+        methods=["GET"],
+        responses={200: QuotaSerializer, **errors(*READ)},
+        summary="The namespace's limits and what its live domains use now.",
+    )
+    @extend_schema(
+        methods=["PUT", "PATCH"],
+        request=QuotaInput,
+        responses={200: QuotaSerializer, **errors(*WRITE)},
+        summary="Set limits (portal admins). PUT: missing limits become unlimited.",
+    )
+    @action(detail=True, methods=["get", "put", "patch"], serializer_class=QuotaSerializer)
+    def quota(self, request: Request, namespace: str) -> Response:
+        ns = self.get_object()
+        if request.method in {"PUT", "PATCH"}:
+            if not is_admin(request.user):
+                raise PermissionDenied("Only portal admins may change quotas.")
+            body = QuotaInput(data=request.data)
+            body.is_valid(raise_exception=True)
+            limits = body.limits(partial=request.method == "PATCH")
+            try:
+                quota_set(actor=self.actor, namespace=ns, **limits)
+            except DomainError as exc:
+                exc.field = QUOTA_API_NAMES.get(exc.field or "", exc.field)
+                raise
+        return Response(self._quota_body(ns))
+
+
+class TokenViewSet(
+    mixins.ListModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin, ScopedViewSet
+):
+    """Your personal API tokens. The secret is shown once, in the create answer."""
+
+    serializer_class = ApiTokenSerializer
+
+    def scoped_queryset(self, user: Any) -> QuerySet[ApiToken]:
+        return tokens_of(user)
+
+    @extend_schema(
+        request=ApiTokenInput,
+        responses={201: NewApiTokenSerializer, **errors(*WRITE)},
+        summary="Create a token; copy the `token` now, it is never shown again.",
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = ApiTokenInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        days = body.validated_data["expiresInDays"]
+        token, raw = token_create(
+            actor=self.actor,
+            user=request.user,
+            name=body.validated_data["name"],
+            read_only=body.validated_data["readOnly"],
+            expires_in=timedelta(days=days) if days else None,
+        )
+        token.token = raw  # type: ignore[attr-defined]
+        return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: None, **errors(*WRITE)}, summary="Revoke a token.")
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        token_revoke(actor=self.actor, token=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+EVENT_FILTERS = [
+    OpenApiParameter("namespace", OpenApiTypes.STR, description="Only this namespace."),
+    OpenApiParameter("verb", OpenApiTypes.STR, description="e.g. domain.requested"),
+    OpenApiParameter("domain", OpenApiTypes.UUID, description="Only this domain (uid)."),
+]
+
+
+class EventViewSet(mixins.ListModelMixin, ScopedViewSet):
+    """The audit log, newest first: operators read all of it, tenants their namespaces'."""
+
+    serializer_class = EventSerializer
+
+    def scoped_queryset(self, user: Any) -> QuerySet[Event]:
+        qs = events_visible_to(user)
+        params = self.request.query_params
+        if params.get("namespace"):
+            qs = qs.filter(namespace__name=params["namespace"])
+        if params.get("verb"):
+            qs = qs.filter(verb=params["verb"])
+        if params.get("domain"):
+            qs = qs.filter(domain__uid=_uuid(params["domain"], field="domain"))
+        return qs
+
+    @extend_schema(parameters=EVENT_FILTERS)
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+
+def _uuid(text: str, *, field: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise InvalidInput(f"{field}: must be a uid such as {uuid.UUID(int=0)}", field=field)

@@ -5,3 +5,9 @@ class RealtimeConfig(AppConfig):
     name = "portal.realtime"
     label = "portal_realtime"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from portal.realtime import (
+            agent,  # noqa: F401 - connects the agents' nudge receiver
+            receivers,  # noqa: F401 - connects the browsers' live updates
+        )

@@ -1,20 +1,11 @@
-"""Websocket routes.
+"""Websocket routes: the agents' nudge socket and the browsers' live updates.
 
-Browser routes go through `browser()` (session auth and an Origin check); the agent route
-does not (agents are not browsers and authenticate with their node token).
+Each list lives beside its consumers; this module only joins them for `portal.asgi`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from portal.realtime.agent_routes import agent_websocket_urlpatterns
+from portal.realtime.browser_routes import websocket_urlpatterns
 
-from channels.auth import AuthMiddlewareStack
-from channels.security.websocket import AllowedHostsOriginValidator
-
-
-def browser(app: Any) -> Any:
-    return AllowedHostsOriginValidator(AuthMiddlewareStack(app))
-
-
-agent_websocket_urlpatterns: list = []
-websocket_urlpatterns: list = []
+__all__ = ["agent_websocket_urlpatterns", "websocket_urlpatterns"]

@@ -1,12 +1,65 @@
-"""Web UI pages, per audience."""
+"""Web UI pages, per audience: /fabric/ (operators), /ns/<namespace>/ (tenants),
+/manage/ (portal admins). Django's own admin stays at /django-admin/."""
 
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
+from portal.ratelimit import RateLimitedLoginView
 from portal.web import views
+from portal.web.views import admin, operator, tenant
+
+operator_patterns = (
+    [
+        path("", operator.fabric, name="fabric"),
+        path("racks/<str:name>/", operator.rack, name="rack"),
+        path("nodes/<str:hostname>/", operator.node, name="node"),
+        path("nodes/<str:hostname>/<str:action>/", operator.node_action, name="node_action"),
+        path("domains/", operator.domains, name="domains"),
+        path("channels/", operator.channels, name="channels"),
+    ],
+    "operator",
+)
+
+tenant_patterns = (
+    [
+        path("", tenant.dashboard, name="dashboard"),
+        path("request/", tenant.request_domain, name="request"),
+        path("request/preview/", tenant.preview, name="preview"),
+        path("domains/<uuid:uid>/", tenant.domain_detail, name="domain"),
+        path("domains/<uuid:uid>/release/", tenant.release, name="release"),
+        path("domains/<uuid:uid>/extend/", tenant.extend, name="extend"),
+        path(
+            "domains/<uuid:uid>/manifests/<str:kind>.yaml",
+            tenant.manifest_download,
+            name="manifest",
+        ),
+    ],
+    "tenant",
+)
+
+admin_patterns = (
+    [
+        path("quotas/", admin.quotas, name="quotas"),
+        path("quotas/<str:ns>/", admin.quota_edit, name="quota_edit"),
+        path("approvals/", admin.approvals, name="approvals"),
+        path("approvals/<uuid:uid>/<str:decision>/", admin.approval_decide, name="approval_decide"),
+        path("namespaces/", admin.namespaces, name="namespaces"),
+        path("namespaces/<str:ns>/", admin.namespace, name="namespace"),
+        path(
+            "namespaces/<str:ns>/members/<str:username>/remove/",
+            admin.member_remove,
+            name="member_remove",
+        ),
+        path("audit/", admin.audit, name="audit"),
+    ],
+    "admin_ui",
+)
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="auth/login.html"), name="login"),
+    path("login/", RateLimitedLoginView.as_view(template_name="auth/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.home, name="home"),
+    path("fabric/", include(operator_patterns)),
+    path("ns/<str:ns>/", include(tenant_patterns)),
+    path("manage/", include(admin_patterns)),
 ]

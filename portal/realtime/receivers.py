@@ -1,0 +1,69 @@
+"""Turn the business's after-commit signals into small websocket hints for browsers.
+
+domain_changed → the domain's, its namespace's and the operators' groups;
+node_changed → the operators' group; event_recorded → the groups of its domain and
+namespace. Each message says only what changed; pages re-fetch what they show. Sending is
+best effort: the change is already committed, and a page that missed a hint catches up on
+its next (re)connect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.dispatch import receiver
+
+from domains import signals
+from portal.realtime.groups import domain_group, fabric_group, namespace_group
+
+log = logging.getLogger(__name__)
+
+
+def _send(groups: list[str], payload: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None or not groups:
+        return
+    message = {"type": "live.update", "payload": payload}
+
+    async def fan_out() -> None:
+        await asyncio.gather(*(layer.group_send(g, message) for g in groups))
+
+    try:
+        async_to_sync(fan_out)()
+    except Exception:  # a down Redis must not fail work that has already committed
+        log.warning("could not send live update %s", payload, exc_info=True)
+
+
+@receiver(signals.domain_changed, dispatch_uid="portal.realtime.receivers.domain")
+def domain_changed(
+    sender: Any, domain_uid: str, namespace_id: int, phase: str, **kwargs: Any
+) -> None:
+    _send(
+        [domain_group(domain_uid), namespace_group(namespace_id), fabric_group()],
+        {"kind": "domain", "uid": domain_uid, "phase": str(phase)},
+    )
+
+
+@receiver(signals.node_changed, dispatch_uid="portal.realtime.receivers.node")
+def node_changed(sender: Any, node_ids: list[int], **kwargs: Any) -> None:
+    _send([fabric_group()], {"kind": "node", "ids": list(node_ids)[:100]})
+
+
+@receiver(signals.event_recorded, dispatch_uid="portal.realtime.receivers.event")
+def event_recorded(
+    sender: Any,
+    event_id: int,
+    namespace_id: int | None = None,
+    domain_uid: str | None = None,
+    **kwargs: Any,
+) -> None:
+    groups = []
+    if domain_uid:
+        groups.append(domain_group(domain_uid))
+    if namespace_id:
+        groups.append(namespace_group(namespace_id))
+    _send(groups, {"kind": "event", "id": event_id, "uid": domain_uid or ""})

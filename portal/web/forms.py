@@ -1,0 +1,179 @@
+"""Forms for the pages. They only parse input; the services validate it for real and their
+errors (which name the field) are put back on the form by `apply_error`."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django import forms
+from django.contrib.auth import get_user_model
+
+from domains.computedomains.models import AllocationMode, Phase, PlacementConstraint
+from domains.computedomains.specs import DomainSpec
+from domains.errors import DomainError
+from domains.tenancy.models import Role
+
+# A GB200 compute tray has 4 GPUs; a GPU count asked for is rounded up to whole trays.
+GPUS_PER_TRAY = 4
+
+# Service field names → form field names, where they differ.
+SERVICE_FIELDS = {"lifetime": "lifetime_hours", "by": "hours"}
+
+
+def apply_error(form: forms.Form, error: DomainError) -> None:
+    """Show a service's error on the field it names, else above the form."""
+    name = SERVICE_FIELDS.get(error.field or "", error.field)
+    form.add_error(name if name in form.fields else None, error.message)
+
+
+class DomainRequestForm(forms.Form):
+    name = forms.CharField(
+        max_length=63,
+        help_text="Lowercase letters, digits and '-' (a Kubernetes name).",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    num_nodes = forms.IntegerField(
+        label="Trays",
+        min_value=1,
+        max_value=1000,
+        required=False,
+        initial=2,
+        help_text=f"{GPUS_PER_TRAY} GPUs per tray.",
+    )
+    gpus = forms.IntegerField(
+        label="…or GPUs",
+        min_value=1,
+        max_value=1000 * GPUS_PER_TRAY,
+        required=False,
+        help_text="Rounded up to whole trays; used when Trays is empty.",
+    )
+    allocation_mode = forms.ChoiceField(
+        choices=AllocationMode.choices,
+        initial=AllocationMode.SINGLE,
+        help_text="Single: one IMEX channel. All: every channel on the trays.",
+    )
+    placement_constraint = forms.ChoiceField(
+        label="Placement", choices=PlacementConstraint.choices, initial=PlacementConstraint.ANY
+    )
+    placement_target = forms.CharField(
+        label="Clique or rack",
+        required=False,
+        max_length=120,
+        help_text="The clique label/name or rack name, when placement is not 'any'.",
+    )
+    lifetime_hours = forms.IntegerField(
+        label="Lifetime (hours)",
+        required=False,
+        min_value=1,
+        max_value=24 * 365,
+        help_text="Empty: the portal's default.",
+    )
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("num_nodes") is None:
+            gpus = data.get("gpus")
+            if gpus is None:
+                if "num_nodes" not in self.errors and "gpus" not in self.errors:
+                    self.add_error("num_nodes", "Say how many trays (or GPUs) you need.")
+            else:
+                data["num_nodes"] = -(-gpus // GPUS_PER_TRAY)
+        return data
+
+    def to_spec(self) -> DomainSpec:
+        data = self.cleaned_data
+        hours = data.get("lifetime_hours")
+        return DomainSpec(
+            name=data["name"].strip(),
+            num_nodes=data["num_nodes"],
+            allocation_mode=data["allocation_mode"],
+            placement_constraint=data["placement_constraint"],
+            placement_target=(data.get("placement_target") or "").strip(),
+            lifetime=timedelta(hours=hours) if hours else None,
+        )
+
+
+class ExtendLeaseForm(forms.Form):
+    hours = forms.TypedChoiceField(
+        label="Extend by",
+        coerce=int,
+        choices=[(1, "1 hour"), (4, "4 hours"), (12, "12 hours"), (24, "1 day"), (72, "3 days")],
+        initial=4,
+    )
+
+
+class ReasonForm(forms.Form):
+    """A confirmation step with an optional reason (release, cordon, drain, deny)."""
+
+    reason = forms.CharField(max_length=300, required=False)
+
+
+class QuotaForm(forms.Form):
+    max_gpus = forms.IntegerField(label="GPUs", min_value=0, required=False)
+    max_nodes = forms.IntegerField(label="Trays", min_value=0, required=False)
+    max_domains = forms.IntegerField(label="Domains", min_value=0, required=False)
+    max_nodes_per_domain = forms.IntegerField(label="Trays per domain", min_value=0, required=False)
+    max_lifetime_hours = forms.IntegerField(
+        label="Maximum lifetime (hours)", min_value=1, required=False
+    )
+    approval_above_nodes = forms.IntegerField(
+        label="Approval above (trays)", min_value=0, required=False
+    )
+
+    @classmethod
+    def initial_from(cls, quota) -> dict:
+        if quota is None:
+            return {}
+        lifetime = quota.max_lifetime
+        return {
+            "max_gpus": quota.max_gpus,
+            "max_nodes": quota.max_nodes,
+            "max_domains": quota.max_domains,
+            "max_nodes_per_domain": quota.max_nodes_per_domain,
+            "max_lifetime_hours": int(lifetime.total_seconds() // 3600) if lifetime else None,
+            "approval_above_nodes": quota.approval_above_nodes,
+        }
+
+    def limits(self) -> dict:
+        data = dict(self.cleaned_data)
+        hours = data.pop("max_lifetime_hours")
+        data["max_lifetime"] = timedelta(hours=hours) if hours else None
+        return data
+
+
+class MemberForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+    def clean_username(self):
+        username = self.cleaned_data["username"].strip()
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise forms.ValidationError(f"no user named {username!r}")
+        self.user = user
+        return username
+
+
+class NamespaceForm(forms.Form):
+    name = forms.CharField(max_length=63, help_text="A Kubernetes namespace name.")
+    display_name = forms.CharField(max_length=200, required=False)
+
+
+class DomainFilterForm(forms.Form):
+    q = forms.CharField(label="Name", required=False)
+    namespace = forms.CharField(required=False)
+    phase = forms.ChoiceField(
+        choices=[("", "Any phase"), ("live", "Live"), *Phase.choices], required=False
+    )
+
+
+class AuditFilterForm(forms.Form):
+    actor = forms.CharField(required=False)
+    namespace = forms.CharField(required=False)
+    verb = forms.CharField(required=False, help_text="e.g. domain. or node.cordoned")
+    since = forms.DateTimeField(
+        required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    until = forms.DateTimeField(
+        required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )

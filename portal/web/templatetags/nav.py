@@ -1,0 +1,23 @@
+"""The top bar's per-user links, read in one query whatever the number of memberships."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+
+from domains.tenancy.models import Membership
+
+register = template.Library()
+
+
+@register.simple_tag
+def member_namespaces(user: Any) -> list[str]:
+    """Names of the namespaces the user is a member of (for the navigation)."""
+    if not user.is_authenticated:
+        return []
+    return list(
+        Membership.objects.filter(user=user)
+        .order_by("namespace__name")
+        .values_list("namespace__name", flat=True)
+    )

@@ -1,0 +1,251 @@
+"""Portal admin pages: quotas, the approval queue, namespaces and members, the audit log."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from domains.computedomains import services
+from domains.computedomains.events import Actor
+from domains.computedomains.models import ApprovalState, Event, Phase
+from domains.computedomains.selectors import domains_visible_to, events_visible_to
+from domains.computedomains.services import placement_request
+from domains.errors import DomainError
+from domains.placement import Rejection, place, topology_snapshot
+from domains.tenancy import services as tenancy
+from domains.tenancy.models import Membership, Namespace, Quota
+from domains.tenancy.selectors import usage_by_namespace
+from portal.web.access import admin_required
+from portal.web.fabric import fabric_view
+from portal.web.forms import (
+    AuditFilterForm,
+    MemberForm,
+    NamespaceForm,
+    QuotaForm,
+    ReasonForm,
+    apply_error,
+)
+
+AUDIT_PAGE = 200
+ZERO_USAGE = {"gpus": 0, "nodes": 0, "domains": 0}
+
+
+@admin_required
+def quotas(request: HttpRequest) -> HttpResponse:
+    """Every namespace's limits beside what it uses now."""
+    usage = usage_by_namespace()
+    rows = [
+        {
+            "namespace": ns,
+            "quota": getattr(ns, "quota", None),
+            "usage": usage.get(ns.pk, ZERO_USAGE),
+        }
+        for ns in Namespace.objects.select_related("quota")
+    ]
+    return render(request, "admin/quotas.html", {"rows": rows})
+
+
+@admin_required
+@require_http_methods(["GET", "POST"])
+def quota_edit(request: HttpRequest, ns: str) -> HttpResponse:
+    namespace = get_object_or_404(Namespace, name=ns)
+    quota = Quota.objects.filter(namespace=namespace).first()
+    form = QuotaForm(request.POST or None, initial=QuotaForm.initial_from(quota))
+    if request.method == "POST" and form.is_valid():
+        try:
+            tenancy.quota_set(
+                actor=Actor.for_user(request.user), namespace=namespace, **form.limits()
+            )
+        except DomainError as exc:
+            apply_error(form, exc)
+        else:
+            messages.success(request, f"Saved the quota of {namespace.name}.")
+            return redirect("admin_ui:quotas")
+    return render(request, "admin/quota_edit.html", {"namespace": namespace, "form": form})
+
+
+@admin_required
+def approvals(request: HttpRequest) -> HttpResponse:
+    """Requests above their namespace's threshold, each with where it would land now."""
+    pending = list(
+        domains_visible_to(request.user)
+        .filter(approval_state=ApprovalState.PENDING, phase=Phase.PENDING)
+        .select_related("namespace__quota")
+        .order_by("created_at")
+    )
+    topology = topology_snapshot() if pending else None
+    usage = usage_by_namespace()
+    items = []
+    for domain in pending:
+        result = place(placement_request(domain), topology)
+        quota = getattr(domain.namespace, "quota", None)
+        used = usage.get(domain.namespace_id, ZERO_USAGE)  # already includes this request
+        items.append(
+            {
+                "domain": domain,
+                "placement": None if isinstance(result, Rejection) else result,
+                "rejection": result if isinstance(result, Rejection) else None,
+                "racks": []
+                if isinstance(result, Rejection)
+                else fabric_view(
+                    viewer=request.user,
+                    rack_names=[result.rack],
+                    highlight=result.node_ids,
+                    links=False,
+                ),
+                "impact": [
+                    ("GPUs", domain.gpu_count, used["gpus"], quota.max_gpus if quota else None),
+                    ("Trays", domain.num_nodes, used["nodes"], quota.max_nodes if quota else None),
+                    ("Domains", 1, used["domains"], quota.max_domains if quota else None),
+                ],
+            }
+        )
+    template = "admin/_approvals.html" if request.GET.get("partial") else "admin/approvals.html"
+    return render(request, template, {"items": items})
+
+
+@admin_required
+@require_POST
+def approval_decide(request: HttpRequest, uid: str, decision: str) -> HttpResponse:
+    domain = get_object_or_404(domains_visible_to(request.user), uid=uid)
+    actor = Actor.for_user(request.user)
+    form = ReasonForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    try:
+        if decision not in ("approve", "deny"):
+            raise Http404("no such decision")
+        if decision == "approve":
+            services.domain_approve(actor=actor, domain=domain)
+            messages.success(request, f"Approved {domain}.")
+        else:
+            services.domain_deny(actor=actor, domain=domain, reason=reason)
+            messages.success(request, f"Denied {domain}.")
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    return redirect("admin_ui:approvals")
+
+
+@admin_required
+@require_http_methods(["GET", "POST"])
+def namespaces(request: HttpRequest) -> HttpResponse:
+    form = NamespaceForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            namespace = tenancy.namespace_create(
+                actor=Actor.for_user(request.user),
+                name=form.cleaned_data["name"].strip(),
+                display_name=form.cleaned_data["display_name"],
+            )
+        except DomainError as exc:
+            apply_error(form, exc)
+        else:
+            messages.success(request, f"Created namespace {namespace.name}.")
+            return redirect("admin_ui:namespace", namespace.name)
+    rows = Namespace.objects.prefetch_related("memberships__user").order_by("name")
+    return render(request, "admin/namespaces.html", {"namespaces": rows, "form": form})
+
+
+@admin_required
+@require_http_methods(["GET", "POST"])
+def namespace(request: HttpRequest, ns: str) -> HttpResponse:
+    """Members of one namespace: add, change role, remove."""
+    target = get_object_or_404(Namespace, name=ns)
+    form = MemberForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            tenancy.membership_set(
+                actor=Actor.for_user(request.user),
+                namespace=target,
+                user=form.user,
+                role=form.cleaned_data["role"],
+            )
+        except DomainError as exc:
+            apply_error(form, exc)
+        else:
+            messages.success(request, f"{form.user.username} is now {form.cleaned_data['role']}.")
+            return redirect("admin_ui:namespace", target.name)
+    members = Membership.objects.filter(namespace=target).select_related("user")
+    return render(
+        request, "admin/namespace.html", {"namespace": target, "members": members, "form": form}
+    )
+
+
+@admin_required
+@require_POST
+def member_remove(request: HttpRequest, ns: str, username: str) -> HttpResponse:
+    target = get_object_or_404(Namespace, name=ns)
+    user = get_object_or_404(get_user_model(), username=username)
+    tenancy.membership_remove(actor=Actor.for_user(request.user), namespace=target, user=user)
+    messages.success(request, f"Removed {username} from {target.name}.")
+    return redirect("admin_ui:namespace", target.name)
+
+
+@admin_required
+def audit(request: HttpRequest) -> HttpResponse:
+    """The audit log with filters; `?format=csv` exports every matching row."""
+    form = AuditFilterForm(request.GET or None)
+    qs = events_visible_to(request.user)
+    if form.is_valid():
+        data = form.cleaned_data
+        if data["actor"]:
+            qs = qs.filter(actor_name__icontains=data["actor"])
+        if data["namespace"]:
+            qs = qs.filter(namespace__name=data["namespace"])
+        if data["verb"]:
+            qs = qs.filter(verb__startswith=data["verb"])
+        if data["since"]:
+            qs = qs.filter(created_at__gte=data["since"])
+        if data["until"]:
+            qs = qs.filter(created_at__lte=data["until"])
+    if request.GET.get("format") == "csv":
+        response = StreamingHttpResponse(_csv_rows(qs), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="audit-log.csv"'
+        return response
+    export = request.GET.copy()
+    export["format"] = "csv"
+    return render(
+        request,
+        "admin/audit.html",
+        {"form": form, "events": qs[:AUDIT_PAGE], "page": AUDIT_PAGE, "export": export.urlencode()},
+    )
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv_rows(qs) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow(
+        ["time", "actor_kind", "actor", "verb", "object", "namespace", "message", "request_id"]
+    )
+    for event in qs.iterator(chunk_size=1000):
+        yield writer.writerow(_csv_line(event))
+
+
+def _cell(value: str) -> str:
+    """Defuse spreadsheet formulas: a message typed by a user must not run in Excel."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+def _csv_line(event: Event) -> list[str]:
+    return [
+        _cell(v)
+        for v in (
+            event.created_at.isoformat(),
+            event.actor_kind,
+            event.actor_name,
+            event.verb,
+            event.object_repr,
+            event.namespace.name if event.namespace else "",
+            event.message,
+            event.request_id,
+        )
+    ]

@@ -1,0 +1,154 @@
+"""Operator pages: the fabric overview, racks, trays, all domains, the channel ledger."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from django.contrib import messages
+from django.db.models import Count, Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods
+
+from domains.computedomains.events import Actor
+from domains.computedomains.models import (
+    LIVE_PHASES,
+    AllocationMode,
+    ChannelAllocation,
+    DomainMember,
+)
+from domains.computedomains.selectors import domains_visible_to, events_visible_to
+from domains.errors import DomainError
+from domains.inventory import services as inventory
+from domains.inventory.models import Node, Rack
+from portal.web.access import operator_required
+from portal.web.fabric import fabric_view, unracked_trays
+from portal.web.forms import DomainFilterForm, ReasonForm
+
+NODE_ACTIONS = {
+    "cordon": (inventory.node_cordon, "Cordon", "No new domain lands here; its domain runs on."),
+    "drain": (inventory.node_drain, "Drain", "Cordon it and mark it for maintenance."),
+    "uncordon": (inventory.node_uncordon, "Uncordon", "Put it back into the pool."),
+}
+
+
+@operator_required
+def fabric(request: HttpRequest) -> HttpResponse:
+    """Every rack as an elevation with per-clique occupancy; `?partial=1` for live refresh."""
+    racks = fabric_view(viewer=request.user)
+    totals = {
+        "racks": len(racks),
+        "free": sum(r.free for r in racks),
+        "trays": sum(len(r.trays) for r in racks),
+        "stranded": sum(c.stranded for r in racks for c in r.cliques),
+    }
+    template = "operator/_fabric.html" if request.GET.get("partial") else "operator/fabric.html"
+    context = {"racks": racks, "totals": totals, "unracked": unracked_trays()}
+    return render(request, template, context)
+
+
+@operator_required
+def rack(request: HttpRequest, name: str) -> HttpResponse:
+    views = fabric_view(viewer=request.user, rack_names=[name])
+    if not views:
+        raise Http404("no such rack")
+    template = "operator/_rack.html" if request.GET.get("partial") else "operator/rack.html"
+    trays = [views[0].trays[s] for s in sorted(views[0].trays)]
+    return render(request, template, {"rack": views[0], "trays": trays})
+
+
+@operator_required
+def node(request: HttpRequest, hostname: str) -> HttpResponse:
+    tray = get_object_or_404(Node.objects.select_related("rack", "clique"), hostname=hostname)
+    member = (
+        DomainMember.objects.select_related("domain__namespace")
+        .filter(node=tray, active=True)
+        .first()
+    )
+    context = {
+        "node": tray,
+        "gpus": list(tray.gpus.all()),
+        "member": member,
+        "report": tray.agent_report or {},
+        "events": events_visible_to(request.user).filter(node=tray)[:50],
+        "actions": NODE_ACTIONS,
+    }
+    template = "operator/_node.html" if request.GET.get("partial") else "operator/node.html"
+    return render(request, template, context)
+
+
+@operator_required
+@require_http_methods(["GET", "POST"])
+def node_action(request: HttpRequest, hostname: str, action: str) -> HttpResponse:
+    """GET asks for confirmation (and a reason); POST calls the service."""
+    if action not in NODE_ACTIONS:
+        raise Http404("no such action")
+    service, title, explanation = NODE_ACTIONS[action]
+    tray = get_object_or_404(Node, hostname=hostname)
+    form = ReasonForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            service(
+                actor=Actor.for_user(request.user), node=tray, reason=form.cleaned_data["reason"]
+            )
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"{tray.hostname}: {title.lower()} done.")
+            return redirect("operator:node", tray.hostname)
+    return render(
+        request,
+        "operator/node_action.html",
+        {"node": tray, "form": form, "action": action, "title": title, "explanation": explanation},
+    )
+
+
+@operator_required
+def domains(request: HttpRequest) -> HttpResponse:
+    """Every domain across namespaces, filtered by name, namespace and phase."""
+    form = DomainFilterForm(request.GET or None)
+    qs = domains_visible_to(request.user).annotate(
+        trays=Count("members", filter=Q(members__active=True))
+    )
+    if form.is_valid():
+        data = form.cleaned_data
+        if data["q"]:
+            qs = qs.filter(name__icontains=data["q"])
+        if data["namespace"]:
+            qs = qs.filter(namespace__name=data["namespace"])
+        if data["phase"] == "live":
+            qs = qs.filter(phase__in=LIVE_PHASES)
+        elif data["phase"]:
+            qs = qs.filter(phase=data["phase"])
+    template = "operator/_domains.html" if request.GET.get("partial") else "operator/domains.html"
+    return render(request, template, {"form": form, "domains": qs[:500]})
+
+
+@operator_required
+def channels(request: HttpRequest) -> HttpResponse:
+    """The IMEX channel ledger per clique: who holds which channel number now."""
+    rows = ChannelAllocation.objects.filter(released_at__isnull=True).select_related(
+        "clique__rack", "domain__namespace"
+    )
+    ledger: dict = defaultdict(list)
+    for row in rows:
+        ledger[row.clique].append(row)
+    everything = (
+        DomainMember.objects.filter(active=True, domain__allocation_mode=AllocationMode.ALL)
+        .select_related("clique__rack", "domain__namespace")
+        .order_by("domain_id")
+    )
+    all_mode: dict = defaultdict(dict)
+    for member in everything:
+        all_mode[member.clique][member.domain_id] = member.domain
+    cliques = sorted(
+        set(ledger) | set(all_mode), key=lambda c: (c.rack.name if c.rack else "", c.clique_id)
+    )
+    context = {
+        "cliques": [
+            {"clique": c, "rows": ledger.get(c, []), "all": list(all_mode.get(c, {}).values())}
+            for c in cliques
+        ],
+        "rack_count": Rack.objects.count(),
+    }
+    return render(request, "operator/channels.html", context)

@@ -1,0 +1,331 @@
+"""Pages render what they promise, forms show the services' errors on the right field, and
+query counts stay constant in the number of racks."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from domains.computedomains.events import Actor
+from domains.computedomains.models import ComputeDomain, Event
+from domains.inventory.models import Gpu, Node, NodeState
+from domains.tenancy.models import Quota
+from tests import factories
+from tests.web.conftest import form_domain, request_domain
+
+pytestmark = pytest.mark.django_db
+
+
+def _queries(client, url: str) -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url).status_code == 200
+    return len(ctx.captured_queries)
+
+
+def test_the_fabric_overview_costs_the_same_queries_for_one_rack_and_three(
+    client, operator, tenant_a, ns_a
+):
+    factories.make_racks("18", ip_prefix="127.13")
+    form_domain(request_domain(tenant_a, ns_a, "one", 2))
+    client.force_login(operator)
+    url = reverse("operator:fabric")
+    one = _queries(client, url)
+    factories.make_racks("18", "9,9", ip_prefix="127.13", first_rack=2)
+    form_domain(request_domain(tenant_a, ns_a, "two", 3))
+    three = _queries(client, url)
+    assert one == three
+    page = client.get(url).content.decode()
+    assert page.count('<svg class="rack"') == 3
+
+
+def test_the_tenant_request_preview_costs_the_same_queries_for_one_rack_and_three(
+    client, tenant_a, ns_a
+):
+    factories.make_racks("18", ip_prefix="127.13")
+    client.force_login(tenant_a)
+    url = reverse("tenant:preview", args=["team-a"])
+    data = {"name": "x", "num_nodes": 2, "allocation_mode": "Single",
+            "placement_constraint": "any"}  # fmt: skip
+
+    def count() -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.post(url, data).status_code == 200
+        return len(ctx.captured_queries)
+
+    one = count()
+    factories.make_racks("18", "18", ip_prefix="127.13", first_rack=2)
+    assert count() == one
+
+
+def test_the_domain_list_query_count_does_not_grow_with_domains(client, operator, tenant_a, ns_a):
+    factories.make_racks("18", ip_prefix="127.13")
+    request_domain(tenant_a, ns_a, "a", 1)
+    client.force_login(operator)
+    url = reverse("operator:domains")
+    one = _queries(client, url)
+    for name in ("b", "c", "d"):
+        request_domain(tenant_a, ns_a, name, 1)
+    assert _queries(client, url) == one
+
+
+def test_the_rack_drawing_shows_state_in_words_and_patterns_not_only_colour(
+    client, operator, topology, ready_domain
+):
+    trays = list(topology.nodes.order_by("slot"))
+    Node.objects.filter(pk=trays[5].pk).update(state=NodeState.CORDONED)
+    Node.objects.filter(pk=trays[6].pk).update(state=NodeState.DOWN)
+    Gpu.objects.filter(node=trays[7], index=2).update(health="failed")
+    client.force_login(operator)
+    svg = client.get(reverse("operator:rack", args=[topology.name])).content.decode()
+    assert "url(#hatch-cordoned)" in svg and ">cordoned</text>" in svg
+    assert "url(#cross-down)" in svg and ">down</text>" in svg
+    assert "team-a/train" in svg  # operators see the domain by name
+    assert "GPU2 failed" in svg  # the hover card names the failed GPU
+    assert 'class="clique-outline"' in svg
+    assert svg.count("NVLink switch tray") == 9
+
+
+def test_tenants_see_other_namespaces_trays_only_as_anonymous_in_use(
+    client, topology, ready_domain, tenant_b
+):
+    client.force_login(tenant_b)
+    resp = client.post(
+        reverse("tenant:preview", args=["team-b"]),
+        {"name": "mine", "num_nodes": 2, "allocation_mode": "Single",
+         "placement_constraint": "any"},
+    )  # fmt: skip
+    body = resp.content.decode()
+    assert 'data-preview="ok"' in body
+    assert "train" not in body and "team-a" not in body
+    assert ">in use</text>" in body
+    assert body.count(' highlight"') == 2  # where it would land
+
+
+def test_the_preview_says_over_quota_and_names_the_limit(client, topology, tenant_b):
+    client.force_login(tenant_b)
+    resp = client.post(
+        reverse("tenant:preview", args=["team-b"]),
+        {"name": "big", "num_nodes": 8, "allocation_mode": "Single",
+         "placement_constraint": "any"},
+    )  # fmt: skip
+    body = resp.content.decode()
+    assert 'data-preview="over-quota"' in body
+    assert "Over quota" in body
+
+
+def test_the_preview_reports_invalid_input_without_a_dry_run(client, topology, tenant_a):
+    client.force_login(tenant_a)
+    resp = client.post(reverse("tenant:preview", args=["team-a"]), {"name": "Bad_Name"})
+    assert 'data-preview="invalid"' in resp.content.decode()
+
+
+def test_a_request_over_quota_shows_the_message_and_creates_nothing(client, topology, tenant_b):
+    client.force_login(tenant_b)
+    resp = client.post(
+        reverse("tenant:request", args=["team-b"]),
+        {"name": "big", "num_nodes": 8, "allocation_mode": "Single",
+         "placement_constraint": "any"},
+    )  # fmt: skip
+    assert resp.status_code == 200
+    assert "over the quota of namespace team-b" in resp.content.decode()
+    assert not ComputeDomain.objects.filter(name="big").exists()
+
+
+def test_a_bad_name_is_reported_on_the_name_field(client, topology, tenant_a):
+    client.force_login(tenant_a)
+    resp = client.post(
+        reverse("tenant:request", args=["team-a"]),
+        {"name": "-bad-", "num_nodes": 1, "allocation_mode": "Single",
+         "placement_constraint": "any"},
+    )  # fmt: skip
+    assert resp.status_code == 200
+    assert resp.context["form"].errors.get("name")
+    assert not ComputeDomain.objects.exists()
+
+
+def test_a_good_request_redirects_to_the_new_domain(client, topology, tenant_a):
+    client.force_login(tenant_a)
+    resp = client.post(
+        reverse("tenant:request", args=["team-a"]),
+        {"name": "good", "num_nodes": 2, "allocation_mode": "Single",
+         "placement_constraint": "any", "lifetime_hours": 2},
+    )  # fmt: skip
+    domain = ComputeDomain.objects.get(name="good")
+    assert resp["Location"] == reverse("tenant:domain", args=["team-a", domain.uid])
+    assert domain.requested_by == tenant_a
+
+
+def test_the_domain_page_shows_timeline_matrix_channels_and_manifests(
+    client, tenant_a, ready_domain
+):
+    client.force_login(tenant_a)
+    url = reverse("tenant:domain", args=["team-a", ready_domain.uid])
+    body = client.get(url).content.decode()
+    assert 'data-phase="Ready"' in body
+    assert body.count('data-state="ready"') == 2
+    assert 'class="peer-CONNECTED"' in body
+    assert 'id="manifest-job"' in body and "kind: Job" in body
+    download = client.get(reverse("tenant:manifest", args=["team-a", ready_domain.uid, "job"]))
+    assert download["Content-Disposition"].endswith('-job.yaml"')
+    assert b"kind: Job" in download.content
+
+
+def test_release_asks_first_then_releases(client, tenant_a, ready_domain):
+    client.force_login(tenant_a)
+    url = reverse("tenant:release", args=["team-a", ready_domain.uid])
+    assert b"confirm-release" in client.get(url).content
+    ready_domain.refresh_from_db()
+    assert ready_domain.phase == "Ready"
+    client.post(url, {"reason": "done"})
+    ready_domain.refresh_from_db()
+    assert ready_domain.phase == "Releasing"
+
+
+def test_extending_a_lease_moves_its_end(client, tenant_a, ready_domain):
+    client.force_login(tenant_a)
+    before = ready_domain.lease_expires_at
+    client.post(reverse("tenant:extend", args=["team-a", ready_domain.uid]), {"hours": 4})
+    ready_domain.refresh_from_db()
+    assert (ready_domain.lease_expires_at - before).total_seconds() == 4 * 3600
+
+
+def test_cordon_asks_for_confirmation_then_cordons(client, operator, topology):
+    node = topology.nodes.order_by("slot").first()
+    client.force_login(operator)
+    url = reverse("operator:node_action", args=[node.hostname, "cordon"])
+    assert client.get(url).status_code == 200
+    node.refresh_from_db()
+    assert node.state == NodeState.READY
+    resp = client.post(url, {"reason": "fan noise"})
+    assert resp["Location"] == reverse("operator:node", args=[node.hostname])
+    node.refresh_from_db()
+    assert node.state == NodeState.CORDONED and node.state_reason == "fan noise"
+    assert Event.objects.filter(verb="node.cordoned", actor_name="operator").exists()
+
+
+def test_an_admin_edits_a_quota_and_bad_values_name_the_field(client, admin, ns_b):
+    client.force_login(admin)
+    url = reverse("admin_ui:quota_edit", args=["team-b"])
+    bad = client.post(url, {"max_gpus": "-1"})
+    assert bad.context["form"].errors.get("max_gpus")
+    client.post(url, {"max_gpus": 64, "max_nodes": 16, "max_domains": 4, "max_lifetime_hours": 48})
+    quota = Quota.objects.get(namespace=ns_b)
+    assert (quota.max_gpus, quota.max_nodes, quota.max_domains) == (64, 16, 4)
+    assert quota.max_lifetime.total_seconds() == 48 * 3600
+
+
+def test_the_approval_queue_previews_placement_and_approves(client, admin, topology, tenant_a):
+    Quota.objects.filter(namespace__name="team-a").update(approval_above_nodes=4)
+    domain = request_domain(tenant_a, tenant_a.memberships.get().namespace, "huge", 6)
+    assert domain.phase == "Pending"
+    client.force_login(admin)
+    body = client.get(reverse("admin_ui:approvals")).content.decode()
+    assert "Would land on 6 trays" in body and body.count(' highlight"') == 6
+    client.post(reverse("admin_ui:approval_decide", args=[domain.uid, "approve"]))
+    domain.refresh_from_db()
+    assert domain.phase == "Admitted"
+
+
+def test_admins_manage_members(client, admin, ns_a):
+    newcomer = factories.make_user("newcomer")
+    client.force_login(admin)
+    url = reverse("admin_ui:namespace", args=["team-a"])
+    missing = client.post(url, {"username": "ghost", "role": "member"})
+    assert "no user named" in missing.content.decode()
+    client.post(url, {"username": "newcomer", "role": "viewer"})
+    assert newcomer.memberships.get().role == "viewer"
+    client.post(reverse("admin_ui:member_remove", args=["team-a", "newcomer"]))
+    assert not newcomer.memberships.exists()
+
+
+def test_the_audit_log_filters_and_exports_csv(client, admin, tenant_a, ready_domain):
+    client.force_login(admin)
+    url = reverse("admin_ui:audit")
+    body = client.get(url, {"verb": "domain.requested"}).content.decode()
+    assert "domain.requested" in body and "member.ready" not in body
+    resp = client.get(url, {"actor": "alice", "format": "csv"})
+    rows = list(csv.reader(io.StringIO(b"".join(resp.streaming_content).decode())))
+    assert rows[0][:4] == ["time", "actor_kind", "actor", "verb"]
+    assert rows[1:] and all(r[2] == "alice" for r in rows[1:])
+
+
+def test_the_channel_ledger_lists_held_channels_per_clique(client, operator, ready_domain):
+    client.force_login(operator)
+    body = client.get(reverse("operator:channels")).content.decode()
+    channel = ready_domain.channels.get().channel
+    assert f"<td>{channel}</td>" in body and "team-a/train" in body
+
+
+def test_the_preview_says_when_a_request_needs_approval(client, topology, tenant_a):
+    Quota.objects.filter(namespace__name="team-a").update(approval_above_nodes=4)
+    client.force_login(tenant_a)
+    resp = client.post(
+        reverse("tenant:preview", args=["team-a"]),
+        {"name": "wide", "num_nodes": 6, "allocation_mode": "Single",
+         "placement_constraint": "any"},
+    )  # fmt: skip
+    body = resp.content.decode()
+    assert 'data-preview="needs-approval"' in body
+    assert "needs an admin" in body
+
+
+@pytest.mark.parametrize("page", ["admin_ui:quotas", "admin_ui:namespaces", "admin_ui:audit"])
+def test_admin_lists_cost_the_same_queries_for_one_namespace_and_four(
+    client, admin, topology, page
+):
+    def populate(name: str) -> None:
+        ns = factories.make_namespace(name, max_gpus=8)
+        user = factories.make_user(f"{name}-user")
+        factories.add_member(user, ns, "member")
+        request_domain(user, ns, "d", 1)
+
+    client.force_login(admin)
+    populate("ns-one")
+    one = _queries(client, reverse(page))
+    for name in ("ns-two", "ns-three", "ns-four"):
+        populate(name)
+    assert _queries(client, reverse(page)) == one
+
+
+def test_a_cordoned_tray_that_serves_a_domain_shows_both(client, operator, ready_domain):
+    from domains.inventory.services import node_cordon
+
+    member = ready_domain.members.select_related("node").first()
+    node_cordon(actor=Actor.for_user(operator), node=member.node, reason="")
+    client.force_login(operator)
+    svg = client.get(reverse("operator:rack", args=[member.node.rack.name])).content.decode()
+    assert 'class="word">cordoned · team-a/' in svg
+    assert "state: cordoned, in use\ndomain: team-a/train" in svg  # the hover card
+    assert 'class="state-flag"' in svg
+
+
+def test_a_request_in_gpus_is_rounded_up_to_whole_trays(client, topology, tenant_a):
+    client.force_login(tenant_a)
+    client.post(
+        reverse("tenant:request", args=["team-a"]),
+        {"name": "by-gpus", "gpus": 10, "allocation_mode": "Single",
+         "placement_constraint": "any"},
+    )  # fmt: skip
+    assert ComputeDomain.objects.get(name="by-gpus").num_nodes == 3
+
+
+def test_a_request_without_a_size_names_the_trays_field(client, topology, tenant_a):
+    client.force_login(tenant_a)
+    resp = client.post(
+        reverse("tenant:request", args=["team-a"]),
+        {"name": "nosize", "allocation_mode": "Single", "placement_constraint": "any"},
+    )
+    assert "trays (or GPUs)" in resp.context["form"].errors["num_nodes"][0]
+    assert not ComputeDomain.objects.exists()
+
+
+def test_trays_without_a_rack_position_are_listed_on_the_fabric(client, operator, topology):
+    Node.objects.create(hostname="loose-tray", management_ip="127.13.250.1")
+    client.force_login(operator)
+    body = client.get(reverse("operator:fabric")).content.decode()
+    assert "Trays without a rack position" in body and "loose-tray" in body

@@ -1,0 +1,74 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "portal.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "portal.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "portal.selector" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "portal.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "portal.secretName" -}}
+{{ .Values.existingSecret | default (include "portal.fullname" .) }}
+{{- end -}}
+
+{{- define "portal.webHost" -}}
+{{ include "portal.fullname" . }}-web.{{ .Release.Namespace }}.svc.cluster.local
+{{- end -}}
+
+{{/* Environment of every portal process: config from the ConfigMap, secrets from the Secret. */}}
+{{- define "portal.env" -}}
+- name: SECRET_KEY
+  valueFrom: {secretKeyRef: {name: {{ include "portal.secretName" . }}, key: SECRET_KEY}}
+- name: DATABASE_URL
+  valueFrom: {secretKeyRef: {name: {{ include "portal.secretName" . }}, key: DATABASE_URL}}
+- name: REDIS_URL
+  valueFrom: {secretKeyRef: {name: {{ include "portal.secretName" . }}, key: REDIS_URL}}
+- name: PORTAL_AGENT_JOIN_TOKEN
+  valueFrom: {secretKeyRef: {name: {{ include "portal.secretName" . }}, key: PORTAL_AGENT_JOIN_TOKEN}}
+{{- end -}}
+
+{{- define "portal.podDefaults" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.podSecurityContext }}
+securityContext: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "portal.containerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+runAsUser: 10001
+capabilities: {drop: [ALL]}
+seccompProfile: {type: RuntimeDefault}
+{{- end -}}

@@ -1,0 +1,228 @@
+"""Writing domains out to the cluster: create, mirror status, remove on release.
+
+Level-triggered like the rest of the controller: `publish_domain` compares what the
+cluster holds with what the database says and writes only the difference, so running it
+twice, late, or after a lost message is harmless. Transient API trouble raises
+`KubeUnavailable` (the Celery task retries it with backoff); whatever still fails is picked
+up by `reconcile_published` from the database, so no change is lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+from django.db.models import F, Q
+from django.utils import timezone
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from domains.computedomains.events import KUBERNETES
+from domains.computedomains.models import LIVE_PHASES, ComputeDomain
+from domains.computedomains.services import domain_release
+from domains.kube.client import KubeRejected, api_client, call, is_not_found
+from domains.kube.models import PublishedDomain, RefusedComputeDomain
+from domains.kube.publish import (
+    API_GROUP,
+    API_VERSION,
+    MESSAGE_ANNOTATION,
+    PHASE_ANNOTATION,
+    PLURAL,
+    REASON_ANNOTATION,
+    UID_ANNOTATION,
+    computedomain_object,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Cluster:
+    """The ComputeDomain calls the publisher makes, on one ApiClient."""
+
+    def __init__(self, api: client.ApiClient | None = None) -> None:
+        self.api = api or api_client()
+        self.custom = client.CustomObjectsApi(self.api)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return call(
+                self.custom.get_namespaced_custom_object,
+                API_GROUP, API_VERSION, namespace, PLURAL, name,
+            )  # fmt: skip
+        except ApiException as exc:
+            if is_not_found(exc):
+                return None
+            raise
+
+    def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return call(
+                self.custom.create_namespaced_custom_object,
+                API_GROUP, API_VERSION, namespace, PLURAL, body,
+            )  # fmt: skip
+        except ApiException as exc:
+            if is_not_found(exc):  # the only 404 of a create: no such namespace there
+                raise KubeRejected(404, f"namespace {namespace} does not exist in the cluster")
+            raise
+
+    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return call(
+            self.custom.patch_namespaced_custom_object,
+            API_GROUP, API_VERSION, namespace, PLURAL, name, body,
+        )  # fmt: skip
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        return call(
+            self.custom.patch_namespaced_custom_object_status,
+            API_GROUP, API_VERSION, namespace, PLURAL, name, {"status": status},
+        )  # fmt: skip
+
+    def delete(self, namespace: str, name: str, uid: str) -> None:
+        options = {"preconditions": {"uid": uid}} if uid else {}
+        try:
+            call(
+                self.custom.delete_namespaced_custom_object,
+                API_GROUP, API_VERSION, namespace, PLURAL, name, body=options,
+            )  # fmt: skip
+        except ApiException as exc:
+            if not is_not_found(exc):
+                raise
+
+
+def desired_hash(domain: ComputeDomain) -> str:
+    """What the cluster should show for this domain, hashed; `removed` once it has ended."""
+    if not domain.is_live:
+        return "removed"
+    obj = computedomain_object(domain)
+    text = json.dumps([obj["metadata"]["annotations"], obj["status"]], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def publish_domain(*, domain_id: int, cluster: Cluster | None = None) -> str:
+    """Bring the domain's cluster object in line with the database; returns what was done."""
+    domain = ComputeDomain.objects.select_related("namespace").filter(pk=domain_id).first()
+    if domain is None:
+        return "no such domain"
+    row, _ = PublishedDomain.objects.get_or_create(domain=domain)
+    cluster = cluster or Cluster()
+    PublishedDomain.objects.filter(pk=row.pk).update(attempts=F("attempts") + 1)
+    try:
+        if domain.is_live:
+            outcome = _publish(cluster, domain, row)
+        else:
+            outcome = _remove(cluster, domain, row)
+    except KubeRejected as exc:
+        # Permanent (403, missing namespace, invalid): remember and say so. The hash is
+        # stored too, so reconcile tries again only once the domain changes, not every pass.
+        _save(row, last_error=str(exc)[:2000], published_hash=desired_hash(domain))
+        log.warning("publishing %s refused: %s", domain, exc)
+        return f"refused: {exc}"
+    return outcome
+
+
+def _publish(cluster: Cluster, domain: ComputeDomain, row: PublishedDomain) -> str:
+    ns, name = domain.namespace.name, domain.name
+    wanted = computedomain_object(domain)
+    current = cluster.get(ns, name)
+    if current is None:
+        if row.object_uid:
+            # It existed and someone deleted it, unseen by the watch: that releases it.
+            domain_release(actor=KUBERNETES, domain=domain, reason="ComputeDomain deleted")
+            return "deleted in the cluster: released"
+        body = {k: v for k, v in wanted.items() if k != "status"}
+        current = cluster.create(ns, body)
+        _save(row, object_uid=current["metadata"]["uid"])
+        outcome = "created"
+    elif not _is_ours(current, domain, row):
+        _save(row, last_error=f"{ns}/{name} in the cluster belongs to another domain")
+        return "name taken in the cluster"
+    else:
+        outcome = "unchanged"
+    annotations = current["metadata"].get("annotations") or {}
+    wanted_annotations = wanted["metadata"]["annotations"]
+    if any(annotations.get(k) != v for k, v in wanted_annotations.items()):
+        cluster.patch(ns, name, {"metadata": {"annotations": wanted_annotations}})
+        outcome = "updated" if outcome == "unchanged" else outcome
+    if current.get("status") != wanted["status"]:
+        cluster.patch_status(ns, name, wanted["status"])
+        outcome = "updated" if outcome == "unchanged" else outcome
+    _save(row, object_uid=current["metadata"]["uid"], hash_=desired_hash(domain))
+    return outcome
+
+
+def _is_ours(current: dict[str, Any], domain: ComputeDomain, row: PublishedDomain) -> bool:
+    meta = current["metadata"]
+    own = (meta.get("annotations") or {}).get(UID_ANNOTATION)
+    return own == str(domain.uid) or (bool(row.object_uid) and meta.get("uid") == row.object_uid)
+
+
+def _remove(cluster: Cluster, domain: ComputeDomain, row: PublishedDomain) -> str:
+    if row.removed:
+        return "already removed"
+    current = cluster.get(domain.namespace.name, domain.name)
+    if current is not None and _is_ours(current, domain, row):
+        cluster.delete(domain.namespace.name, domain.name, current["metadata"]["uid"])
+        outcome = "removed"
+    else:
+        outcome = "nothing to remove"
+    _save(row, removed=True, hash_="removed")
+    return outcome
+
+
+def _save(row: PublishedDomain, *, hash_: str | None = None, **fields: Any) -> None:
+    if hash_ is not None:
+        fields.update(published_hash=hash_, published_at=timezone.now(), last_error="")
+    PublishedDomain.objects.filter(pk=row.pk).update(**fields)
+    for key, value in fields.items():
+        setattr(row, key, value)
+
+
+# --- refusals ------------------------------------------------------------------------------
+
+
+def report_refusal(*, refusal_id: int, cluster: Cluster | None = None) -> str:
+    """Tell the kubectl user why their ComputeDomain was not adopted, on the object itself."""
+    refusal = RefusedComputeDomain.objects.filter(pk=refusal_id).first()
+    if refusal is None:
+        return "no such refusal"
+    cluster = cluster or Cluster()
+    current = cluster.get(refusal.namespace, refusal.name)
+    if current is None or current["metadata"]["uid"] != refusal.object_uid:
+        return "object gone"
+    annotations = {
+        PHASE_ANNOTATION: "Refused",
+        REASON_ANNOTATION: refusal.reason,
+        MESSAGE_ANNOTATION: refusal.message[:1000],
+    }
+    cluster.patch(refusal.namespace, refusal.name, {"metadata": {"annotations": annotations}})
+    cluster.patch_status(refusal.namespace, refusal.name, {"status": "NotReady", "nodes": []})
+    RefusedComputeDomain.objects.filter(pk=refusal.pk).update(reported=True)
+    return "reported"
+
+
+# --- reconcile -----------------------------------------------------------------------------
+
+
+def domains_to_publish() -> list[int]:
+    """Ids of domains whose cluster object may differ from the database.
+
+    Live domains and ended ones not yet removed; each compared by hash, so a pass over an
+    unchanged fabric makes no API call at all.
+    """
+    candidates = (
+        ComputeDomain.objects.select_related("namespace")
+        .filter(Q(phase__in=LIVE_PHASES) | Q(kube_object__removed=False))
+        .select_related("kube_object")
+    )
+    stale = []
+    for domain in candidates:
+        row = getattr(domain, "kube_object", None)
+        if row is None or row.published_hash != desired_hash(domain):
+            stale.append(domain.pk)
+    return stale
+
+
+def unreported_refusals() -> list[int]:
+    return list(RefusedComputeDomain.objects.filter(reported=False).values_list("pk", flat=True))

@@ -1,0 +1,67 @@
+"""Kubernetes publishing tasks: thin, idempotent, retried only on `KubeUnavailable`.
+
+`publish_domain` is queued whenever a domain changes (see apps.py); `reconcile` runs from
+beat and publishes whatever the database says is not yet in the cluster, so a message lost
+with Redis or a task that ran out of retries during an API server outage is caught up.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from domains.kube import publisher
+from domains.kube.client import KubeUnavailable, kube_enabled
+
+log = logging.getLogger(__name__)
+
+RETRY = {
+    "acks_late": True,
+    "autoretry_for": (KubeUnavailable,),
+    "retry_backoff": 1,
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+    "max_retries": 8,
+}
+
+
+@shared_task(name="kube.publish_domain", **RETRY)
+def publish_domain(domain_id: int) -> str:
+    """Create, update or remove the domain's ComputeDomain object."""
+    if not kube_enabled():
+        return "disabled"
+    return publisher.publish_domain(domain_id=domain_id)
+
+
+@shared_task(name="kube.report_refusal", **RETRY)
+def report_refusal(refusal_id: int) -> str:
+    """Write why a kubectl-created ComputeDomain was not adopted onto the object."""
+    if not kube_enabled():
+        return "disabled"
+    return publisher.report_refusal(refusal_id=refusal_id)
+
+
+@shared_task(name="kube.reconcile", acks_late=True)
+def reconcile() -> dict[str, int]:
+    """Publish every domain whose object may differ from the database, in this task.
+
+    One pass, in order, stopping at the first sign that the API server is away: fanning
+    out a retried task per domain during an outage would only pile up the queue. The next
+    beat pass goes on from the database.
+    """
+    if not kube_enabled():
+        return {}
+    done = {"domains": 0, "refusals": 0}
+    cluster = publisher.Cluster()
+    try:
+        for domain_id in publisher.domains_to_publish():
+            publisher.publish_domain(domain_id=domain_id, cluster=cluster)
+            done["domains"] += 1
+        for refusal_id in publisher.unreported_refusals():
+            publisher.report_refusal(refusal_id=refusal_id, cluster=cluster)
+            done["refusals"] += 1
+    except KubeUnavailable as exc:
+        log.warning("kube.reconcile stopped early, the next pass goes on: %s", exc)
+        done["stopped"] = 1
+    return done

@@ -1,0 +1,142 @@
+"""The Helm chart, rendered by Helm's own Go engine (helm-python-sdk) and validated against
+the Kubernetes schema; the CRD it installs is NVIDIA's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.kube.schemas import CRD_PATH, assert_valid_kubernetes
+
+helm = pytest.importorskip("helm_python.chart", reason="helm-python-sdk (helm template) absent")
+
+CHART = Path(__file__).resolve().parents[2] / "deploy/helm/domain-portal"
+VALUES = {
+    "secretKey": "s3cret",
+    "databaseUrl": "postgres://portal:pw@db.example:5432/portal",
+    "redisUrl": "redis://redis.example:6379/0",
+    "agentJoinToken": "join-me",
+    "allowedHosts": ["portal.example.com"],
+    "web": {"ingress": {"enabled": True, "tlsSecret": "portal-tls"}},
+}
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    chart = helm.Chart.load(CHART)
+    out = chart.render(values, name="portal", namespace="gpu-portal", is_install=True)
+    return [
+        doc
+        for name, text in sorted(out.items())
+        if name.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+@pytest.fixture(scope="module")
+def objects() -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in render(VALUES)}
+
+
+def test_helm_lint_finds_nothing():
+    report = helm.lint(CHART, VALUES, strict=True, kube_version="v1.34.0")
+    assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_every_rendered_object_is_valid_kubernetes(objects):
+    kinds = {kind for kind, _ in objects}
+    assert {"Deployment", "DaemonSet", "Service", "Ingress", "Job", "ClusterRole"} <= kinds
+    for obj in objects.values():
+        assert_valid_kubernetes(obj)
+
+
+def test_it_runs_web_worker_beat_sync_and_the_agent_with_probes(objects):
+    deployments = {name for kind, name in objects if kind == "Deployment"}
+    assert deployments == {
+        "portal-domain-portal-web",
+        "portal-domain-portal-worker",
+        "portal-domain-portal-beat",
+        "portal-domain-portal-kube-sync",
+    }
+    web = objects["Deployment", "portal-domain-portal-web"]["spec"]["template"]["spec"]
+    (container,) = web["containers"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    agent = objects["DaemonSet", "portal-domain-portal-agent"]["spec"]["template"]["spec"]
+    (container,) = agent["containers"]
+    assert "--health-addr=0.0.0.0:8090" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["securityContext"]["privileged"] and agent["hostNetwork"]
+    assert {v["hostPath"]["path"] for v in agent["volumes"]} >= {
+        "/dev",
+        "/etc/nvidia-imex",
+        "/etc/cdi",
+    }
+    assert agent["automountServiceAccountToken"] is False
+
+
+def test_external_postgres_and_redis_come_from_the_secret(objects):
+    secret = objects["Secret", "portal-domain-portal"]
+    assert secret["stringData"]["DATABASE_URL"] == VALUES["databaseUrl"]
+    assert secret["stringData"]["REDIS_URL"] == VALUES["redisUrl"]
+    worker = objects["Deployment", "portal-domain-portal-worker"]["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in worker["containers"][0]["env"]}
+    assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "portal-domain-portal"
+
+
+def test_rbac_allows_only_what_the_portal_does(objects):
+    role = objects["ClusterRole", "portal-domain-portal"]
+    rules = {
+        (g, r): set(rule["verbs"])
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert rules == {
+        ("", "nodes"): {"get", "list", "watch"},
+        ("", "namespaces"): {"get", "list", "watch"},
+        ("resource.nvidia.com", "computedomains"): {
+            "get",
+            "list",
+            "watch",
+            "create",
+            "patch",
+            "delete",
+        },
+        ("resource.nvidia.com", "computedomains/status"): {"get", "patch"},
+    }
+    web = objects["Deployment", "portal-domain-portal-web"]["spec"]["template"]["spec"]
+    assert web["automountServiceAccountToken"] is False  # the web never calls the API
+
+
+def test_missing_database_settings_are_named():
+    values = {k: v for k, v in VALUES.items() if k not in ("databaseUrl", "redisUrl")}
+    with pytest.raises(Exception, match="databaseUrl, redisUrl"):
+        render(values)
+    assert render({"existingSecret": "mine"})  # or bring your own Secret
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"web": {"replicas": "two"}}, "/web/replicas"),
+        ({"databaseUrl": "mysql://db/portal"}, "/databaseUrl"),
+        ({"agent": {"healthPort": 70000}}, "/agent/healthPort"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_field(values, field):
+    with pytest.raises(Exception, match=field):
+        render({**VALUES, **values})
+
+
+def test_the_chart_installs_nvidias_crd_when_absent():
+    chart = helm.Chart.load(CHART)
+    (crd,) = chart.crds
+    ours = yaml.safe_load(crd["data"])
+    assert_valid_kubernetes(ours)
+    assert ours["metadata"]["name"] == "computedomains.resource.nvidia.com"
+    if CRD_PATH.exists():
+        assert ours == yaml.safe_load(CRD_PATH.read_text())

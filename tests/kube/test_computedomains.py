@@ -1,0 +1,175 @@
+"""ComputeDomains out (published, status mirrored, removed) and in (adopted from kubectl)."""
+
+from __future__ import annotations
+
+import pytest
+
+from domains.computedomains.events import Actor
+from domains.computedomains.models import ComputeDomain, DomainSource, Phase
+from domains.computedomains.services import domain_release
+from domains.kube import tasks
+from domains.kube.models import PublishedDomain, RefusedComputeDomain
+from tests import factories
+from tests.domains.helpers import all_clean, all_ready
+from tests.kube.conftest import computedomain, place_on
+from tests.kube.schemas import assert_valid_computedomain, computedomain_schema
+from tests.support.kubemock import KINDS, ApiError
+
+pytestmark = pytest.mark.django_db
+
+CDS = r"/apis/resource.nvidia.com/v1beta1/namespaces/team-a/computedomains"
+
+
+def cd(kube, name: str, namespace: str = "team-a") -> dict | None:
+    return kube.get("computedomains", name, namespace)
+
+
+def test_a_domain_is_published_with_its_status_and_removed_on_release(
+    kube, eager_celery, django_capture_on_commit_callbacks, topology, ns_a, tenant_a
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        domain = place_on(ns_a, tenant_a, num_nodes=3)
+    obj = cd(kube, "train")
+    assert_valid_computedomain({k: obj[k] for k in ("apiVersion", "kind", "spec", "status")})
+    assert obj["spec"]["numNodes"] == 3
+    assert obj["metadata"]["annotations"]["portal.domains/domain-uid"] == str(domain.uid)
+    assert obj["metadata"]["annotations"]["portal.domains/phase"] == "Forming"
+    assert obj["status"]["status"] == "NotReady"
+    assert [n["index"] for n in obj["status"]["nodes"]] == [0, 1, 2]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        all_ready(domain)
+    obj = cd(kube, "train")
+    assert obj["status"]["status"] == "Ready"
+    assert {n["status"] for n in obj["status"]["nodes"]} == {"Ready"}
+    assert_valid_computedomain({k: obj[k] for k in ("apiVersion", "kind", "spec", "status")})
+
+    with django_capture_on_commit_callbacks(execute=True):
+        domain_release(actor=Actor.for_user(tenant_a), domain=domain)
+    assert cd(kube, "train")["metadata"]["annotations"]["portal.domains/phase"] == "Releasing"
+    with django_capture_on_commit_callbacks(execute=True):
+        all_clean(domain)
+    assert cd(kube, "train") is None
+    assert PublishedDomain.objects.get(domain=domain).removed
+
+
+def test_the_mock_api_server_rejects_what_the_crd_rejects(kube):
+    computedomain_schema()  # skips without NVIDIA's CRD
+    bad = computedomain("bad", "team-a") | {"spec": {"numNodes": -1, "channel": {}}}
+    with pytest.raises(ApiError, match="ComputeDomain is invalid"):
+        kube.create(KINDS["computedomains"], "team-a", bad)
+    assert kube.get("computedomains", "bad", "team-a") is None
+
+
+def test_publishing_twice_writes_nothing_new(kube, topology, ns_a, tenant_a):
+    domain = place_on(ns_a, tenant_a)
+    assert tasks.publish_domain(domain.pk) == "created"
+    writes = kube.count("PATCH", CDS) + kube.count("POST", CDS)
+    assert tasks.publish_domain(domain.pk) == "unchanged"
+    assert kube.count("PATCH", CDS) + kube.count("POST", CDS) == writes
+
+
+def test_a_namespace_missing_from_the_cluster_is_recorded_not_retried(kube, topology, tenant_a):
+    portal_only = factories.make_namespace("portal-only")
+    factories.add_member(tenant_a, portal_only, "member")
+    domain = place_on(portal_only, tenant_a)
+    assert tasks.publish_domain(domain.pk).startswith("refused")
+    row = PublishedDomain.objects.get(domain=domain)
+    assert "namespace portal-only does not exist" in row.last_error
+    assert tasks.reconcile() == {"domains": 0, "refusals": 0}  # not retried every pass
+
+
+def test_api_errors_while_publishing_are_retried_and_reconcile_catches_up(
+    kube, eager_celery, django_capture_on_commit_callbacks, topology, ns_a, tenant_a
+):
+    kube.fail_next("POST", CDS, status=500, times=2)
+    with django_capture_on_commit_callbacks(execute=True):
+        domain = place_on(ns_a, tenant_a)
+    assert cd(kube, "train") is not None  # the task retried through two 500s
+    assert kube.count("POST", CDS) == 3
+
+    # The API server is away for longer than every retry: the change waits in the database.
+    kube.fail_next("*", CDS, status=503, times=100)
+    with django_capture_on_commit_callbacks(execute=True):
+        all_ready(domain)
+    assert cd(kube, "train")["status"]["status"] == "NotReady"
+    assert tasks.reconcile() == {"domains": 0, "refusals": 0, "stopped": 1}  # still away
+    kube.faults.clear()
+    assert tasks.reconcile() == {"domains": 1, "refusals": 0}
+    assert cd(kube, "train")["status"]["status"] == "Ready"
+    assert tasks.reconcile() == {"domains": 0, "refusals": 0}  # nothing left to do
+
+
+def test_a_computedomain_created_with_kubectl_is_adopted_as_a_request(kube, sync, topology, ns_a):
+    kube.apply(computedomain("gitops", "team-a", num_nodes=2, allocationMode="All"))
+    sync.step("computedomains")
+    domain = ComputeDomain.objects.get(namespace=ns_a, name="gitops")
+    assert domain.source == DomainSource.KUBERNETES
+    assert (domain.num_nodes, domain.allocation_mode) == (2, "All")
+    assert domain.resource_claim_template == "gitops-channel"
+    assert domain.phase == Phase.FORMING  # placed by the (eager) placement task
+    obj = cd(kube, "gitops")
+    assert obj["spec"]["channel"]["allocationMode"] == "All"  # the user's spec, untouched
+    assert obj["metadata"]["annotations"]["portal.domains/domain-uid"] == str(domain.uid)
+    assert len(obj["status"]["nodes"]) == 2
+    assert PublishedDomain.objects.get(domain=domain).adopted
+
+    sync.step("computedomains")  # our own writes come back by watch: nothing new happens
+    assert ComputeDomain.objects.filter(name="gitops").count() == 1
+
+
+def test_deleting_the_object_with_kubectl_releases_the_domain(kube, sync, topology, ns_a):
+    kube.apply(computedomain("gitops", "team-a"))
+    sync.step("computedomains")
+    domain = ComputeDomain.objects.get(name="gitops")
+    kube.delete("computedomains", "gitops", "team-a")
+    sync.step("computedomains")
+    domain.refresh_from_db()
+    assert domain.phase == Phase.RELEASING
+
+
+@pytest.mark.parametrize(
+    ("namespace", "num_nodes", "reason", "text"),
+    [
+        ("team-b", 8, "QuotaExceeded", "over the quota of namespace team-b"),
+        ("team-b", 0, "Invalid", "spec.numNodes must be at least 1"),
+        ("elsewhere", 2, "Invalid", "namespace elsewhere is not a tenant"),
+    ],
+)
+def test_a_refused_computedomain_says_why_on_the_object(
+    kube, sync, topology, ns_b, namespace, num_nodes, reason, text
+):
+    kube.apply(computedomain("big", namespace, num_nodes=num_nodes))
+    sync.step("computedomains")
+    assert not ComputeDomain.objects.filter(name="big").exists()
+    obj = cd(kube, "big", namespace)
+    assert obj["status"] == {"status": "NotReady", "nodes": []}
+    annotations = obj["metadata"]["annotations"]
+    assert annotations["portal.domains/phase"] == "Refused"
+    assert annotations["portal.domains/reason"] == reason
+    assert text in annotations["portal.domains/message"]
+    assert RefusedComputeDomain.objects.get(name="big").reported
+    assert_valid_computedomain({k: obj[k] for k in ("apiVersion", "kind", "spec", "status")})
+
+
+def test_a_refused_computedomain_is_adopted_at_resync_once_quota_frees(
+    kube, sync, topology, ns_b, admin
+):
+    from domains.tenancy.services import quota_set
+
+    kube.apply(computedomain("big", "team-b", num_nodes=8))
+    sync.step("computedomains")
+    assert RefusedComputeDomain.objects.filter(name="big").exists()
+    before = cd(kube, "big", "team-b")["metadata"]["annotations"]["portal.domains/message"]
+
+    quota_set(actor=Actor.for_user(admin), namespace=ns_b, max_nodes=7)  # still too small
+    sync["computedomains"].version = None  # the next resync
+    sync.step("computedomains")
+    after = cd(kube, "big", "team-b")["metadata"]["annotations"]["portal.domains/message"]
+    assert after != before and "7" in after  # the object says why now, not why then
+
+    quota_set(actor=Actor.for_user(admin), namespace=ns_b, max_nodes=8, max_gpus=32)
+    sync["computedomains"].version = None  # the next resync
+    sync.step("computedomains")
+    assert ComputeDomain.objects.get(name="big").num_nodes == 8
+    assert not RefusedComputeDomain.objects.exists()

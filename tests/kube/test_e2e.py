@@ -1,0 +1,111 @@
+"""End to end on real processes: a GitOps user's ComputeDomain forms on trays that came from
+Kubernetes Nodes, its status reaches the object, and `kubectl delete` releases it.
+
+Real `manage.py kube_sync`, web server, Celery worker and node agents (emulated IMEX); only
+the API server is the mock. Trays use this suite's loopback range 127.15.<rack>.<slot>.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from domains.computedomains.models import ComputeDomain, DomainSource, Phase
+from domains.inventory.models import Gpu, Node, NodeSource
+from domains.kube.publish import UID_ANNOTATION
+from domains.tenancy.models import Namespace
+from tests.kube.conftest import computedomain, gpu_labels
+from tests.kube.schemas import assert_valid_computedomain, computedomain_errors
+from tests.support import kubemock
+from tests.support.agents import AgentFleet, wait_for
+from tests.support.processes import (
+    VENV_BIN,
+    Proc,
+    process_env,
+    running,
+    start_server,
+    start_worker,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+TRAYS = [(f"k8s-r1-t{slot}", f"127.15.1.{slot}") for slot in range(1, 5)]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[kubemock.KubeMock, dict[str, str]]]:
+    with kubemock.running() as mock:
+        mock.validators["computedomains"] = computedomain_errors
+        env = {
+            "KUBECONFIG": str(mock.write_kubeconfig(tmp_path / "kubeconfig")),
+            "PORTAL_KUBE_ENABLED": "1",
+            "PORTAL_KUBE_RACK_LABEL": "topology.kubernetes.io/rack",
+        }
+        yield mock, env
+
+
+def start_kube_sync(env: dict[str, str]) -> Proc:
+    argv = [str(VENV_BIN / "python"), "manage.py", "kube_sync", "--watch-timeout", "5"]
+    proc = Proc("kube-sync", argv, process_env(**env))
+    wait_for(lambda: "watching" in proc.log() or not proc.alive(), 30, "kube_sync to start")
+    assert proc.alive(), proc.log()
+    return proc
+
+
+def test_a_kubectl_computedomain_forms_on_kubernetes_trays_and_kubectl_delete_releases_it(
+    cluster,
+):
+    mock, env = cluster
+    for hostname, ip in TRAYS:
+        mock.put_node(hostname, labels=gpu_labels(clique=7, rack="r1"), ip=ip)
+    mock.put_namespace("gitops")
+    sync = start_kube_sync(env)
+    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", **env)
+    worker = start_worker(concurrency=4, **env)
+    with running(sync, worker, server):
+        wait_for(
+            lambda: Node.objects.filter(source=NodeSource.KUBERNETES).count() == 4, 30, "trays"
+        )
+        ns = wait_for(lambda: Namespace.objects.filter(name="gitops").first(), 30, "namespace")
+        for tray in Node.objects.filter(source=NodeSource.KUBERNETES):
+            # What NVML reports on each emulated tray: 4 GPUs in clique 7 (the agent's facts).
+            for index in range(4):
+                Gpu.objects.create(node=tray, index=index, uuid=f"GPU-{tray.hostname}-{index}")
+        with AgentFleet(url, Node.objects.filter(source=NodeSource.KUBERNETES)) as fleet:
+            fleet.wait_joined()
+            mock.apply(computedomain("train", "gitops", num_nodes=4))
+
+            domain = wait_for(
+                lambda: ComputeDomain.objects.filter(namespace=ns, name="train").first(),
+                30,
+                f"the ComputeDomain adopted; kube_sync said:\n{sync.log()[-2000:]}",
+            )
+            assert domain.source == DomainSource.KUBERNETES
+
+            def published_ready() -> dict | None:
+                obj = mock.get("computedomains", "train", "gitops")
+                ready = obj and obj.get("status", {}).get("status") == "Ready"
+                return obj if ready else None
+
+            obj = wait_for(published_ready, 60, "Ready mirrored onto the object")
+            assert obj["metadata"]["annotations"][UID_ANNOTATION] == str(domain.uid)
+            nodes = obj["status"]["nodes"]
+            assert sorted(n["name"] for n in nodes) == [h for h, _ in TRAYS]
+            assert {n["status"] for n in nodes} == {"Ready"}
+            assert {n["cliqueID"] for n in nodes} == {gpu_labels(clique=7)["nvidia.com/gpu.clique"]}
+            assert_valid_computedomain(
+                {k: obj[k] for k in ("apiVersion", "kind", "spec", "status")}
+            )
+
+            mock.delete("computedomains", "train", "gitops")  # kubectl delete
+            domain.refresh_from_db()
+            wait_for(
+                lambda: ComputeDomain.objects.get(pk=domain.pk).phase == Phase.RELEASED,
+                60,
+                "the domain released",
+            )
+            for hostname, _ in TRAYS:
+                assert fleet.leftovers(hostname) == []
+    assert mock.get("computedomains", "train", "gitops") is None

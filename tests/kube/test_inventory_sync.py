@@ -1,0 +1,183 @@
+"""Nodes and Namespaces come in from Kubernetes through list + watch."""
+
+from __future__ import annotations
+
+import pytest
+
+from domains.computedomains.events import Actor
+from domains.computedomains.models import Event, Phase
+from domains.inventory.models import Node, NodeSource, NodeState
+from domains.inventory.services import node_cordon
+from domains.kube.models import SyncState
+from domains.tenancy.models import Namespace, NamespaceSource
+from tests import factories
+from tests.kube.conftest import CLUSTER, gpu_labels, place_on
+
+pytestmark = pytest.mark.django_db
+
+LISTS = r"^/api/v1/nodes(\?(?!.*watch=true)|$)"
+
+
+def test_nodes_with_a_clique_label_become_trays(kube, sync):
+    kube.put_node("gb-a1", labels=gpu_labels(clique=1), ip="10.1.0.1")
+    kube.put_node("gb-a2", labels=gpu_labels(clique=1), ip="10.1.0.2")
+    kube.put_node("cpu-1", labels={"kubernetes.io/os": "linux"}, ip="10.9.0.1")
+    sync.step("nodes")
+
+    trays = {n.hostname: n for n in Node.objects.select_related("clique", "rack")}
+    assert set(trays) == {"gb-a1", "gb-a2"}  # no clique label: not a tray
+    tray = trays["gb-a1"]
+    assert tray.management_ip == "10.1.0.1"
+    assert (tray.gpu_count, tray.gpu_product) == (4, "NVIDIA-GB200")
+    assert tray.clique.label == f"{CLUSTER}.1"
+    assert tray.rack.name == "r1"
+    assert sorted(t.slot for t in trays.values()) == [1, 2]  # drawn in the rack view
+    assert tray.source == NodeSource.KUBERNETES
+    assert tray.state == NodeState.UNKNOWN  # ready once its agent joins
+    assert Event.objects.filter(verb="node.discovered").count() == 2
+
+
+def test_a_slot_label_places_the_tray_in_its_rack(kube, sync, settings):
+    settings.PORTAL = {**settings.PORTAL, "KUBE_SLOT_LABEL": "example.com/slot"}
+    kube.put_node("gb-a7", labels=gpu_labels(**{"example.com/slot": "7"}), ip="10.1.0.7")
+    kube.put_node("gb-ax", labels=gpu_labels(), ip="10.1.0.8")
+    sync.step("nodes")
+    assert Node.objects.get(hostname="gb-a7").slot == 7
+    assert Node.objects.get(hostname="gb-ax").slot == 1
+
+
+def test_changes_arrive_by_watch_without_listing_again(kube, sync):
+    kube.put_node("gb-a1", labels=gpu_labels(clique=1), ip="10.1.0.1")
+    sync.step("nodes")
+    assert kube.count("GET", LISTS) == 1
+
+    kube.put_node("gb-a2", labels=gpu_labels(clique=1), ip="10.1.0.2")  # appears
+    kube.put_node("gb-a1", labels=gpu_labels(clique=2, rack="r2"), ip="10.1.0.1")  # relabelled
+    sync.step("nodes")
+    a1 = Node.objects.select_related("clique", "rack").get(hostname="gb-a1")
+    assert a1.clique.label == f"{CLUSTER}.2" and a1.rack.name == "r2"
+    assert Node.objects.filter(hostname="gb-a2").exists()
+    assert Event.objects.filter(verb="node.relabelled", node=a1).exists()
+
+    kube.put_node(
+        "gb-a1", labels=gpu_labels(clique=2, rack="r2"), ip="10.1.0.1", unschedulable=True
+    )
+    sync.step("nodes")
+    a1.refresh_from_db()
+    assert a1.state == NodeState.CORDONED
+    assert "unschedulable" in a1.state_reason
+
+    kube.put_node("gb-a1", labels=gpu_labels(clique=2, rack="r2"), ip="10.1.0.1")
+    sync.step("nodes")
+    a1.refresh_from_db()
+    assert a1.state == NodeState.READY
+
+    kube.delete("nodes", "gb-a2")  # never used by a domain: removed
+    sync.step("nodes")
+    assert not Node.objects.filter(hostname="gb-a2").exists()
+    assert kube.count("GET", LISTS) == 1  # all of it came by watch
+
+
+def test_an_operators_own_cordon_is_not_undone_by_kubernetes(kube, sync, operator):
+    kube.put_node("gb-a1", labels=gpu_labels(), ip="10.1.0.1")
+    sync.step("nodes")
+    tray = Node.objects.get(hostname="gb-a1")
+    node_cordon(actor=Actor.for_user(operator), node=tray, reason="bad cable")
+    kube.put_node("gb-a1", labels=gpu_labels(), ip="10.1.0.2")
+    sync.step("nodes")
+    tray.refresh_from_db()
+    assert (tray.state, tray.state_reason) == (NodeState.CORDONED, "bad cable")
+    assert tray.management_ip == "10.1.0.2"
+
+
+def test_a_vanished_tray_that_serves_a_domain_is_kept_gone_and_down(kube, sync, ns_a, tenant_a):
+    (rack,) = factories.make_racks("4", ip_prefix="127.15")
+    trays = list(rack.nodes.select_related("clique").order_by("slot"))
+    labels = gpu_labels(rack=rack.name) | {"nvidia.com/gpu.clique": trays[0].clique.label}
+    for tray in trays:  # the same trays, now known to Kubernetes
+        kube.put_node(tray.hostname, labels=labels, ip=tray.management_ip)
+    sync.step("nodes")
+    domain = place_on(ns_a, tenant_a, num_nodes=4)
+    assert domain.phase == Phase.FORMING
+
+    kube.delete("nodes", trays[0].hostname)
+    sync.step("nodes")
+    tray = Node.objects.get(pk=trays[0].pk)  # still there: the domain refers to it
+    assert tray.gone and tray.state == NodeState.DOWN
+    assert domain.members.filter(node=tray).exists()
+
+    kube.put_node(trays[0].hostname, labels=labels, ip=trays[0].management_ip)
+    sync.step("nodes")
+    tray.refresh_from_db()
+    assert not tray.gone and tray.state == NodeState.READY
+
+
+def test_namespaces_become_tenants_and_leave_when_deleted(kube, sync):
+    kube.put_namespace("research")
+    kube.put_namespace("kube-system")
+    sync.step("namespaces")
+    research = Namespace.objects.get(name="research")
+    assert research.source == NamespaceSource.KUBERNETES and research.active
+    assert not Namespace.objects.filter(name="kube-system").exists()
+
+    kube.delete("namespaces", "research")
+    sync.step("namespaces")
+    research.refresh_from_db()
+    assert not research.active  # kept for its history, closed for new requests
+
+    kube.put_namespace("research")
+    sync.step("namespaces")
+    research.refresh_from_db()
+    assert research.active
+
+
+def test_only_labelled_namespaces_are_tenants_when_a_label_is_configured(kube, sync, settings):
+    settings.PORTAL = {**settings.PORTAL, "KUBE_NAMESPACE_LABEL": "portal.domains/tenant=true"}
+    kube.put_namespace("research", labels={"portal.domains/tenant": "true"})
+    kube.put_namespace("scratch")
+    sync.step("namespaces")
+    assert list(Namespace.objects.values_list("name", flat=True)) == ["research"]
+
+    kube.put_namespace("research", labels={})  # label removed
+    sync.step("namespaces")
+    assert not Namespace.objects.get(name="research").active
+
+
+def test_an_api_server_error_mid_sync_is_recovered(kube, sync):
+    kube.put_node("gb-a1", labels=gpu_labels(), ip="10.1.0.1")
+    kube.fail_next("GET", LISTS, status=500)
+    assert sync.step("nodes") == [False]  # the list failed: back off, nothing half-done
+    state = SyncState.objects.get(resource="nodes")
+    assert state.errors == 1 and "500" in state.last_error
+    assert sync["nodes"].backoff() > 0
+    assert sync.step("nodes") == [True]
+    assert Node.objects.filter(hostname="gb-a1").exists()
+
+    kube.fail_next("GET", r"watch=true", status=503)  # the watch fails next
+    kube.put_node("gb-a2", labels=gpu_labels(), ip="10.1.0.2")
+    assert sync.step("nodes") == [False]
+    assert sync.step("nodes") == [True]  # resumes from the last version: nothing lost
+    assert Node.objects.filter(hostname="gb-a2").exists()
+
+
+def test_a_compacted_watch_relists_and_catches_deletions_it_missed(kube, sync):
+    kube.put_node("gb-a1", labels=gpu_labels(), ip="10.1.0.1")
+    kube.put_node("gb-a2", labels=gpu_labels(), ip="10.1.0.2")
+    sync.step("nodes")
+    kube.delete("nodes", "gb-a2")
+    kube.compact()  # the DELETED event is gone from history: the watch gets 410
+    sync.step("nodes")
+    assert sync["nodes"].version is None
+    sync.step("nodes")  # relist: gb-a2 missing → vanished
+    assert list(Node.objects.values_list("hostname", flat=True)) == ["gb-a1"]
+    assert kube.count("GET", LISTS) == 2
+
+
+def test_malformed_labels_are_ignored_not_fatal(kube, sync):
+    kube.put_node("gb-bad", labels=gpu_labels() | {"nvidia.com/gpu.clique": "x" * 40 + ".1"})
+    kube.put_node("gb-big", labels=gpu_labels() | {"nvidia.com/gpu.count": "99999"}, ip="10.1.0.2")
+    kube.put_node("gb-ok", labels=gpu_labels(), ip="10.1.0.3")
+    assert sync.step("nodes") == [True]
+    assert not Node.objects.filter(hostname="gb-bad").exists()  # no usable clique: not a tray
+    assert Node.objects.get(hostname="gb-big").gpu_count == 4  # kept the default
+    assert Node.objects.filter(hostname="gb-ok").exists()

@@ -1,0 +1,132 @@
+"""Workload manifests and the published ComputeDomain object of a placed domain."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from domains.computedomains.events import Actor
+from domains.computedomains.models import Phase
+from domains.computedomains.services import DomainSpec, domain_place, domain_request
+from domains.errors import InvalidTransition
+from domains.kube.manifests import workload_manifests
+from domains.kube.publish import computedomain_object
+from tests.domains.helpers import all_ready
+from tests.kube.schemas import (
+    assert_valid_computedomain,
+    assert_valid_kubernetes,
+    assert_valid_pod_template,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def placed(ns, user, name="train", **spec):
+    spec.setdefault("num_nodes", 3)
+    domain = domain_request(
+        actor=Actor.for_user(user), namespace=ns, spec=DomainSpec(name=name, **spec)
+    )
+    return domain_place(domain_id=domain.pk)
+
+
+def docs(domain) -> dict:
+    return {kind: yaml.safe_load(text) for kind, text in workload_manifests(domain).items()}
+
+
+def pod_templates(manifests: dict) -> list[dict]:
+    mpi = manifests["mpijob"]["spec"]["mpiReplicaSpecs"]
+    return [
+        manifests["deployment"]["spec"]["template"],
+        manifests["job"]["spec"]["template"],
+        mpi["Worker"]["template"],
+    ]
+
+
+def test_every_manifest_is_valid_kubernetes(topology, ns_a, tenant_a):
+    domain = placed(ns_a, tenant_a)
+    manifests = docs(domain)
+    assert_valid_kubernetes(manifests["deployment"])
+    assert_valid_kubernetes(manifests["job"])
+    # MPIJob is a Kubeflow CRD the Kubernetes schema does not know: check its pod templates.
+    for replica in manifests["mpijob"]["spec"]["mpiReplicaSpecs"].values():
+        assert_valid_pod_template(replica["template"], namespace="team-a")
+
+
+def test_pods_get_the_channel_and_stay_on_the_placed_trays_in_one_clique(topology, ns_a, tenant_a):
+    domain = placed(ns_a, tenant_a)
+    members = list(domain.members.select_related("node", "clique").order_by("index"))
+    hostnames = [m.node.hostname for m in members]
+    (channel,) = domain.channels.values_list("channel", flat=True)
+    manifests = docs(domain)
+    assert manifests["deployment"]["spec"]["replicas"] == 3
+    assert manifests["job"]["spec"]["completions"] == 3
+    assert manifests["mpijob"]["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
+    for template in pod_templates(manifests):
+        assert template["metadata"]["annotations"] == {
+            "cdi.k8s.io/imex-channel": f"nvidia.com/imex-channel=channel{channel}"
+        }
+        affinity = template["spec"]["affinity"]
+        (term,) = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        by_key = {e["key"]: e["values"] for e in term["matchExpressions"]}
+        assert by_key["kubernetes.io/hostname"] == hostnames
+        assert by_key["nvidia.com/gpu.clique"] == [members[0].clique.label]
+        (together,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert together["topologyKey"] == "nvidia.com/gpu.clique"
+        (claim,) = template["spec"]["resourceClaims"]
+        assert claim["resourceClaimTemplateName"] == "train-channel"
+        (container,) = template["spec"]["containers"]
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": 4}
+    launcher = manifests["mpijob"]["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+    assert "-np" in launcher["spec"]["containers"][0]["args"]
+    assert "12" in launcher["spec"]["containers"][0]["args"]
+
+
+def test_all_mode_asks_for_every_channel(topology, ns_a, tenant_a):
+    domain = placed(ns_a, tenant_a, allocation_mode="All")
+    for template in pod_templates(docs(domain)):
+        annotation = template["metadata"]["annotations"]["cdi.k8s.io/imex-channel"]
+        assert annotation == "nvidia.com/imex-channel=all"
+
+
+def test_there_are_no_manifests_before_placement(topology, ns_a, tenant_a):
+    domain = domain_request(
+        actor=Actor.for_user(tenant_a), namespace=ns_a, spec=DomainSpec(name="queued", num_nodes=2)
+    )
+    assert domain.phase == Phase.ADMITTED
+    with pytest.raises(InvalidTransition, match="holds trays"):
+        workload_manifests(domain)
+    obj = computedomain_object(domain)
+    assert_valid_computedomain(obj)
+    assert obj["status"] == {"status": "NotReady", "nodes": []}
+
+
+def test_the_published_object_follows_nvidias_crd_and_mirrors_status(topology, ns_a, tenant_a):
+    domain = placed(ns_a, tenant_a)
+    obj = computedomain_object(domain)
+    assert_valid_computedomain(obj)
+    assert obj["metadata"]["namespace"] == "team-a"
+    assert obj["spec"] == {
+        "numNodes": 3,
+        "channel": {"resourceClaimTemplate": {"name": "train-channel"}, "allocationMode": "Single"},
+    }
+    assert obj["status"]["status"] == "NotReady"
+    assert [n["status"] for n in obj["status"]["nodes"]] == ["NotReady"] * 3
+    assert [n["index"] for n in obj["status"]["nodes"]] == [0, 1, 2]
+
+    all_ready(domain)
+    domain.refresh_from_db()
+    assert domain.phase == Phase.READY
+    obj = computedomain_object(domain)
+    assert_valid_computedomain(obj)
+    assert obj["status"]["status"] == "Ready"
+    node = obj["status"]["nodes"][0]
+    member = domain.members.select_related("node", "clique").get(index=0)
+    assert node == {
+        "name": member.node.hostname,
+        "ipAddress": member.ip_address,
+        "cliqueID": member.clique.label,
+        "index": 0,
+        "status": "Ready",
+    }

@@ -1,0 +1,84 @@
+"""Shared set-up for benchmarks: a dedicated PostgreSQL database and Django configured on it.
+
+Every benchmark runs against BENCH_DATABASE_URL (default: database `portal_bench` on the
+machine's PostgreSQL), which is dropped and re-created first, so figures never depend on
+what an earlier run left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/portal_bench"
+
+
+def bench_database_url() -> str:
+    return os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL)
+
+
+def recreate_database(url: str) -> None:
+    import psycopg
+
+    parsed = urlparse(url)
+    name = parsed.path.lstrip("/")
+    admin = parsed._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name]
+        )
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def setup_django(*, fresh: bool = True, **env: str) -> str:
+    """Point Django at the bench database, (re)create and migrate it; returns its URL."""
+    url = bench_database_url()
+    if fresh:
+        recreate_database(url)
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/8")
+    os.environ.setdefault("DEBUG", "0")
+    os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
+    os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    if fresh:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0, interactive=False)
+    return url
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile (no interpolation: a reported p99 is a value we saw)."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(pct / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def summary_ms(values_s: list[float]) -> str:
+    ms = [v * 1000 for v in values_s]
+    return (
+        f"median {statistics.median(ms):8.2f} ms  p95 {percentile(ms, 95):8.2f} ms  "
+        f"max {max(ms):8.2f} ms  (n={len(ms)})"
+    )
+
+
+def banner(title: str) -> None:
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    cpus = os.cpu_count()
+    print(f"# {title}")
+    print(f"# {now} · {platform.python_implementation()} {platform.python_version()} · {cpus} CPUs")

@@ -1,0 +1,176 @@
+"""Formation and release latency on the emulator with zero emulated delay.
+
+Everything real except the hardware: the ASGI server, a Celery worker, PostgreSQL
+(BENCH_DATABASE_URL), Redis, and one agent fleet process running the reconcile loops of all
+trays, each tray with its own emulated `nvidia-imex` process on its own loopback IP.
+
+Scenarios (trays → domains requested at once): 4 → one 4-tray domain; 18 → one rack-wide
+domain; 72 → four rack-wide domains (4 racks); 144 → eight (8 racks). IMEX's default limit
+is 18 trays per domain (one NVL72 rack), so larger scenarios are several domains at once.
+
+For each round: request every domain over the REST API, wait until all are Ready; release
+them over the API, wait until all are Released. Prints median and p95 per scenario and
+where the formation time went:
+  portal = request → Forming (admission, placement, channel, members; via a Celery task)
+           + last member ready → domain Ready (aggregation)
+  agents = Forming → last member ready (nudge, desired-state fetch, config, mknod, CDI,
+           daemon start, peers connecting, readiness polling, the status report)
+
+    .venv/bin/python bench/formation.py [--rounds 5] [--sizes 4,18,72,144]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import banner, percentile, setup_django
+
+TRAYS_PER_RACK = 18
+IP_PREFIX = "127.12"  # this suite's loopback range
+FIRST_RACK = 101  # trays at 127.12.101.x … away from the tests' 127.12.1.x
+
+
+def stats(values: list[float]) -> str:
+    ms = [v * 1000 for v in values]
+    return f"median {statistics.median(ms):7.0f} ms   p95 {percentile(ms, 95):7.0f} ms"
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of a process and of its children it has reaped (for the fleet: its daemons
+    and every nvidia-imex-ctl it ran)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def wait(predicate, timeout: float, what: str, interval: float = 0.01) -> float:
+    """Poll until true; returns the monotonic time it was first seen true."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return time.monotonic()
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sizes", default="4,18,72,144")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    setup_django(PORTAL_TESTING="1", LOG_LEVEL="WARNING")
+    import httpx
+    from django.db.models import Max
+
+    from domains.computedomains.events import SYSTEM
+    from domains.computedomains.models import ComputeDomain, DomainMember, Phase
+    from domains.inventory.models import Node
+    from domains.tenancy.tokens import token_create
+    from tests import factories
+    from tests.support.agents import AgentFleet
+    from tests.support.processes import running, start_server, start_worker
+
+    racks = max(1, -(-max(sizes) // TRAYS_PER_RACK))
+    built = factories.make_racks(*["18"] * racks, ip_prefix=IP_PREFIX, first_rack=FIRST_RACK)
+    ns = factories.make_namespace("bench")
+    user = factories.make_user("bench")
+    factories.add_member(user, ns, "member")
+    _, raw = token_create(actor=SYSTEM, user=user, name="bench")
+
+    banner("Formation and release on the emulator (zero emulated delay)")
+    print(f"# {racks} racks x 18 trays; 1 web process, 1 Celery worker (4 threads), 1 agent fleet")
+    server, url = start_server(LOG_LEVEL="WARNING")
+    worker = start_worker(concurrency=4, LOG_LEVEL="WARNING")
+    api = httpx.Client(
+        base_url=f"{url}/api/v1/namespaces/bench",
+        headers={"Authorization": f"Bearer {raw}"},
+        timeout=60,
+    )
+    nodes = Node.objects.filter(rack__in=built)
+    with (
+        running(worker, server),
+        AgentFleet(url, nodes, poll_interval=10, heartbeat_interval=10) as fleet,
+    ):
+        fleet.wait_joined(timeout=120)
+        print(f"# {nodes.count()} agents joined\n")
+        header = f"{'trays':>5} {'domains':>7}  {'request → Ready':<34}  {'release → Released':<34}"
+        print(header)
+        print("-" * len(header))
+        for size in sizes:
+            per_domain = min(size, TRAYS_PER_RACK)
+            count = size // per_domain
+            ready_t, release_t, portal_t, agent_t = [], [], [], []
+            procs = {"web": server.pid, "worker": worker.pid, "agents+IMEX": fleet.proc.pid}
+            cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
+            for rnd in range(args.rounds + 1):  # round 0 warms up
+                names = [f"b{size}-{rnd}-{i}" for i in range(count)]
+                t0 = time.monotonic()
+                for name in names:
+                    body = {"metadata": {"name": name}, "spec": {"numNodes": per_domain}}
+                    resp = api.post("/computedomains/", json=body)
+                    assert resp.status_code == 201, resp.text
+                domains = ComputeDomain.objects.filter(namespace=ns, name__in=names)
+                t_ready = wait(
+                    lambda d=domains, n=count: d.filter(phase=Phase.READY).count() == n,
+                    120,
+                    f"{count} domains Ready",
+                )
+                split = _split(domains, DomainMember, Max)
+                t1 = time.monotonic()
+                for name in names:
+                    assert api.delete(f"/computedomains/{name}/").status_code in (200, 202)
+                t_released = wait(
+                    lambda d=domains, n=count: d.filter(phase=Phase.RELEASED).count() == n,
+                    120,
+                    f"{count} domains Released",
+                )
+                if rnd == 0:
+                    continue
+                ready_t.append(t_ready - t0)
+                release_t.append(t_released - t1)
+                portal_t.append(split[0])
+                agent_t.append(split[1])
+            print(f"{size:>5} {count:>7}  {stats(ready_t):<34}  {stats(release_t):<34}")
+            cpu = {
+                name: (cpu_seconds(pid) - cpu_before[name]) / (args.rounds + 1)
+                for name, pid in procs.items()
+            }
+            portal, agents = statistics.median(portal_t), statistics.median(agent_t)
+            total = portal + agents
+            print(
+                f"{'':>14}formation split (medians): portal {portal * 1000:.0f} ms "
+                f"({portal / total:.0%}), agents+IMEX {agents * 1000:.0f} ms ({agents / total:.0%})"
+            )
+            print(
+                f"{'':>14}CPU per round: "
+                + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in cpu.items())
+            )
+    print("\nTargets (DESIGN.md §8): 18 trays median < 1 s; 144 trays < 3 s; release as fast.")
+    return 0
+
+
+def _split(domains, member_model, max_agg) -> tuple[float, float]:
+    """(portal, agents) seconds for the slowest domain of a round, from DB timestamps."""
+    worst = (0.0, 0.0)
+    for d in domains:
+        last_member = member_model.objects.filter(domain=d).aggregate(t=max_agg("ready_at"))["t"]
+        portal = (d.placed_at - d.created_at).total_seconds()
+        portal += max(0.0, (d.ready_at - last_member).total_seconds())
+        agents = (last_member - d.placed_at).total_seconds()
+        if portal + agents > sum(worst):
+            worst = (portal, agents)
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())

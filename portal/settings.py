@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "domains.inventory",
     "domains.tenancy",
@@ -117,6 +118,16 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+elif env_int("DB_POOL_MAX", 8) > 0:
+    # Under ASGI every request runs its sync part on a fresh thread, so per-thread persistent
+    # connections pile up until PostgreSQL refuses clients ("too many clients already" in
+    # bench/agent_load.py). A per-process pool bounds them; requests wait for a free one.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": env_int("DB_POOL_MAX", 8),
+        "timeout": 30,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -147,6 +158,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+if TESTING:
+    # Tests create many users; the default PBKDF2 costs ~0.3 s per password on CI cores.
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -189,12 +203,20 @@ if not DEBUG and not TESTING:
 
 # --- REST framework ------------------------------------------------------------------------
 REST_FRAMEWORK = {
+    # Bearer first: a script's token wins over a stray session cookie. Session auth keeps
+    # CSRF on for signed-in browsers.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.api.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "portal.api.permissions.TokenScope",
+    ],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
 }
@@ -203,6 +225,21 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "ComputeDomains, fabric inventory, quotas and the node-agent protocol.",
     "VERSION": "v1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "ReadinessEnum": ["Ready", "NotReady"],
+        "ConditionStatusEnum": ["True", "False", "Unknown"],
+        "ActorKindEnum": "domains.computedomains.models.ActorKind",
+        "RoleEnum": "domains.tenancy.models.Role",
+        "ObjectKindEnum": ["ComputeDomain"],
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.api.schema.add_error_responses",
+    ],
 }
 
 # --- Celery --------------------------------------------------------------------------------
@@ -228,6 +265,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
         "task": "domains.reap_stale_heartbeats",
         "schedule": 10.0,
     },
+    # Publishes to Kubernetes whatever a lost message or an API outage left (no-op when off).
+    "kube-reconcile": {
+        "task": "kube.reconcile",
+        "schedule": float(os.environ.get("PORTAL_KUBE_RECONCILE_SECONDS", 30)),
+    },
 }
 
 # --- Domain Portal -------------------------------------------------------------------------
@@ -247,6 +289,8 @@ PORTAL = {
     "KUBE_ENABLED": env_bool("PORTAL_KUBE_ENABLED", bool(os.environ.get("KUBECONFIG"))),
     "KUBE_RACK_LABEL": os.environ.get("PORTAL_KUBE_RACK_LABEL", "topology.kubernetes.io/rack"),
     "KUBE_NAMESPACE_LABEL": os.environ.get("PORTAL_KUBE_NAMESPACE_LABEL", ""),
+    # Node label holding a tray's 1-based slot in its rack; empty: the next free slot.
+    "KUBE_SLOT_LABEL": os.environ.get("PORTAL_KUBE_SLOT_LABEL", ""),
     "METRICS_TOKEN": os.environ.get("PORTAL_METRICS_TOKEN", ""),
 }
 

@@ -38,6 +38,8 @@ fi
 
 "$VENV/bin/python" manage.py migrate --no-input -v0
 "$VENV/bin/python" manage.py seed_demo ${SEED_ARGS:-}
+# One emulated node agent per seeded tray (each its own root under var/agents/ and loopback IP).
+"$VENV/bin/python" manage.py agent_fleet_spec --out var/agents/fleet.json
 
 cat <<MSG
 

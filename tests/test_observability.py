@@ -41,7 +41,7 @@ def test_metrics_expose_domains_quota_nodes_and_formation_histogram(operator, ns
     assert 'portal_domains{phase="Ready",namespace="team-a"} 1' in body
     assert 'portal_domain_formation_seconds_bucket{le="1"} 0' in body
     assert 'portal_domain_formation_seconds_bucket{le="2"} 1' in body
-    assert 'portal_domain_formation_seconds_count 1' in body
+    assert "portal_domain_formation_seconds_count 1" in body
     assert 'portal_quota_used{namespace="team-a",resource="nodes"} 2' in body
     assert 'portal_quota_limit{namespace="team-a",resource="gpus"} 48' in body
     assert 'portal_nodes{state="ready"} 18' in body

@@ -9,22 +9,17 @@ message costs only the fallback poll's latency.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from channels.layers import get_channel_layer
 from django.dispatch import receiver
 
 from domains import signals
 from domains.agents.selectors import node_for_token
 from portal.api.agent.auth import token_from_header
-from portal.realtime.groups import agent_group
+from portal.realtime.groups import agent_group, send_to_groups
 
-log = logging.getLogger(__name__)
 NUDGE = {"type": "desired_state_changed"}
 
 
@@ -53,18 +48,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(NUDGE)
 
 
-async def _nudge(node_ids: list[int]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    message = {"type": "desired.changed"}
-    await asyncio.gather(*(layer.group_send(agent_group(i), message) for i in node_ids))
-
-
 @receiver(signals.desired_state_changed, dispatch_uid="portal.realtime.agent.nudge")
 def nudge_agents(sender: Any, node_ids: list[int], **kwargs: Any) -> None:
     """Tell these trays' agents to re-fetch now. Best effort: their poll is the fallback."""
-    try:
-        async_to_sync(_nudge)(list(node_ids))
-    except Exception:  # a down Redis must not fail the transaction that already committed
-        log.warning("could not nudge agents of nodes %s", node_ids, exc_info=True)
+    send_to_groups([agent_group(i) for i in node_ids], {"type": "desired.changed"})

@@ -9,33 +9,21 @@ its next (re)connect.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.dispatch import receiver
 
 from domains import signals
-from portal.realtime.groups import domain_group, fabric_group, namespace_group
-
-log = logging.getLogger(__name__)
+from portal.realtime.groups import (
+    domain_group,
+    fabric_group,
+    namespace_group,
+    send_to_groups,
+)
 
 
 def _send(groups: list[str], payload: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None or not groups:
-        return
-    message = {"type": "live.update", "payload": payload}
-
-    async def fan_out() -> None:
-        await asyncio.gather(*(layer.group_send(g, message) for g in groups))
-
-    try:
-        async_to_sync(fan_out)()
-    except Exception:  # a down Redis must not fail work that has already committed
-        log.warning("could not send live update %s", payload, exc_info=True)
+    send_to_groups(groups, {"type": "live.update", "payload": payload})
 
 
 @receiver(signals.domain_changed, dispatch_uid="portal.realtime.receivers.domain")

@@ -32,7 +32,7 @@ def portal_url(django_db_setup, django_db_blocker) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     if not Path(CHROMIUM).exists():
         pytest.skip("Chromium is not installed at /usr/bin/chromium")
@@ -40,6 +40,8 @@ def browser() -> Iterator[object]:
 
     # Playwright's sync API keeps an event loop running in this thread; the ORM calls the
     # tests make meanwhile are plain synchronous ones, so Django's guard must stand aside.
+    # Module scope: the loop and the flag end with the browser tests and never leak into
+    # the rest of the session (a deploy check in a child process would inherit the flag).
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     with sync_playwright() as pw:

@@ -304,6 +304,10 @@ class Daemon:
     def connect(self, peer: int) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
+        # Linux lets a listener take a port held by a TIME_WAIT socket only when both set
+        # SO_REUSEADDR. Outbound sockets take ephemeral ports on this tray's IP, which a
+        # (re)starting daemon on the same IP may want as its SERVER_PORT or IMEX_CMD_PORT.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((self.ip, 0))  # peers see which tray is calling
             err = sock.connect_ex((self.nodes[peer], self.port))

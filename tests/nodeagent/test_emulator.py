@@ -54,7 +54,23 @@ class Tray:
             if self.ctl("-q").strip() == state:
                 return
             time.sleep(0.05)
-        raise AssertionError(f"{self.ip} never reached {state}: {self.ctl('-q')!r}")
+        raise AssertionError(
+            f"{self.ip} never reached {state}: {self.ctl('-q')!r}\n{self.ctl('-N')}\n{self.log()}"
+        )
+
+    def wait_domain(self, status: str, timeout: float = 5) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if json.loads(self.ctl("-N", "-j") or "{}").get("status") == status:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{self.ip}: domain never {status}: {self.ctl('-N')}")
+
+    def log(self) -> str:
+        """What the daemon printed, once it has exited (a live one keeps its pipe)."""
+        if self.proc is None or self.proc.poll() is None:
+            return "(still running)"
+        return self.proc.stderr.read() if self.proc.stderr else ""
 
 
 @pytest.fixture
@@ -76,6 +92,9 @@ def test_daemons_connect_to_every_peer_and_become_ready(domain):
     for tray in domain:
         tray.wait_state("READY")
     assert domain[0].ctl("-q") == "READY\n"  # exactly one word
+    # Each node's row of the matrix reaches the others in its next status message.
+    for tray in domain:
+        tray.wait_domain("UP")
 
     text = domain[0].ctl("-N")
     assert "Connectivity Table Legend:" in text and "!M! - Node map mismatch" in text

@@ -7,6 +7,7 @@ fabric info is meaningful only once its state is COMPLETED.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import socket
 import uuid
@@ -27,7 +28,7 @@ class Gpu:
     index: int
     uuid: str
     product: str
-    fabric_state: str  # NOT_SUPPORTED | NOT_STARTED | IN_PROGRESS | COMPLETED
+    fabric_state: str  # NOT_SUPPORTED | NOT_STARTED | IN_PROGRESS | COMPLETED | FAILED
 
 
 @dataclass(frozen=True)
@@ -115,16 +116,26 @@ _STATES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED
 
 
 def _fabric_info(pynvml: Any, handle: Any) -> tuple[str, int, str]:
+    """(state, clique id, cluster uuid) of one GPU.
+
+    NVML fills a caller-owned struct (`nvmlDeviceGetGpuFabricInfo(device, &info)`); its
+    `status` means something only once the state is COMPLETED, and a completed registration
+    that failed leaves the GPU outside any clique ("FAILED" here).
+    """
+    info = pynvml.c_nvmlGpuFabricInfo_t()
     try:
-        info = pynvml.nvmlDeviceGetGpuFabricInfo(handle)
+        pynvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
     except pynvml.NVMLError_NotSupported:
         return "NOT_SUPPORTED", 0, ""
     except pynvml.NVMLError as exc:
         if "Not Supported" in str(exc):
             return "NOT_SUPPORTED", 0, ""
         raise
+    state = _STATES.get(int(info.state), "NOT_SUPPORTED")
+    if state == "COMPLETED" and int(info.status) != pynvml.NVML_SUCCESS:
+        state = "FAILED"
     cluster = str(uuid.UUID(bytes=bytes(info.clusterUuid)))
-    return _STATES.get(int(info.state), "NOT_SUPPORTED"), int(info.cliqueId), cluster
+    return state, int(info.cliqueId), cluster
 
 
 def _text(value: str | bytes) -> str:

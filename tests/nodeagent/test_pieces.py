@@ -190,3 +190,51 @@ def test_the_agent_module_never_imports_django():
     code = "import sys, nodeagent.cli, nodeagent.emulator.fleet; print('django' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+class FakeNvmlLibrary:
+    """Stands in for libnvidia-ml behind pynvml's Python API (no GPU here): pynvml's own
+    struct and errors, and a fabric-info call that fills the caller's struct as the C
+    library does through the pointer it is given."""
+
+    def __init__(self, *, state: int, status: int = 0, cluster: str = CLUSTER, supported=True):
+        import pynvml
+
+        self.pynvml = pynvml
+        self.c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
+        self.NVMLError = pynvml.NVMLError
+        self.NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+        self.NVML_SUCCESS = pynvml.NVML_SUCCESS
+        self.state, self.status, self.cluster, self.supported = state, status, cluster, supported
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle, info_ref):
+        if not self.supported:
+            raise self.pynvml.NVMLError(self.pynvml.NVML_ERROR_NOT_SUPPORTED)
+        import uuid as uuid_module
+
+        info = info_ref._obj  # what ctypes.byref points at
+        info.clusterUuid[:] = list(uuid_module.UUID(self.cluster).bytes)
+        info.status, info.cliqueId, info.state = self.status, 7, self.state
+        return self.NVML_SUCCESS
+
+
+@pytest.mark.parametrize(
+    ("library", "expected"),
+    [
+        (dict(state=3), ("COMPLETED", 7, CLUSTER)),
+        (dict(state=2), ("IN_PROGRESS", 7, CLUSTER)),
+        (dict(state=3, status=999), ("FAILED", 7, CLUSTER)),  # registration failed
+        (dict(state=3, cluster=ZERO_UUID), ("COMPLETED", 7, ZERO_UUID)),  # HGX H100
+        (dict(state=0, supported=False), ("NOT_SUPPORTED", 0, "")),  # PCIe H100
+    ],
+)
+def test_the_nvml_probe_reads_fabric_info_through_a_filled_struct(library, expected):
+    from nodeagent.fabric import _fabric_info
+
+    state, clique, cluster = _fabric_info(FakeNvmlLibrary(**library), handle=object())
+    assert (state, clique, cluster) == expected
+    # and the tray-level verdict: only a completed, non-zero, agreed clique counts
+    verdict = clique_of([(state, clique, cluster)] * 4)
+    assert verdict == (
+        (CLUSTER, 7) if expected[0] == "COMPLETED" and cluster == CLUSTER else ("", None)
+    )

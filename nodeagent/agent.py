@@ -40,6 +40,9 @@ class Step:
 
 STARTING_STATES = {"", "UNAVAILABLE", "INITIALIZING", "STARTING_AUTH_SERVER"}
 MISMATCHES = {"NODE_MAP_MISMATCH": "node map", "VERSION_MISMATCH": "version"}
+# Retries back off, but stay well under the portal's heartbeat staleness (30 s by default):
+# a cycle that fails for a local reason must not make a healthy member look lost.
+MAX_BACKOFF_S = 10.0
 
 
 class TrayLog(logging.LoggerAdapter):
@@ -105,10 +108,10 @@ class Agent:
                     self.log.warning("node token refused (%s); joining again", exc)
                     self.client.token = ""
                     remove(self.paths.credentials)
-                    delay = backoff
+                    delay, backoff = backoff, min(backoff * 2, MAX_BACKOFF_S)
                 except (PortalError, ProbeError, imex.CtlError, OSError) as exc:
                     self.log.warning("cycle failed: %s (retry in %.1fs)", exc, backoff)
-                    delay, backoff = backoff, min(backoff * 2, 30.0)
+                    delay, backoff = backoff, min(backoff * 2, MAX_BACKOFF_S)
                 self.last_cycle_at = time.monotonic()
                 self.wake.wait(delay)
                 self.wake.clear()

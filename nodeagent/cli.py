@@ -6,8 +6,10 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from nodeagent.agent import Agent, FatalError
 from nodeagent.config import AgentConfig, split_command
@@ -26,7 +28,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--imex-bin", default="nvidia-imex", help="nvidia-imex command")
     p.add_argument("--imex-ctl-bin", default="nvidia-imex-ctl", help="nvidia-imex-ctl command")
     p.add_argument("--hostname", default="", help="Tray hostname (default: this host's)")
-    p.add_argument("--ip", default="", help="Tray management IP the portal should record")
+    p.add_argument(
+        "--ip",
+        default="",
+        help="Tray IP its IMEX peers reach it on (default: the source address of its route "
+        "to the portal)",
+    )
     p.add_argument("--health-addr", default="", help="HOST:PORT for /healthz and /readyz")
     p.add_argument(
         "--fabric-facts",
@@ -53,12 +60,27 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         imex_bin=split_command(args.imex_bin),
         imex_ctl_bin=split_command(args.imex_ctl_bin),
         hostname=args.hostname,
-        ip=args.ip,
+        ip=args.ip or route_source_ip(args.portal),
         fabric_facts=args.fabric_facts,
         poll_interval=args.poll_interval,
         heartbeat_interval=args.heartbeat_interval,
         emulated_channel_files=args.emulated_channel_files,
     )
+
+
+def route_source_ip(portal: str) -> str:
+    """The address this host sends from towards the portal (the usual management network).
+
+    A UDP socket's connect() only asks the kernel for a route: no packet leaves the host.
+    """
+    host = urlsplit(portal).hostname or ""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, 9, proto=socket.IPPROTO_UDP)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            return str(sock.getsockname()[0])
+    except OSError:
+        return ""  # registered without one, the tray is never placed: pass --ip
 
 
 def setup_logging(level: str) -> None:

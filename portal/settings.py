@@ -292,6 +292,9 @@ PORTAL = {
     # Node label holding a tray's 1-based slot in its rack; empty: the next free slot.
     "KUBE_SLOT_LABEL": os.environ.get("PORTAL_KUBE_SLOT_LABEL", ""),
     "METRICS_TOKEN": os.environ.get("PORTAL_METRICS_TOKEN", ""),
+    # The smallest domain a tenant may request (trays). Free trays of a clique fewer than
+    # this can serve nobody: the fabric view counts them as stranded.
+    "SMALLEST_REQUEST_NODES": env_int("PORTAL_MIN_DOMAIN_NODES", 1),
 }
 
 LOGGING = {

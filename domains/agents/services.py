@@ -22,6 +22,7 @@ from domains.agents.report import AgentReport
 from domains.agents.selectors import usable_join_token
 from domains.computedomains import services as domain_services
 from domains.computedomains.events import Actor, announce_nodes, record_event
+from domains.computedomains.models import DomainMember
 from domains.errors import Conflict, PermissionDenied
 from domains.inventory.models import Clique, Gpu, Node, NodeSource, NodeState
 from domains.security import generate_token, hash_token
@@ -77,7 +78,10 @@ def agent_join(*, join_token: str, facts: NodeFacts) -> tuple[Node, str]:
     """Register (or re-register) a tray and issue its node token; returns (node, raw token).
 
     The raw token is returned once and stored only hashed. Joining again replaces the token,
-    so a tray that lost its token can come back, and a stolen old token stops working.
+    so a tray that lost its token can come back, and a stolen old token stops working. A
+    join token is shared by the fleet, so it must not let its holder take over a tray that
+    serves a live domain (read the peers, report it ready or clean): that tray re-joins
+    only once an operator has marked it down.
     """
     _check_join_token(join_token)
     node = (
@@ -86,6 +90,8 @@ def agent_join(*, join_token: str, facts: NodeFacts) -> tuple[Node, str]:
         .order_by("pk")
         .first()
     )
+    if node is not None:
+        _check_may_rejoin(node)
     if (
         facts.ip
         and Node.objects.filter(management_ip=facts.ip).exclude(hostname=facts.hostname).exists()
@@ -114,6 +120,26 @@ def agent_join(*, join_token: str, facts: NodeFacts) -> tuple[Node, str]:
     )
     announce_nodes([node.pk])
     return node, raw
+
+
+def _check_may_rejoin(node: Node) -> None:
+    if node.gone:
+        raise Conflict(
+            f"Tray {node.hostname} is marked gone (its Kubernetes Node vanished); it can join "
+            "again once the Node is back.",
+            field="hostname",
+        )
+    member = (
+        DomainMember.objects.select_related("domain__namespace")
+        .filter(node=node, active=True)
+        .first()
+    )
+    if member is not None and node.agent_token_hash and node.state != NodeState.DOWN:
+        raise Conflict(
+            f"Tray {node.hostname} serves domain {member.domain}; its agent must keep its "
+            "node token. To register it afresh, an operator marks the tray down first.",
+            field="hostname",
+        )
 
 
 def _apply_facts(node: Node, facts: NodeFacts) -> None:

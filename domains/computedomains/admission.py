@@ -27,6 +27,7 @@ from domains.computedomains.specs import DomainSpec
 from domains.errors import InvalidInput, NameTaken, QuotaExceeded
 from domains.inventory.models import Clique, Node
 from domains.placement import PlacementRequest
+from domains.placement.selectors import smallest_request
 from domains.tenancy.models import Namespace, Quota
 from domains.validators import validate_dns1123_label
 
@@ -73,9 +74,10 @@ def clean_spec(*, namespace: Namespace, spec: DomainSpec) -> CleanSpec:
     name = _clean_name(namespace, spec.name)
     constraint, target, largest, max_gpus = _clean_placement(spec)
     num_nodes = _clean_int(spec.num_nodes, "num_nodes")
-    if not 1 <= num_nodes <= largest:
+    smallest = min(smallest_request(), largest)
+    if not smallest <= num_nodes <= largest:
         raise InvalidInput(
-            f"must be between 1 and {largest} (the largest clique"
+            f"must be between {smallest} and {largest} (the largest clique"
             f"{' allowed by the placement constraint' if constraint != 'any' else ''})",
             field="num_nodes",
         )

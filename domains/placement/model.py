@@ -20,6 +20,7 @@ class TrayStatus:
     DOWN = "down"
     UNKNOWN = "unknown"  # agent never joined, or gone from Kubernetes
     STALE = "stale"  # state ready, but no heartbeat within HEARTBEAT_STALE_AFTER
+    NO_ADDRESS = "no_address"  # no management IP known: peers could not reach its daemon
 
     LABELS = {
         IN_USE: "in use",
@@ -28,6 +29,7 @@ class TrayStatus:
         DOWN: "down",
         UNKNOWN: "not ready",
         STALE: "silent",
+        NO_ADDRESS: "without a management IP",
     }
 
 

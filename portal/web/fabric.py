@@ -45,6 +45,7 @@ STATUS_WORDS = {
     TrayStatus.DOWN: "down",
     TrayStatus.UNKNOWN: "not ready",
     TrayStatus.STALE: "no heartbeat",
+    TrayStatus.NO_ADDRESS: "no management IP",
 }
 
 

@@ -241,3 +241,33 @@ def test_the_agent_api_needs_a_node_token(rack, tenant_a):
 def test_a_node_token_opens_nothing_in_the_user_api(rack):
     client, _ = join(rack.nodes.first())
     assert client.get("/api/v1/nodes/").status_code in (401, 403)
+
+
+def test_the_join_token_cannot_take_over_a_tray_that_serves_a_live_domain(
+    rack, ns_a, tenant_a, operator
+):
+    nodes = list(rack.nodes.order_by("slot"))
+    for node in nodes:
+        join(node)
+    domain = form(ns_a, tenant_a)
+    victim = nodes[0]
+    before = Node.objects.get(pk=victim.pk).agent_token_hash
+
+    resp = APIClient().post("/api/v1/agent/join/", facts(victim, ip=""), format="json")
+
+    assert resp.status_code == 409, resp.content
+    assert resp.json()["field"] == "hostname" and str(domain) in resp.json()["message"]
+    assert Node.objects.get(pk=victim.pk).agent_token_hash == before  # old token still works
+
+    # Once an operator has declared the tray down, a fresh agent may register it again.
+    from domains.inventory.services import node_mark_down
+
+    node_mark_down(actor=Actor.for_user(operator), node=victim, reason="reimaged")
+    assert APIClient().post("/api/v1/agent/join/", facts(victim), format="json").status_code == 201
+
+
+def test_a_tray_marked_gone_cannot_join(rack):
+    node = rack.nodes.first()
+    Node.objects.filter(pk=node.pk).update(gone=True)
+    resp = APIClient().post("/api/v1/agent/join/", facts(node), format="json")
+    assert resp.status_code == 409 and "gone" in resp.json()["message"]

@@ -23,7 +23,7 @@ from domains.computedomains.services import (
     domains_place_queued,
 )
 from domains.context import request_id_scope
-from domains.errors import InvalidTransition, QuotaExceeded
+from domains.errors import InvalidInput, InvalidTransition, QuotaExceeded
 from domains.inventory.models import Node, NodeState
 from domains.inventory.services import node_cordon, node_mark_down, node_uncordon
 from domains.placement import TrayStatus
@@ -335,3 +335,22 @@ def test_controller_events_carry_the_request_id_of_the_request(topology, ns_a, t
         "domain.placed": "req-1234",
         "domain.failed": "req-1234",
     }
+
+
+def test_the_smallest_allowed_request_is_enforced_at_admission(topology, ns_a, tenant_a, settings):
+    settings.PORTAL = {**settings.PORTAL, "SMALLEST_REQUEST_NODES": 2}
+    with pytest.raises(InvalidInput) as refused:
+        domain_request(
+            actor=Actor.for_user(tenant_a), namespace=ns_a, spec=DomainSpec(name="one", num_nodes=1)
+        )
+    assert refused.value.field == "num_nodes" and "between 2 and 18" in str(refused.value)
+
+
+def test_a_tray_without_a_management_ip_is_never_placed(topology, ns_a, tenant_a):
+    first = Node.objects.filter(rack=topology).order_by("slot").first()
+    Node.objects.filter(pk=first.pk).update(management_ip=None)
+    statuses = {t.node_id: t.status for c in topology_snapshot().cliques for t in c.trays}
+    assert statuses[first.pk] == TrayStatus.NO_ADDRESS
+    domain = admit_and_place(ns_a, tenant_a, num_nodes=12)
+    assert domain.phase == Phase.FORMING
+    assert not domain.members.filter(node=first).exists()

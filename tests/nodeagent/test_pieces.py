@@ -238,3 +238,9 @@ def test_the_nvml_probe_reads_fabric_info_through_a_filled_struct(library, expec
     assert verdict == (
         (CLUSTER, 7) if expected[0] == "COMPLETED" and cluster == CLUSTER else ("", None)
     )
+
+
+def test_without_ip_the_agent_takes_the_source_address_of_its_route_to_the_portal():
+    from nodeagent.cli import route_source_ip
+
+    assert route_source_ip("http://127.0.0.1:8000") == "127.0.0.1"

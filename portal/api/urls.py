@@ -10,8 +10,19 @@ from portal.api.views.fabric import CliqueViewSet, NodeViewSet, RackViewSet
 from portal.api.views.members import MemberViewSet
 from portal.api.views.tenancy import EventViewSet, NamespaceViewSet, TokenViewSet
 
-# The trailing slash is optional: `racks/` the Django way, `racks` the kubectl way.
-router = SimpleRouter(trailing_slash="/?")
+
+class OptionalSlashRouter(SimpleRouter):
+    """The trailing slash is optional: `racks/` the Django way, `racks` the kubectl way.
+
+    DRF >= 3.15 turns the `trailing_slash` argument into a bool, so the pattern is set here.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trailing_slash = "/?"
+
+
+router = OptionalSlashRouter()
 router.register("racks", RackViewSet, basename="rack")
 router.register("cliques", CliqueViewSet, basename="clique")
 router.register("nodes", NodeViewSet, basename="node")

@@ -401,3 +401,8 @@ def test_bad_membership_input_is_a_400_naming_the_field(clients, ns_a, field, bo
     )
     assert response.status_code == 400, response.json()
     assert response.json()["field"] == field
+
+
+def test_paths_work_with_and_without_the_trailing_slash_like_kubectl(member, domain_a) -> None:
+    for path in (CD, CD.rstrip("/"), f"{CD}{domain_a.name}", f"{CD}{domain_a.name}/manifests"):
+        assert member.get(path).status_code == 200, path

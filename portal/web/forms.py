@@ -177,3 +177,27 @@ class AuditFilterForm(forms.Form):
     until = forms.DateTimeField(
         required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
+
+
+class TokenCreateForm(forms.Form):
+    name = forms.CharField(
+        max_length=100,
+        help_text="What uses it, e.g. 'ci-pipeline' or 'kubectl-plugin'.",
+        widget=forms.TextInput(attrs={"autocomplete": "off"}),
+    )
+    read_only = forms.BooleanField(
+        required=False, label="Read-only", help_text="Can read, never create or release."
+    )
+    expires_in_days = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=3650,
+        label="Expires after (days)",
+        help_text="Empty: never expires (revoke it when no longer needed).",
+    )
+
+    SERVICE_FIELDS = {"expiresIn": "expires_in_days"}
+
+    def expires_in(self) -> timedelta | None:
+        days = self.cleaned_data.get("expires_in_days")
+        return timedelta(days=days) if days else None

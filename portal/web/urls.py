@@ -6,7 +6,7 @@ from django.urls import include, path
 
 from portal.ratelimit import RateLimitedLoginView
 from portal.web import views
-from portal.web.views import admin, operator, tenant
+from portal.web.views import account, admin, operator, tenant
 
 operator_patterns = (
     [
@@ -59,6 +59,8 @@ urlpatterns = [
     path("login/", RateLimitedLoginView.as_view(template_name="auth/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.home, name="home"),
+    path("tokens/", account.tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", account.token_revoke_view, name="token_revoke"),
     path("fabric/", include(operator_patterns)),
     path("ns/<str:ns>/", include(tenant_patterns)),
     path("manage/", include(admin_patterns)),

@@ -1,0 +1,63 @@
+"""The signed-in user's own things: personal API tokens for scripts and kubectl-style clients.
+
+A token's secret is shown once, in the response to the POST that created it, and never
+again (only its hash is stored); the list shows each token's prefix to tell them apart.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+
+from domains.computedomains.events import Actor
+from domains.errors import DomainError
+from domains.tenancy.models import ApiToken
+from domains.tenancy.tokens import token_create, token_revoke
+from portal.web.forms import TokenCreateForm
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tokens(request: HttpRequest) -> HttpResponse:
+    form = TokenCreateForm(request.POST or None)
+    created = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            token, raw = token_create(
+                actor=Actor.for_user(request.user),
+                user=request.user,
+                name=form.cleaned_data["name"],
+                read_only=form.cleaned_data["read_only"],
+                expires_in=form.expires_in(),
+            )
+        except DomainError as exc:
+            field = TokenCreateForm.SERVICE_FIELDS.get(exc.field or "", exc.field)
+            form.add_error(field if field in form.fields else None, exc.message)
+        else:
+            created = {"token": token, "raw": raw}
+            form = TokenCreateForm()
+    context = {
+        "form": form,
+        "created": created,
+        "tokens": ApiToken.objects.filter(user=request.user).order_by("-created_at"),
+        "now": timezone.now(),
+    }
+    response = render(request, "account/tokens.html", context)
+    if created:
+        response["Cache-Control"] = "no-store"  # the secret must not sit in a cache
+    return response
+
+
+@login_required
+@require_POST
+def token_revoke_view(request: HttpRequest, token_id: int) -> HttpResponse:
+    token = ApiToken.objects.filter(pk=token_id, user=request.user).first()
+    if token is None:  # someone else's token looks exactly like a missing one
+        raise Http404("No such token.")
+    token_revoke(actor=Actor.for_user(request.user), token=token)
+    messages.success(request, f"Revoked token {token.name} ({token.prefix}…).")
+    return redirect("tokens")

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.core.cache import cache
 from django.forms.utils import ErrorDict
@@ -68,15 +69,28 @@ class RateLimit:
 
 # Failed sign-ins per client address: 20 per 5 minutes stops guessing, not typos.
 LOGIN_FAILURES = RateLimit(scope="login-failures", limit=20, window_s=300)
+# Failed sign-ins per account, from anywhere: guessing one password from many addresses.
+ACCOUNT_FAILURES = RateLimit(scope="login-failures-account", limit=10, window_s=300)
 # Failed bearer tokens per client address (a scanner trying tokens).
 TOKEN_FAILURES = RateLimit(scope="token-failures", limit=30, window_s=300)
 
 
 def client_address(request: Any) -> str:
-    """The peer address. Behind a proxy that is the proxy, which then shares one budget;
-    trusting X-Forwarded-For would let anyone pick a fresh budget per request."""
+    """The client's address: the peer, or behind PORTAL_TRUSTED_PROXIES reverse proxies the
+    address the outermost of them saw (each appends its peer to X-Forwarded-For). Entries
+    further left are the client's own claims and are never trusted: anyone could pick a
+    fresh budget per request."""
     meta = getattr(request, "META", {})
+    hops = int(settings.PORTAL.get("TRUSTED_PROXIES", 0) or 0)
+    if hops > 0:
+        chain = [a.strip() for a in meta.get("HTTP_X_FORWARDED_FOR", "").split(",") if a.strip()]
+        if len(chain) >= hops:
+            return chain[-hops]
     return str(meta.get("REMOTE_ADDR") or "unknown")
+
+
+def _account(request: Any) -> str:
+    return str(request.POST.get("username", "")).strip().lower()[:150]
 
 
 class RateLimitedLoginView(auth_views.LoginView):
@@ -85,15 +99,16 @@ class RateLimitedLoginView(auth_views.LoginView):
     limit = LOGIN_FAILURES
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        key = client_address(request)
-        if self.limit.exceeded(key):
+        if self.limit.exceeded(client_address(request)) or ACCOUNT_FAILURES.exceeded(
+            _account(request)
+        ):
             # Refuse without validating the form: validation would check the password.
             form = self.get_form()
             form.cleaned_data = {}
             form._errors = ErrorDict()
             form.add_error(
                 None,
-                "Too many failed sign-in attempts from your address; "
+                "Too many failed sign-in attempts from your address or for this account; "
                 f"try again in {self.limit.retry_after()} seconds.",
             )
             response = self.render_to_response(self.get_context_data(form=form), status=429)
@@ -103,4 +118,6 @@ class RateLimitedLoginView(auth_views.LoginView):
 
     def form_invalid(self, form: Any) -> HttpResponse:
         self.limit.hit(client_address(self.request))
+        if _account(self.request):
+            ACCOUNT_FAILURES.hit(_account(self.request))
         return super().form_invalid(form)

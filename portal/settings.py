@@ -295,6 +295,9 @@ PORTAL = {
     # The smallest domain a tenant may request (trays). Free trays of a clique fewer than
     # this can serve nobody: the fabric view counts them as stranded.
     "SMALLEST_REQUEST_NODES": env_int("PORTAL_MIN_DOMAIN_NODES", 1),
+    # Reverse proxies (ingress) in front of the web processes: the client address for the
+    # sign-in rate limits is then read from X-Forwarded-For, that many hops from the right.
+    "TRUSTED_PROXIES": env_int("PORTAL_TRUSTED_PROXIES", 0),
 }
 
 LOGGING = {

@@ -20,7 +20,7 @@ from domains.computedomains.models import Event
 from domains.security import hash_token
 from domains.tenancy.models import ApiToken
 from domains.tenancy.tokens import token_authenticate, token_create, token_revoke
-from portal.ratelimit import LOGIN_FAILURES, TOKEN_FAILURES
+from portal.ratelimit import ACCOUNT_FAILURES, LOGIN_FAILURES, TOKEN_FAILURES, client_address
 from tests.api.conftest import bearer_client
 from tests.support.processes import ROOT, VENV_BIN
 
@@ -181,8 +181,8 @@ def test_browser_sessions_need_csrf_for_writes(tenant_a) -> None:
 def test_web_sign_in_is_rate_limited_per_address(tenant_a) -> None:
     address = fresh_address()
     browser = Client(REMOTE_ADDR=address)
-    for _ in range(LOGIN_FAILURES.limit):
-        response = browser.post("/login/", {"username": "alice", "password": "wrong"})
+    for i in range(LOGIN_FAILURES.limit):  # other accounts each time: only the address counts
+        response = browser.post("/login/", {"username": f"guess{i}", "password": "wrong"})
         assert response.status_code == 200
     blocked = browser.post("/login/", {"username": "alice", "password": tenant_a.raw_password})
     assert blocked.status_code == 429
@@ -264,3 +264,28 @@ def test_deploy_checks_pass_with_production_settings() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_guessing_one_accounts_password_from_many_addresses_is_rate_limited(tenant_a) -> None:
+    from tests import factories
+
+    victim = factories.make_user(f"victim-{uuid.uuid4().hex[:8]}")
+    for _ in range(ACCOUNT_FAILURES.limit):
+        guess = Client(REMOTE_ADDR=fresh_address())
+        assert guess.post("/login/", {"username": victim.username, "password": "x"}).status_code
+    right = {"username": victim.username, "password": victim.raw_password}
+    assert Client(REMOTE_ADDR=fresh_address()).post("/login/", right).status_code == 429
+    other = {"username": "alice", "password": tenant_a.raw_password}
+    assert Client(REMOTE_ADDR=fresh_address()).post("/login/", other).status_code == 302
+    ACCOUNT_FAILURES.reset(victim.username)
+
+
+def test_behind_trusted_proxies_the_address_comes_from_forwarded_for(settings) -> None:
+    from django.test import RequestFactory
+
+    request = RequestFactory().get(
+        "/", REMOTE_ADDR="10.0.0.2", HTTP_X_FORWARDED_FOR="6.6.6.6, 203.0.113.7"
+    )
+    assert client_address(request) == "10.0.0.2"  # no proxy trusted: the peer
+    settings.PORTAL = {**settings.PORTAL, "TRUSTED_PROXIES": 1}
+    assert client_address(request) == "203.0.113.7"  # what the ingress saw, not the claim

@@ -128,6 +128,9 @@ def test_tenants_see_trays_in_use_but_not_other_tenants_domain_names(
     assert named == {"train-a"}
     assert all(n["managementIp"] is None for n in nodes)
     assert b"secret-b" not in clients["member"].get("/api/v1/nodes/").content
+    # nor an operator's cordon reason, tray software or IMEX daemon state
+    hidden = ("stateReason", "driverVersion", "imexVersion", "daemonState")
+    assert all(n[key] == "" for n in nodes for key in hidden)
 
 
 def test_operators_see_every_domain_and_tray_address(clients, places) -> None:

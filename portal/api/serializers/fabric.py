@@ -86,6 +86,17 @@ class NodeSerializer(serializers.ModelSerializer):
         visible = self.context.get("visible_namespace_ids", set())
         return visible is None or namespace_id in visible
 
+    # What only operators see (the UI shows tenants none of it): where a tray is on the
+    # network, why an operator cordoned it, its software and its IMEX daemon.
+    OPERATOR_ONLY = ("stateReason", "driverVersion", "imexVersion", "daemonState")
+
+    def to_representation(self, node: Node) -> dict[str, Any]:
+        data = super().to_representation(node)
+        if self.context.get("operator") is not True:
+            for key in self.OPERATOR_ONLY:
+                data[key] = ""
+        return data
+
     @extend_schema_field(serializers.IPAddressField(allow_null=True))
     def get_managementIp(self, node: Node) -> str | None:
         """Operators only: tenants have no business with tray addresses."""

@@ -99,7 +99,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSe
     @extend_schema(
         request=ReasonSerializer,
         responses={200: NodeSerializer, **errors(*WRITE)},
-        summary="Drain a tray: cordon it and release the domain using it.",
+        summary="Drain a tray: no new domains; its current domain runs until released.",
     )
     @action(detail=True, methods=["post"], **_NODE_ACTION)
     def drain(self, request: Request, hostname: str) -> Response:

@@ -32,6 +32,8 @@ if ! redis_ping "$REDIS_URL"; then
     redis-server --daemonize yes --bind 127.0.0.1 --port 6390 --save "" --appendonly no \
       --dir "$PWD/var" --logfile "$PWD/var/log/redis.log" --pidfile "$PWD/var/redis.pid"
     for _ in $(seq 50); do redis_ping "$REDIS_URL" && break; sleep 0.1; done
+    # The private Redis is the demo's own: Ctrl-C stops it with everything else.
+    trap 'kill "$(cat "$PWD/var/redis.pid" 2>/dev/null)" 2>/dev/null || true' EXIT
   fi
   echo "Using private Redis at $REDIS_URL"
 fi
@@ -48,4 +50,4 @@ cat <<MSG
   Logs also under var/log/. Ctrl-C stops everything.
 
 MSG
-exec "$VENV/bin/honcho" -f Procfile start
+"$VENV/bin/honcho" -f Procfile start  # not exec: the EXIT trap must run afterwards

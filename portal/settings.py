@@ -123,6 +123,10 @@ elif env_int("DB_POOL_MAX", 8) > 0:
     # connections pile up until PostgreSQL refuses clients ("too many clients already" in
     # bench/agent_load.py). A per-process pool bounds them; requests wait for a free one.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # With a pool, Django's health checks become a round trip to PostgreSQL on every
+    # checkout (psycopg_pool's check_connection): a sixth of a status report's queries. The
+    # pool already drops connections that come back broken.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("DB_POOL_CHECK", False)
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
         "max_size": env_int("DB_POOL_MAX", 8),

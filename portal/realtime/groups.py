@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
+import time
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 log = logging.getLogger(__name__)
-SEND_TIMEOUT_S = 5.0
 
 
 def domain_group(domain_uid: str) -> str:
@@ -33,35 +33,85 @@ def agent_group(node_id: int) -> str:
 
 
 def send_to_groups(groups: list[str], message: dict[str, Any]) -> None:
-    """Send one message to several groups from synchronous code, best effort.
+    """Send one message to several groups from synchronous code, best effort, without waiting.
 
     Callers are after-commit signal receivers: the change is already committed, so a down
     Redis must not fail it (pages and agents catch up on reconnect or their next poll).
+    The send runs on this process's sender loop; the caller only queues it.
     """
     layer = get_channel_layer()
     if layer is None or not groups:
         return
-
-    async def fan_out() -> None:
-        await asyncio.gather(*(layer.group_send(g, message) for g in groups))
-
-    try:
-        if _loop_running_here():
-            # Sync code called on an event-loop thread (a test driving Playwright's sync API,
-            # a sync call inside an async shell) cannot use async_to_sync there: hand the
-            # send to a short-lived thread of its own.
-            worker = threading.Thread(target=async_to_sync(fan_out), daemon=True)
-            worker.start()
-            worker.join(SEND_TIMEOUT_S)
-        else:
-            async_to_sync(fan_out)()
-    except Exception:
-        log.warning("could not send %s to %s", message.get("type"), groups, exc_info=True)
+    _SENDER.submit(layer, list(groups), message)
 
 
-def _loop_running_here() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+class _Sender:
+    """One event loop per process, on its own thread, that carries every live hint.
+
+    `async_to_sync` per message built a fresh event loop, and with it a fresh Redis
+    connection pool in channels-redis, for every hint: about 5 ms each, four hints per agent
+    report, which made live updates a third of a status report's cost (bench/formation.py).
+    A long-lived loop keeps one pool, and callers never wait for Redis. Created lazily and
+    per PID, so a forked Celery child gets its own. A bounded backlog protects memory when
+    Redis is down: hints beyond it are dropped (they are only hints).
+    """
+
+    MAX_IN_FLIGHT = 2000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._in_flight = 0
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            alive = self._thread is not None and self._thread.is_alive()
+            if self._loop is None or self._pid != os.getpid() or not alive:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=self._loop.run_forever, name="live-sender", daemon=True
+                )
+                self._thread.start()
+                self._pid, self._in_flight = os.getpid(), 0
+            return self._loop
+
+    def submit(self, layer: Any, groups: list[str], message: dict[str, Any]) -> None:
+        with self._lock:
+            if self._in_flight >= self.MAX_IN_FLIGHT:
+                log.warning("live sender backlog full; dropped %s", message.get("type"))
+                return
+            self._in_flight += 1
+        asyncio.run_coroutine_threadsafe(
+            self._fan_out(layer, groups, message), self._running_loop()
+        )
+
+    async def _fan_out(self, layer: Any, groups: list[str], message: dict[str, Any]) -> None:
+        try:
+            await asyncio.gather(*(layer.group_send(g, message) for g in groups))
+        except Exception:
+            log.warning("could not send %s to %s", message.get("type"), groups, exc_info=True)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued hint has been sent (tests, short-lived commands)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._in_flight == 0:
+                    return True
+            time.sleep(0.005)
         return False
-    return True
+
+    def reset_after_fork(self) -> None:
+        """A forked child inherits neither the thread nor, safely, the lock."""
+        self._lock = threading.Lock()
+        self._loop, self._thread, self._pid, self._in_flight = None, None, 0, 0
+
+
+_SENDER = _Sender()
+os.register_at_fork(after_in_child=_SENDER.reset_after_fork)
+drain_live_sends = _SENDER.drain

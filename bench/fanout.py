@@ -130,7 +130,9 @@ async def drive(port: int, fx: dict, changes: int) -> list[float]:
             for q in inboxes:
                 while True:
                     phase, at = await asyncio.wait_for(q.get(), 30)
-                    if phase == want:
+                    # A report can announce its domain twice (the member, then the phase);
+                    # a hint queued before this POST is the previous change's, not this one.
+                    if phase == want and at >= started:
                         last = max(last, at)
                         break
             timings.append(last - started)

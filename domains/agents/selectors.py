@@ -14,7 +14,14 @@ def node_for_token(raw: str) -> Node | None:
     """The tray a node token belongs to (lookup by hash; the raw token is never stored)."""
     if not raw:
         return None
-    return Node.objects.filter(agent_token_hash=hash_token(raw), gone=False).first()
+    # Every agent request starts here. Node's default ordering joins the rack, and its
+    # last report is a JSON blob nobody reads on this path: leave both out.
+    return (
+        Node.objects.filter(agent_token_hash=hash_token(raw), gone=False)
+        .order_by()
+        .defer("agent_report")
+        .first()
+    )
 
 
 def usable_join_token(raw: str) -> JoinToken | None:

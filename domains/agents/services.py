@@ -188,9 +188,13 @@ def _sync_gpus(node: Node, gpus: list[GpuFacts]) -> None:
         )
 
 
-@transaction.atomic
 def agent_report(*, node: Node, report: AgentReport) -> None:
-    """Record what the agent observed (the heartbeat) and fold it into its membership."""
+    """Record what the agent observed (the heartbeat) and fold it into its membership.
+
+    The heartbeat is one UPDATE in autocommit: every tray sends one every few seconds, and
+    a transaction around it would only add round trips. Whatever changes state (a tray
+    coming back, a member's step) runs in its own transaction below.
+    """
     now = timezone.now()
     updates: dict = {
         "last_heartbeat": now,
@@ -201,8 +205,11 @@ def agent_report(*, node: Node, report: AgentReport) -> None:
     if node.state in _RECOVERABLE:
         updates |= {"state": NodeState.READY, "state_reason": ""}
         changed = True
-        record_event(actor=Actor.for_agent(node), verb="node.heartbeat_resumed", obj=node)
-    Node.objects.filter(pk=node.pk).update(**updates)
+        with transaction.atomic():
+            Node.objects.filter(pk=node.pk).update(**updates)
+            record_event(actor=Actor.for_agent(node), verb="node.heartbeat_resumed", obj=node)
+    else:
+        Node.objects.filter(pk=node.pk).update(**updates)
     for key, value in updates.items():
         setattr(node, key, value)
     if changed:

@@ -364,6 +364,14 @@ _STATE_STAMP = {
 }
 
 
+# What deciding "this report changes nothing" reads: the steady state of every running tray
+# costs one narrow query (the changing path re-reads the rows under a lock).
+_UNCHANGED_CHECK_FIELDS = (
+    "state", "step", "message", "daemon_state", "connections", "generation_applied",
+    "domain__uid", "domain__phase", "domain__generation",
+)  # fmt: skip
+
+
 def domain_member_report(*, node: Node, report: AgentReport) -> None:
     """Fold one agent report into its member's state and the domain's phase.
 
@@ -374,7 +382,11 @@ def domain_member_report(*, node: Node, report: AgentReport) -> None:
     query and takes no lock.
     """
     current = (
-        DomainMember.objects.select_related("domain", "node").filter(node=node, active=True).first()
+        DomainMember.objects.select_related("domain")
+        .filter(node=node, active=True)
+        .order_by()
+        .only(*_UNCHANGED_CHECK_FIELDS)
+        .first()
     )
     if current is None or _outcome_unchanged(current.domain, current, report):
         return

@@ -329,3 +329,23 @@ def test_trays_without_a_rack_position_are_listed_on_the_fabric(client, operator
     client.force_login(operator)
     body = client.get(reverse("operator:fabric")).content.decode()
     assert "Trays without a rack position" in body and "loose-tray" in body
+
+
+def test_manifests_refresh_on_a_phase_change_and_are_withdrawn_once_released(
+    client, tenant_a, ready_domain
+):
+    from domains.computedomains.events import Actor
+    from domains.computedomains.services import domain_release
+    from tests.domains.helpers import all_clean
+
+    client.force_login(tenant_a)
+    url = reverse("tenant:domain", args=["team-a", ready_domain.uid]) + "?partial=manifests"
+    live = client.get(url).content.decode()
+    assert "kind: Job" in live and "detail.phase!='Ready'" in live
+    domain_release(actor=Actor.for_user(tenant_a), domain=ready_domain)
+    all_clean(ready_domain)
+    ready_domain.refresh_from_db()
+    assert ready_domain.phase == "Released"
+    ended = client.get(url).content.decode()
+    assert "kind: Job" not in ended and "manifests are withdrawn" in ended
+    assert "hx-get" not in ended  # an ended domain listens to nothing

@@ -266,7 +266,7 @@ class Agent:
             step = Step.STARTING_DAEMON if state in STARTING_STATES else Step.WAITING_PEERS
             # Back off from fast polling: quick when formation is quick, cheap when it is not.
             delay = self.start_poll
-            self.start_poll = min(self.start_poll * 1.4, 0.4)
+            self.start_poll = min(self.start_poll * 1.4, 0.2)
             message, mismatch = self.describe_wait(state, health)
             error = error or mismatch
         report = self.report_doc(

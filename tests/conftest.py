@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -11,6 +12,8 @@ from tests import factories
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PORTAL_TESTING", "1")
+    # Emulated daemons the tests start directly run on this interpreter (as the fleet's do).
+    os.environ.setdefault("IMEX_EMU_PYTHON", sys.executable)
 
 
 @pytest.fixture

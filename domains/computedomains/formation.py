@@ -34,6 +34,7 @@ from domains.computedomains.events import (
     record_event,
 )
 from domains.computedomains.models import (
+    NODE_REPORT,
     AllocationMode,
     ChannelAllocation,
     ComputeDomain,
@@ -266,7 +267,7 @@ def lock_domain(domain_id: int) -> ComputeDomain | None:
 
 def aggregate(domain: ComputeDomain) -> None:
     """Fold the members' states into the domain's phase. Caller holds the domain row lock."""
-    members = list(domain.members.select_related("node").order_by("index"))
+    members = list(domain.members.select_related("node").defer(NODE_REPORT).order_by("index"))
     if domain.phase == Phase.RELEASING:
         if not any(m.active for m in members):
             finish_release(domain)

@@ -36,6 +36,11 @@ LIVE_PHASES = (
 )
 TERMINAL_PHASES = (Phase.RELEASED, Phase.FAILED)
 
+# A tray's last agent report is a JSON blob that only the operator's node page reads. Hot
+# queries that load members with their trays defer it (`.defer(NODE_REPORT)`): decoding 18
+# of them for every desired-state fetch was a good part of forming an 18-tray domain.
+NODE_REPORT = "node__agent_report"
+
 
 class AllocationMode(models.TextChoices):
     SINGLE = "Single", "Single"

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from domains.computedomains.models import (
+    NODE_REPORT,
     AllocationMode,
     ChannelAllocation,
     ComputeDomain,
@@ -50,6 +51,7 @@ def desired_member(node: Node) -> DomainMember | None:
     """
     return (
         DomainMember.objects.select_related("domain", "domain__namespace", "clique", "node")
+        .defer(NODE_REPORT)
         .filter(node=node, active=True)
         .first()
     )
@@ -62,7 +64,7 @@ def member_should_run(member: DomainMember) -> bool:
 
 def domain_peers(domain: ComputeDomain) -> list[DomainMember]:
     """Every member in index order: line i of each member's IMEX nodes file is peer i."""
-    return list(domain.members.select_related("node").order_by("index"))
+    return list(domain.members.select_related("node").defer(NODE_REPORT).order_by("index"))
 
 
 def domain_channels(domain: ComputeDomain) -> list[int]:

@@ -36,6 +36,7 @@ from domains.computedomains.formation import (
     set_phase,
 )
 from domains.computedomains.models import (
+    NODE_REPORT,
     ApprovalState,
     ComputeDomain,
     DomainMember,
@@ -393,7 +394,10 @@ def domain_member_report(*, node: Node, report: AgentReport) -> None:
     with transaction.atomic():
         domain = lock_domain(current.domain_id)
         member = (
-            DomainMember.objects.select_related("node").filter(pk=current.pk, active=True).first()
+            DomainMember.objects.select_related("node")
+            .defer(NODE_REPORT)
+            .filter(pk=current.pk, active=True)
+            .first()
         )
         if domain is None or member is None:
             return

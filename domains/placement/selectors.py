@@ -56,7 +56,7 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
     )
     trays: dict[int, list[Tray]] = {}
     for node_id, hostname, slot, ip, gpus, state, gone, busy, fresh, clique_id in rows:
-        status = _status(busy, state, gone, bool(fresh)) if ip else _unaddressed(busy)
+        status = _status(busy, state, gone, bool(fresh), bool(ip))
         trays.setdefault(clique_id, []).append(
             Tray(node_id, hostname, slot or 0, ip or "", gpus, status)
         )
@@ -83,14 +83,11 @@ def smallest_request() -> int:
     return int(settings.PORTAL.get("SMALLEST_REQUEST_NODES", 1))
 
 
-def _unaddressed(busy: bool) -> str:
-    """Every member's nodes file lists each peer's IP, so a tray without one cannot serve."""
-    return TrayStatus.IN_USE if busy else TrayStatus.NO_ADDRESS
-
-
-def _status(busy: bool, state: str, gone: bool, fresh: bool) -> str:
+def _status(busy: bool, state: str, gone: bool, fresh: bool, has_ip: bool) -> str:
     if busy:
         return TrayStatus.IN_USE
+    if not has_ip:  # every member's nodes file lists each peer's IP: it could not serve
+        return TrayStatus.NO_ADDRESS
     if gone:
         return TrayStatus.UNKNOWN
     if state != NodeState.READY:

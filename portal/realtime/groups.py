@@ -6,7 +6,6 @@ import asyncio
 import logging
 import os
 import threading
-import time
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -96,16 +95,6 @@ class _Sender:
             with self._lock:
                 self._in_flight -= 1
 
-    def drain(self, timeout: float = 5.0) -> bool:
-        """Wait until every queued hint has been sent (tests, short-lived commands)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                if self._in_flight == 0:
-                    return True
-            time.sleep(0.005)
-        return False
-
     def reset_after_fork(self) -> None:
         """A forked child inherits neither the thread nor, safely, the lock."""
         self._lock = threading.Lock()
@@ -114,4 +103,3 @@ class _Sender:
 
 _SENDER = _Sender()
 os.register_at_fork(after_in_child=_SENDER.reset_after_fork)
-drain_live_sends = _SENDER.drain

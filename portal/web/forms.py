@@ -17,7 +17,7 @@ from domains.tenancy.models import Role
 GPUS_PER_TRAY = 4
 
 # Service field names → form field names, where they differ.
-SERVICE_FIELDS = {"lifetime": "lifetime_hours", "by": "hours"}
+SERVICE_FIELDS = {"lifetime": "lifetime_hours", "by": "hours", "expiresIn": "expires_in_days"}
 
 
 def apply_error(form: forms.Form, error: DomainError) -> None:
@@ -195,8 +195,6 @@ class TokenCreateForm(forms.Form):
         label="Expires after (days)",
         help_text="Empty: never expires (revoke it when no longer needed).",
     )
-
-    SERVICE_FIELDS = {"expiresIn": "expires_in_days"}
 
     def expires_in(self) -> timedelta | None:
         days = self.cleaned_data.get("expires_in_days")

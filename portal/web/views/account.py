@@ -17,7 +17,7 @@ from domains.computedomains.events import Actor
 from domains.errors import DomainError
 from domains.tenancy.models import ApiToken
 from domains.tenancy.tokens import token_create, token_revoke
-from portal.web.forms import TokenCreateForm
+from portal.web.forms import TokenCreateForm, apply_error
 
 
 @login_required
@@ -35,8 +35,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
                 expires_in=form.expires_in(),
             )
         except DomainError as exc:
-            field = TokenCreateForm.SERVICE_FIELDS.get(exc.field or "", exc.field)
-            form.add_error(field if field in form.fields else None, exc.message)
+            apply_error(form, exc)
         else:
             created = {"token": token, "raw": raw}
             form = TokenCreateForm()

@@ -1,5 +1,10 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels."""
+"""ASGI entry point: HTTP through Django, websockets through Channels.
 
+The agents' heartbeat and desired-state reads take a shorter way in front of Django
+(portal/api/agent/fastpath.py); everything else, errors on those included, is Django's.
+"""
+
+import gc
 import os
 
 from django.core.asgi import get_asgi_application
@@ -9,11 +14,17 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from portal.api.agent.fastpath import AgentFastPath  # noqa: E402
 from portal.realtime.routing import agent_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": AgentFastPath(django_asgi_app),
         "websocket": URLRouter([*agent_websocket_urlpatterns, *websocket_urlpatterns]),
     }
 )
+
+# Everything imported so far lives as long as the process: move it out of the cyclic
+# collector's sight, so that full collections walk only what requests allocate, not all of
+# Django. Measured with bench/agent_load.py at 2,000 agents: p99 108 ms without, 62 ms with.
+gc.freeze()

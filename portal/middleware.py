@@ -12,6 +12,11 @@ from domains.context import new_request_id, request_id_scope
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
+def request_id_from(incoming: str) -> str:
+    """The caller's X-Request-ID when it is well-formed, otherwise a new one."""
+    return incoming if _SAFE_ID.match(incoming) else new_request_id()
+
+
 class RequestIdMiddleware:
     """Take X-Request-ID when it is well-formed, otherwise mint one."""
 
@@ -19,8 +24,7 @@ class RequestIdMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        incoming = request.headers.get("X-Request-ID", "")
-        rid = incoming if _SAFE_ID.match(incoming) else new_request_id()
+        rid = request_id_from(request.headers.get("X-Request-ID", ""))
         with request_id_scope(rid):
             request.request_id = rid  # type: ignore[attr-defined]
             response = self.get_response(request)

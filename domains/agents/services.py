@@ -8,12 +8,14 @@ single owner of member and phase changes).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hmac
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -188,6 +190,74 @@ def _sync_gpus(node: Node, gpus: list[GpuFacts]) -> None:
         )
 
 
+def agent_heartbeat(*, node_id: int, token: str, report: AgentReport) -> bool:
+    """The steady-state report of 2,000 trays every 10 s, in one statement.
+
+    Records the report on node `node_id` if `token` is that node's token and the report
+    changes nothing about the node (its daemon state is as last reported and its state is
+    not one a heartbeat recovers), then folds it into its membership if it has one. False
+    when that is not the case (another node's token, a revoked one, a change): nothing was
+    written, and the caller authenticates and goes through `agent_report`.
+
+    Hand-written SQL (from the models' column names) because building the same UPDATE and
+    membership check through the ORM cost three times the round trips' own time.
+    """
+    now = timezone.now()
+    fields = Node._meta
+    params = [
+        fields.get_field("last_heartbeat").get_db_prep_save(now, connection),
+        fields.get_field("agent_report").get_db_prep_save(_stored(report, now), connection),
+        node_id,
+        hash_token(token),
+        report.daemon_state,
+        *_RECOVERABLE,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_heartbeat_sql(), params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    if row[0]:
+        domain_services.domain_member_report(node_id=node_id, report=report)
+    return True
+
+
+_HEARTBEAT_SQL = (
+    "UPDATE {node} SET {beat} = %s, {report} = %s"
+    " WHERE {id} = %s AND {token} = %s AND NOT {gone} AND {daemon} = %s"
+    " AND {state} NOT IN ({recoverable})"
+    " RETURNING EXISTS (SELECT 1 FROM {member}"
+    " WHERE {member}.{member_node} = {node}.{id} AND {member}.{active})"
+)
+
+
+@functools.cache
+def _heartbeat_sql() -> str:
+    """_HEARTBEAT_SQL with the models' table and column names, quoted; values stay %s."""
+
+    def col(model: type[models.Model], name: str) -> str:
+        return connection.ops.quote_name(model._meta.get_field(name).column)
+
+    return _HEARTBEAT_SQL.format(
+        node=connection.ops.quote_name(Node._meta.db_table),
+        beat=col(Node, "last_heartbeat"),
+        report=col(Node, "agent_report"),
+        id=col(Node, "id"),
+        token=col(Node, "agent_token_hash"),
+        gone=col(Node, "gone"),
+        daemon=col(Node, "daemon_state"),
+        state=col(Node, "state"),
+        recoverable=", ".join(["%s"] * len(_RECOVERABLE)),
+        member=connection.ops.quote_name(DomainMember._meta.db_table),
+        member_node=col(DomainMember, "node"),
+        active=col(DomainMember, "active"),
+    )
+
+
+def _stored(report: AgentReport, received_at: datetime) -> dict:
+    return dataclasses.asdict(report) | {"received_at": received_at.isoformat()}
+
+
 def agent_report(*, node: Node, report: AgentReport) -> None:
     """Record what the agent observed (the heartbeat) and fold it into its membership.
 
@@ -199,7 +269,7 @@ def agent_report(*, node: Node, report: AgentReport) -> None:
     updates: dict = {
         "last_heartbeat": now,
         "daemon_state": report.daemon_state,
-        "agent_report": dataclasses.asdict(report) | {"received_at": now.isoformat()},
+        "agent_report": _stored(report, now),
     }
     changed = node.daemon_state != report.daemon_state
     if node.state in _RECOVERABLE:
@@ -214,7 +284,7 @@ def agent_report(*, node: Node, report: AgentReport) -> None:
         setattr(node, key, value)
     if changed:
         announce_nodes([node.pk])
-    domain_services.domain_member_report(node=node, report=report)
+    domain_services.domain_member_report(node_id=node.pk, report=report)
 
 
 def agent_access_denied(*, node: Node, target_node_id: int | str, action: str) -> None:

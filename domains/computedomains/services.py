@@ -47,7 +47,7 @@ from domains.computedomains.models import (
 from domains.computedomains.specs import DomainSpec, DryRunResult
 from domains.context import get_request_id
 from domains.errors import InvalidInput, InvalidTransition, NameTaken, QuotaExceeded
-from domains.inventory.models import Node, NodeState
+from domains.inventory.models import NodeState
 from domains.placement import Rejection, place, topology_snapshot
 from domains.tenancy.models import Namespace
 from domains.tenancy.selectors import quota_usage
@@ -373,7 +373,7 @@ _UNCHANGED_CHECK_FIELDS = (
 )  # fmt: skip
 
 
-def domain_member_report(*, node: Node, report: AgentReport) -> None:
+def domain_member_report(*, node_id: int, report: AgentReport) -> None:
     """Fold one agent report into its member's state and the domain's phase.
 
     Reports are level-triggered observations, so an old or repeated one is harmless: a
@@ -382,12 +382,14 @@ def domain_member_report(*, node: Node, report: AgentReport) -> None:
     (the steady state of a running domain, every few seconds from every tray) costs one
     query and takes no lock.
     """
-    current = (
-        DomainMember.objects.select_related("domain")
-        .filter(node=node, active=True)
-        .order_by()
-        .only(*_UNCHANGED_CHECK_FIELDS)
-        .first()
+    current = next(
+        iter(
+            DomainMember.objects.select_related("domain")
+            .filter(node_id=node_id, active=True)
+            .order_by()  # one active member per node: no ORDER BY to build
+            .only(*_UNCHANGED_CHECK_FIELDS)[:1]
+        ),
+        None,
     )
     if current is None or _outcome_unchanged(current.domain, current, report):
         return

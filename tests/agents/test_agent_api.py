@@ -8,7 +8,8 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from domains.agents.models import JoinToken
-from domains.agents.report import Step
+from domains.agents.report import AgentReport, Step
+from domains.agents.services import NodeFacts, agent_heartbeat, agent_join
 from domains.computedomains.events import Actor
 from domains.computedomains.models import (
     AllocationMode,
@@ -271,3 +272,57 @@ def test_a_tray_marked_gone_cannot_join(rack):
     Node.objects.filter(pk=node.pk).update(gone=True)
     resp = APIClient().post("/api/v1/agent/join/", facts(node), format="json")
     assert resp.status_code == 409 and "gone" in resp.json()["message"]
+
+
+# --- the steady heartbeat in one statement (the fast path's) ----------------------------------
+
+
+def facts_of(node: Node) -> NodeFacts:
+    clique = node.clique
+    return NodeFacts(
+        hostname=node.hostname, cluster_uuid=clique.cluster_uuid, clique_id=clique.clique_id
+    )
+
+
+def idle_report(**over: object) -> AgentReport:
+    return AgentReport(**{"domain_uid": None, "generation_applied": 0, "step": Step.IDLE} | over)
+
+
+def test_a_steady_heartbeat_is_one_statement(rack, django_assert_num_queries):
+    node = rack.nodes.first()
+    _, raw = agent_join(join_token=JOIN, facts=NodeFacts(hostname=node.hostname))
+    with django_assert_num_queries(1):
+        assert agent_heartbeat(node_id=node.pk, token=raw, report=idle_report(clean=True))
+    node.refresh_from_db()
+    assert node.agent_report["clean"] is True and node.last_heartbeat is not None
+
+
+def test_a_steady_heartbeat_of_a_member_also_folds_the_report(rack, ns_a, tenant_a):
+    domain = form(ns_a, tenant_a)
+    member = DomainMember.objects.filter(domain=domain).select_related("node").first()
+    _, raw = agent_join(join_token=JOIN, facts=facts_of(member.node))
+    report_ = idle_report(
+        domain_uid=str(domain.uid), generation_applied=domain.generation, step=Step.CONFIGURING
+    )
+    assert agent_heartbeat(node_id=member.node_id, token=raw, report=report_)
+    member.refresh_from_db()
+    assert member.state == MemberState.CONFIGURING and member.step == Step.CONFIGURING
+
+
+@pytest.mark.parametrize("case", ["other node", "old token", "daemon changed", "unknown", "gone"])
+def test_a_heartbeat_that_is_not_steady_writes_nothing(rack, case):
+    node, other = list(rack.nodes.all())[:2]
+    _, raw = agent_join(join_token=JOIN, facts=NodeFacts(hostname=node.hostname))
+    target, report_ = node.pk, idle_report()
+    if case == "other node":
+        target = other.pk
+    elif case == "old token":
+        agent_join(join_token=JOIN, facts=NodeFacts(hostname=node.hostname))
+    elif case == "daemon changed":
+        report_ = idle_report(daemon_state="READY")
+    elif case == "unknown":
+        Node.objects.filter(pk=node.pk).update(state=NodeState.UNKNOWN)
+    else:
+        Node.objects.filter(pk=node.pk).update(gone=True)
+    assert agent_heartbeat(node_id=target, token=raw, report=report_) is False
+    assert not Node.objects.filter(pk__in=[node.pk, other.pk]).exclude(agent_report={}).exists()

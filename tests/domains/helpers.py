@@ -13,7 +13,7 @@ def report(node: Node, domain: ComputeDomain | None, step: str, **kw: object) ->
     if domain is not None:
         domain.refresh_from_db()
     domain_member_report(
-        node=node,
+        node_id=node.pk,
         report=AgentReport(
             domain_uid=str(domain.uid) if domain is not None else None,
             generation_applied=kw.pop("generation", domain.generation if domain else 0),

@@ -108,7 +108,7 @@ def test_a_report_about_another_domain_changes_nothing(topology, ns_a, tenant_a)
     domain = admit_and_place(ns_a, tenant_a)
     node = domain_peers(domain)[0].node
     domain_member_report(
-        node=node,
+        node_id=node.pk,
         report=AgentReport(domain_uid=str(uuid.uuid4()), generation_applied=9, step=Step.READY),
     )
     assert domain_peers(domain)[0].state == MemberState.ASSIGNED
@@ -318,7 +318,7 @@ def test_a_report_that_changes_nothing_costs_one_query(
         domain_state="UP",
     )
     with django_assert_num_queries(1):
-        domain_member_report(node=node, report=steady)
+        domain_member_report(node_id=node.pk, report=steady)
 
 
 def test_controller_events_carry_the_request_id_of_the_request(topology, ns_a, tenant_a):

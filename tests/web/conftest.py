@@ -28,7 +28,7 @@ def form_domain(domain: ComputeDomain) -> ComputeDomain:
     for m in members:
         peers = [PeerStatus(p.index, p.ip_address, "CONNECTED") for p in members]
         services.domain_member_report(
-            node=m.node,
+            node_id=m.node_id,
             report=AgentReport(
                 domain_uid=str(placed.uid),
                 generation_applied=placed.generation,

@@ -1,0 +1,184 @@
+"""The agents' two hot requests, served without Django's per-request machinery.
+
+Every tray heartbeats (`POST nodes/<id>/status/`) and reads its desired state
+(`GET nodes/<id>/desired/`) every few seconds: 2,000 trays are 200+ requests a second
+against one web worker. Through Django's ASGI handler each one paid for a new thread, nine
+middlewares with sync/async hops, and DRF's request and response wrapping, about twice the
+cost of the work itself (bench/agent_load.py).
+
+This ASGI wrapper answers those two requests itself when they are well-formed: the same
+token lookup, serializer, services and JSON encoder as portal/api/agent/views.py, run on a
+small, long-lived pool of threads (Django starts a thread per request). Every
+other request, and every one of these that would be answered with an error (no or unknown
+token, another node's URL, a body that does not validate, a disallowed Host), goes to
+Django with its body intact, so errors, the 403 audit event and the error shape have one
+implementation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.http.request import split_domain_port, validate_host
+from rest_framework.utils.encoders import JSONEncoder
+
+from domains.agents.desired import desired_state_for
+from domains.agents.selectors import node_for_token
+from domains.agents.services import agent_heartbeat, agent_report
+from domains.context import request_id_scope
+from portal.api.agent.auth import token_from_header
+from portal.api.agent.serializers import ReportSerializer
+from portal.middleware import request_id_from
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+_ROUTE = re.compile(r"^/api/v1/agent/nodes/(?P<node>[0-9]{1,18})/(?P<kind>desired|status)/?$")
+_METHOD = {"desired": "GET", "status": "POST"}
+MAX_BODY = 1 << 20  # a report with every channel listed is ~10 kB; Django's limit is 2.5 MB
+
+# A few threads: the work holds the GIL except while PostgreSQL answers, so more threads
+# only queue for it. Each borrows a connection from the pool per request, as Django does.
+THREADS = 4
+
+_SECURITY_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),
+]
+
+
+class AgentFastPath:
+    """ASGI middleware in front of Django: see the module docstring."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        self.app = app
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = _ROUTE.match(scope.get("path", "")) if scope["type"] == "http" else None
+        if match is None or scope["method"] != _METHOD[match["kind"]]:
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])  # ASGI header names are lowercase bytes
+        token = token_from_header(headers.get(b"authorization", b""))
+        if not token or not _host_allowed(headers.get(b"host", b"")):
+            return await self.app(scope, receive, send)
+        messages, body, complete = await _read_body(receive)
+        if complete and match["kind"] == "status":
+            complete = headers.get(b"content-type", b"").startswith(b"application/json")
+        answer = None
+        if complete:
+            rid = request_id_from(headers.get(b"x-request-id", b"").decode("latin-1"))
+            answer = await asyncio.get_running_loop().run_in_executor(
+                self._pool(), _serve, match["kind"], int(match["node"]), token, body, rid
+            )
+        if answer is None:
+            return await self.app(scope, _replay(messages, receive), send)
+        status, payload = answer
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    *_SECURITY_HEADERS,
+                    (b"content-length", str(len(payload)).encode()),
+                    (b"x-request-id", rid.encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(THREADS, thread_name_prefix="agent-fast")
+        return self._executor
+
+
+def _serve(kind: str, node_id: int, token: str, body: bytes, rid: str) -> tuple[int, bytes] | None:
+    """(status, JSON body), or None to let Django answer (it will answer with an error).
+
+    Runs on a pool thread and, like Django's request_started/request_finished, returns the
+    thread's database connection to the pool when it is done.
+    """
+    close_old_connections()
+    with request_id_scope(rid):
+        try:
+            if kind == "status":
+                return _report(node_id, token, body)
+            node = node_for_token(token)
+            if node is None or node.pk != node_id:
+                return None
+            return 200, _dumps(desired_state_for(node))
+        except Exception:
+            log.exception("agent %s request for node %s failed", kind, node_id)
+            message = "The portal failed to handle this request; it has been logged."
+            return 500, _dumps({"code": "server_error", "message": message})
+        finally:
+            close_old_connections()
+
+
+def _report(node_id: int, token: str, body: bytes) -> tuple[int, bytes] | None:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    serializer = ReportSerializer(data=data)
+    if not serializer.is_valid():
+        return None
+    report = serializer.report()
+    if not agent_heartbeat(node_id=node_id, token=token, report=report):
+        node = node_for_token(token)
+        if node is None or node.pk != node_id:
+            return None
+        agent_report(node=node, report=report)
+    return 200, b'{"ok":true}'
+
+
+def _dumps(data: Any) -> bytes:
+    """What DRF's JSONRenderer writes with this project's settings (compact, UTF-8)."""
+    return json.dumps(data, cls=JSONEncoder, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _host_allowed(host: bytes) -> bool:
+    domain, _port = split_domain_port(host.decode("latin-1"))
+    return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
+
+
+async def _read_body(receive: Receive) -> tuple[list[dict[str, Any]], bytes, bool]:
+    """(the messages received, the body, whether it was read whole): not whole when it is
+    over MAX_BODY or the client went away, and Django is left to deal with it."""
+    messages: list[dict[str, Any]] = []
+    size = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if size > MAX_BODY or not message.get("more_body", False):
+            break
+    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+    complete = messages[-1]["type"] == "http.request" and not messages[-1].get("more_body")
+    return messages, body, complete and size <= MAX_BODY
+
+
+def _replay(messages: list[dict[str, Any]], receive: Receive) -> Receive:
+    """A `receive` that hands Django the messages already read, then the rest of the stream."""
+    pending = list(messages)
+
+    async def replay() -> dict[str, Any]:
+        return pending.pop(0) if pending else await receive()
+
+    return replay

@@ -41,13 +41,13 @@ def stats(values: list[float]) -> str:
     return f"median {statistics.median(ms):7.0f} ms   p95 {percentile(ms, 95):7.0f} ms"
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time of a process and of its children it has reaped (for the fleet: its daemons
-    and every nvidia-imex-ctl it ran)."""
+def cpu_seconds(pid: int, *, children: bool) -> float:
+    """CPU time of a process itself, or of the children it has reaped (for the fleet: its
+    daemons and every nvidia-imex-ctl it ran)."""
     import os
 
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    ticks = sum(int(f) for f in (fields[13:15] if children else fields[11:13]))
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
@@ -110,8 +110,13 @@ def main() -> int:
             per_domain = min(size, TRAYS_PER_RACK)
             count = size // per_domain
             ready_t, release_t, portal_t, agent_t = [], [], [], []
-            procs = {"web": server.pid, "worker": worker.pid, "agents+IMEX": fleet.proc.pid}
-            cpu_before = {name: cpu_seconds(pid) for name, pid in procs.items()}
+            procs = {
+                "web": (server.pid, False),
+                "worker": (worker.pid, False),
+                "agents": (fleet.proc.pid, False),
+                "IMEX daemons+ctl": (fleet.proc.pid, True),
+            }
+            cpu_before = {name: cpu_seconds(pid, children=c) for name, (pid, c) in procs.items()}
             for rnd in range(args.rounds + 1):  # round 0 warms up
                 names = [f"b{size}-{rnd}-{i}" for i in range(count)]
                 t0 = time.monotonic()
@@ -142,8 +147,8 @@ def main() -> int:
                 agent_t.append(split[1])
             print(f"{size:>5} {count:>7}  {stats(ready_t):<34}  {stats(release_t):<34}")
             cpu = {
-                name: (cpu_seconds(pid) - cpu_before[name]) / (args.rounds + 1)
-                for name, pid in procs.items()
+                name: (cpu_seconds(pid, children=c) - cpu_before[name]) / (args.rounds + 1)
+                for name, (pid, c) in procs.items()
             }
             portal, agents = statistics.median(portal_t), statistics.median(agent_t)
             total = portal + agents

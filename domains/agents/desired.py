@@ -15,7 +15,7 @@ from domains.computedomains.models import AllocationMode, ComputeDomain
 from domains.computedomains.selectors import (
     desired_member,
     domain_channels,
-    domain_peers,
+    domain_peer_addresses,
     member_should_run,
 )
 from domains.inventory.models import Node
@@ -39,7 +39,6 @@ def desired_state_for(node: Node) -> dict[str, Any]:
     if not member_should_run(member):
         doc["release"] = {"uid": str(domain.uid), "request_id": domain.request_id}
         return doc
-    peers = domain_peers(domain)
     doc["domain"] = {
         "uid": str(domain.uid),
         "name": f"{domain.namespace.name}/{domain.name}",
@@ -47,7 +46,8 @@ def desired_state_for(node: Node) -> dict[str, Any]:
         "request_id": domain.request_id,
         "index": member.index,
         "peers": [
-            {"index": m.index, "ip": m.ip_address, "hostname": m.node.hostname} for m in peers
+            {"index": index, "ip": ip, "hostname": hostname}
+            for index, ip, hostname in domain_peer_addresses(domain)
         ],
         "imex": {
             "server_port": settings.PORTAL["IMEX_SERVER_PORT"],

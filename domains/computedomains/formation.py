@@ -34,7 +34,6 @@ from domains.computedomains.events import (
     record_event,
 )
 from domains.computedomains.models import (
-    NODE_REPORT,
     AllocationMode,
     ChannelAllocation,
     ComputeDomain,
@@ -118,6 +117,7 @@ def _place(domain_id: int) -> ComputeDomain | None:
         ComputeDomain.objects.select_for_update(of=("self",))
         .select_related("namespace")
         .filter(pk=domain_id, phase=Phase.ADMITTED)
+        .order_by()
         .first()
     )
     if domain is None:
@@ -261,13 +261,19 @@ def lock_domain(domain_id: int) -> ComputeDomain | None:
         ComputeDomain.objects.select_for_update(of=("self",))
         .select_related("namespace")
         .filter(pk=domain_id)
+        .order_by()
         .first()
     )
 
 
+# What aggregation and its messages and events read of each member (it runs on every
+# member's change, and whole rows with their trays cost more than the rest of a report).
+_AGGREGATE_FIELDS = ("domain_id", "index", "active", "state", "message", "step", "node__hostname")
+
+
 def aggregate(domain: ComputeDomain) -> None:
     """Fold the members' states into the domain's phase. Caller holds the domain row lock."""
-    members = list(domain.members.select_related("node").defer(NODE_REPORT).order_by("index"))
+    members = list(domain.members.select_related("node").only(*_AGGREGATE_FIELDS).order_by("index"))
     if domain.phase == Phase.RELEASING:
         if not any(m.active for m in members):
             finish_release(domain)

@@ -399,6 +399,7 @@ def domain_member_report(*, node_id: int, report: AgentReport) -> None:
             DomainMember.objects.select_related("node")
             .defer(NODE_REPORT)
             .filter(pk=current.pk, active=True)
+            .order_by()
             .first()
         )
         if domain is None or member is None:

@@ -203,10 +203,10 @@ def agent_heartbeat(*, node_id: int, token: str, report: AgentReport) -> bool:
     membership check through the ORM cost three times the round trips' own time.
     """
     now = timezone.now()
-    fields = Node._meta
+    meta = Node._meta
     params = [
-        fields.get_field("last_heartbeat").get_db_prep_save(now, connection),
-        fields.get_field("agent_report").get_db_prep_save(_stored(report, now), connection),
+        meta.get_field("last_heartbeat").get_db_prep_save(now, connection),
+        meta.get_field("agent_report").get_db_prep_save(_stored(report, now), connection),
         node_id,
         hash_token(token),
         report.daemon_state,

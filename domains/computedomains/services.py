@@ -382,14 +382,12 @@ def domain_member_report(*, node_id: int, report: AgentReport) -> None:
     (the steady state of a running domain, every few seconds from every tray) costs one
     query and takes no lock.
     """
-    current = next(
-        iter(
-            DomainMember.objects.select_related("domain")
-            .filter(node_id=node_id, active=True)
-            .order_by()  # one active member per node: no ORDER BY to build
-            .only(*_UNCHANGED_CHECK_FIELDS)[:1]
-        ),
-        None,
+    current = (
+        DomainMember.objects.select_related("domain")
+        .filter(node_id=node_id, active=True)
+        .order_by()
+        .only(*_UNCHANGED_CHECK_FIELDS)
+        .first()
     )
     if current is None or _outcome_unchanged(current.domain, current, report):
         return

@@ -22,6 +22,7 @@ from domains.computedomains.services import DomainSpec, domain_place, domain_rel
 from domains.inventory.models import Node, NodeState
 from domains.security import hash_token
 from tests import factories
+from tests.support.agents import node_facts
 
 pytestmark = pytest.mark.django_db
 IP_PREFIX = "127.12"
@@ -277,13 +278,6 @@ def test_a_tray_marked_gone_cannot_join(rack):
 # --- the steady heartbeat in one statement (the fast path's) ----------------------------------
 
 
-def facts_of(node: Node) -> NodeFacts:
-    clique = node.clique
-    return NodeFacts(
-        hostname=node.hostname, cluster_uuid=clique.cluster_uuid, clique_id=clique.clique_id
-    )
-
-
 def idle_report(**over: object) -> AgentReport:
     return AgentReport(**{"domain_uid": None, "generation_applied": 0, "step": Step.IDLE} | over)
 
@@ -300,7 +294,7 @@ def test_a_steady_heartbeat_is_one_statement(rack, django_assert_num_queries):
 def test_a_steady_heartbeat_of_a_member_also_folds_the_report(rack, ns_a, tenant_a):
     domain = form(ns_a, tenant_a)
     member = DomainMember.objects.filter(domain=domain).select_related("node").first()
-    _, raw = agent_join(join_token=JOIN, facts=facts_of(member.node))
+    _, raw = agent_join(join_token=JOIN, facts=node_facts(member.node))
     report_ = idle_report(
         domain_uid=str(domain.uid), generation_applied=domain.generation, step=Step.CONFIGURING
     )

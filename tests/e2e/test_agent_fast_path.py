@@ -15,14 +15,14 @@ import pytest
 from rest_framework.test import APIClient
 
 from domains.agents.report import Step
-from domains.agents.services import NodeFacts, agent_join
+from domains.agents.services import agent_join
 from domains.computedomains.events import Actor
 from domains.computedomains.models import DomainMember, Event, MemberState
 from domains.computedomains.services import DomainSpec, domain_place, domain_request
 from domains.inventory.models import Node, NodeState
 from tests import factories
 from tests.e2e.conftest import IP_PREFIX
-from tests.support.agents import ensure_join_token
+from tests.support.agents import ensure_join_token, node_facts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -36,14 +36,7 @@ def trays(portal) -> list[tuple[Node, httpx.Client]]:
     join_token = ensure_join_token()
     out = []
     for node in Node.objects.filter(rack=rack).select_related("clique").order_by("slot"):
-        facts = NodeFacts(
-            hostname=node.hostname,
-            ip=node.management_ip,
-            cluster_uuid=node.clique.cluster_uuid,
-            clique_id=node.clique.clique_id,
-            channel_major=237,
-        )
-        _, raw = agent_join(join_token=join_token, facts=facts)
+        _, raw = agent_join(join_token=join_token, facts=node_facts(node))
         client = httpx.Client(
             base_url=f"{portal}/api/v1/agent/nodes",
             headers={"Authorization": f"Node {raw}"},

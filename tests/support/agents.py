@@ -34,11 +34,23 @@ import httpx
 
 from domains.agents.fleet import fleet_spec
 from domains.agents.models import JoinToken
+from domains.agents.services import NodeFacts
 from domains.inventory.models import Node
 from domains.security import hash_token
 from tests.support.processes import VENV_BIN, Proc, free_port, process_env, wait_until
 
 JOIN_TOKEN = "dpj_e2e-test-join-token"
+
+
+def node_facts(node: Node) -> NodeFacts:
+    """The facts a tray's agent would send, so joining keeps it on its clique."""
+    return NodeFacts(
+        hostname=node.hostname,
+        ip=node.management_ip,
+        cluster_uuid=node.clique.cluster_uuid,
+        clique_id=node.clique.clique_id,
+        channel_major=237,
+    )
 
 
 def ensure_join_token(raw: str = JOIN_TOKEN) -> str:

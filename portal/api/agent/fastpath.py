@@ -52,12 +52,17 @@ MAX_BODY = 1 << 20  # a report with every channel listed is ~10 kB; Django's lim
 # only queue for it. Each borrows a connection from the pool per request, as Django does.
 THREADS = 4
 
-_SECURITY_HEADERS = [
-    (b"content-type", b"application/json"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"same-origin"),
-]
+
+def _headers() -> list[tuple[bytes, bytes]]:
+    """What Django's security and clickjacking middleware would add, from the same settings."""
+    headers = [(b"content-type", b"application/json")]
+    if settings.SECURE_CONTENT_TYPE_NOSNIFF:
+        headers.append((b"x-content-type-options", b"nosniff"))
+    if settings.X_FRAME_OPTIONS:
+        headers.append((b"x-frame-options", settings.X_FRAME_OPTIONS.encode()))
+    if settings.SECURE_REFERRER_POLICY:
+        headers.append((b"referrer-policy", settings.SECURE_REFERRER_POLICY.encode()))
+    return headers
 
 
 class AgentFastPath:
@@ -66,6 +71,7 @@ class AgentFastPath:
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         self.app = app
         self._executor: ThreadPoolExecutor | None = None
+        self._headers = _headers()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = _ROUTE.match(scope.get("path", "")) if scope["type"] == "http" else None
@@ -92,7 +98,7 @@ class AgentFastPath:
                 "type": "http.response.start",
                 "status": status,
                 "headers": [
-                    *_SECURITY_HEADERS,
+                    *self._headers,
                     (b"content-length", str(len(payload)).encode()),
                     (b"x-request-id", rid.encode()),
                 ],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
@@ -13,6 +14,15 @@ from domains.inventory.seed import RackLayout, build_fabric
 from domains.tenancy.models import Membership, Namespace, Quota, Role
 
 _seq = itertools.count(1)
+
+# Emulated trays listen on loopback addresses `127.<n>.<rack>.<slot>`. Two checkouts running
+# their suites at once set different bases (TEST_TRAY_IP_BASE) so their daemons never meet.
+TRAY_IP_BASE = int(os.environ.get("TEST_TRAY_IP_BASE", "0"))
+
+
+def tray_ip_prefix(offset: int = 0) -> str:
+    """`127.<base + offset>`: the first two octets of a test fabric's tray addresses."""
+    return f"127.{TRAY_IP_BASE + offset}"
 
 
 def make_user(username: str | None = None, *, staff: bool = False, superuser: bool = False):
@@ -37,7 +47,7 @@ def add_member(user, namespace: Namespace, role: str = Role.MEMBER) -> Membershi
 
 def make_racks(
     *layouts: str,
-    ip_prefix: str = "127.0",
+    ip_prefix: str | None = None,
     hostname_prefix: str = "gb",
     ready: bool = True,
     first_rack: int = 1,
@@ -45,7 +55,7 @@ def make_racks(
     """Racks from layout strings ("18", "9,9"); trays ready with a fresh heartbeat."""
     racks = build_fabric(
         [RackLayout.parse(text) for text in (layouts or ("18",))],
-        ip_prefix=ip_prefix,
+        ip_prefix=ip_prefix or tray_ip_prefix(),
         hostname_prefix=hostname_prefix,
         node_state=NodeState.READY if ready else NodeState.UNKNOWN,
         first_rack=first_rack,

@@ -25,7 +25,7 @@ from tests import factories
 from tests.support.agents import node_facts
 
 pytestmark = pytest.mark.django_db
-IP_PREFIX = "127.12"
+IP_PREFIX = factories.tray_ip_prefix(12)
 JOIN = "dpj_unit-test-join-token"
 CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
 

@@ -12,12 +12,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from nodeagent.agent import Agent, FatalError
-from nodeagent.config import AgentConfig, split_command
+from nodeagent.config import AGENT_VERSION, AgentConfig, split_command
 from nodeagent.health import HealthServer
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nodeagent", description="Domain Portal node agent")
+    p.add_argument("--version", action="version", version=f"%(prog)s {AGENT_VERSION}")
     p.add_argument("--portal", required=True, help="Portal base URL, e.g. https://portal:8000")
     p.add_argument(
         "--join-token",

@@ -10,7 +10,10 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-AGENT_VERSION = "0.1.0"
+from domain_portal import __version__
+
+AGENT_VERSION = __version__  # shown by --version and sent in the join facts
+
 CHANNELS_DIR = "dev/nvidia-caps-imex-channels"
 CDI_SPEC = "etc/cdi/nvidia.com-imex-channel.json"
 CDI_KIND = "nvidia.com/imex-channel"

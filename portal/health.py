@@ -6,9 +6,11 @@ from django.core.cache import cache
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
+from domain_portal import __version__
+
 
 def liveness(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"status": "ok"})
+    return JsonResponse({"status": "ok", "version": __version__})
 
 
 def readiness(request: HttpRequest) -> JsonResponse:

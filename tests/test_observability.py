@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from domain_portal import __version__
 from domains.computedomains.models import ComputeDomain, Phase
 
 pytestmark = pytest.mark.django_db
@@ -50,7 +51,7 @@ def test_metrics_expose_domains_quota_nodes_and_formation_histogram(operator, ns
 
 
 def test_health_endpoints_answer(db):
-    assert Client().get("/healthz").json() == {"status": "ok"}
+    assert Client().get("/healthz").json() == {"status": "ok", "version": __version__}
     ready = Client().get("/readyz")
     assert ready.status_code == 200
     assert ready.json()["checks"] == {"database": "ok", "redis": "ok"}

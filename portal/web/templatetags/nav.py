@@ -1,4 +1,4 @@
-"""The top bar's per-user links, read in one query whatever the number of memberships."""
+"""The top bar's per-user links (one query whatever the number of memberships) and the footer."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 from django import template
 
+from domain_portal import __version__
 from domains.tenancy.models import Membership
 
 register = template.Library()
@@ -21,3 +22,9 @@ def member_namespaces(user: Any) -> list[str]:
         .order_by("namespace__name")
         .values_list("namespace__name", flat=True)
     )
+
+
+@register.simple_tag
+def portal_version() -> str:
+    """The running release, for the footer (the same string /healthz and the agents send)."""
+    return __version__

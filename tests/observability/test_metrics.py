@@ -1,0 +1,293 @@
+"""/metrics (read the way Prometheus and promtool read it), /healthz and /readyz."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import timedelta
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+
+from domain_portal import __version__
+from domains.agents.report import Step
+from domains.computedomains.events import Actor
+from domains.computedomains.models import ComputeDomain, DomainMember, Event, Phase
+from domains.computedomains.services import (
+    DomainSpec,
+    domain_deny,
+    domain_place,
+    domain_request,
+)
+from domains.inventory.models import Node, NodeState
+from domains.tenancy.services import quota_set
+from tests import factories
+from tests.domains.helpers import all_ready, report
+from tests.observability.exposition import PROMTOOL, families, needs_promtool, scrape, value
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff(operator) -> Client:
+    client = Client()
+    client.force_login(operator)
+    return client
+
+
+def form(ns, user, name: str, nodes: int) -> ComputeDomain:
+    """Request, place and bring every tray ready through the services, as agents would."""
+    domain = domain_request(
+        actor=Actor.for_user(user), namespace=ns, spec=DomainSpec(name=name, num_nodes=nodes)
+    )
+    domain = domain_place(domain_id=domain.pk)
+    all_ready(domain)
+    domain.refresh_from_db()
+    assert domain.phase == Phase.READY
+    return domain
+
+
+def test_metrics_are_refused_without_staff_session_or_token(tenant_a):
+    assert Client().get("/metrics").status_code == 401
+    client = Client()
+    client.force_login(tenant_a)
+    assert client.get("/metrics").status_code == 401
+
+
+def test_metrics_accept_the_metrics_token(settings, db):
+    settings.PORTAL = {**settings.PORTAL, "METRICS_TOKEN": "s3cret-metrics"}
+    response = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+
+
+def test_metrics_expose_domains_quota_nodes_and_formation_histogram(staff, ns_a, topology):
+    now = timezone.now()
+    domain = ComputeDomain.objects.create(
+        namespace=ns_a, name="train", num_nodes=2, resource_claim_template="t", phase=Phase.READY
+    )
+    ComputeDomain.objects.filter(pk=domain.pk).update(
+        created_at=now - timedelta(seconds=1.5), ready_at=now
+    )
+    found = families(scrape(staff))
+    assert value(found, "portal_domains", phase="Ready", namespace="team-a") == 1
+    assert value(found, "portal_domains", phase="Degraded", namespace="team-a") == 0
+    assert value(found, "portal_domain_formation_seconds_bucket", le="1.0") == 0
+    assert value(found, "portal_domain_formation_seconds_bucket", le="2.0") == 1
+    assert value(found, "portal_domain_formation_seconds_count") == 1
+    assert value(found, "portal_domain_formation_seconds_sum") == pytest.approx(1.5)
+    assert value(found, "portal_quota_used", namespace="team-a", resource="nodes") == 2
+    assert value(found, "portal_quota_limit", namespace="team-a", resource="gpus") == 48
+    assert value(found, "portal_nodes", state="ready") == 18
+    assert value(found, "portal_nodes", state="down") == 0
+    assert value(found, "portal_node_heartbeat_age_seconds", node="gb-r01-t01") < 60
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE  # earlier tests may have left tasks in it
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    assert value(found, "portal_celery_queue_depth", queue=queue) == broker.llen(queue)
+    assert value(found, "portal_redis_up") == 1
+    assert value(found, "portal_build_info", version=__version__) == 1
+
+
+def test_every_family_is_one_group_with_help_and_a_type(staff, ns_a, ns_b, topology):
+    form(ns_a, factories.make_user(), "one", 2)
+    text = scrape(staff)
+    found = families(text)  # asserts that no family is split in two
+    assert set(found) == {
+        "portal_build_info",
+        "portal_domains",
+        "portal_domains_failed",
+        "portal_domain_formation_seconds",
+        "portal_domain_formation_step_seconds",
+        "portal_domain_release_seconds",
+        "portal_quota_used",
+        "portal_quota_limit",
+        "portal_node_heartbeat_age_seconds",
+        "portal_nodes",
+        "portal_imex_daemons",
+        "portal_agents",
+        "portal_agents_silent",
+        "portal_agent_stale_after_seconds",
+        "portal_channels_allocated",
+        "portal_channels_capacity",
+        "portal_celery_queue_depth",
+        "portal_redis_up",
+    }
+    for family in found.values():
+        assert family.documentation, f"{family.name} has no HELP"
+        assert family.type != "unknown", f"{family.name} has no TYPE"
+    # Each family's samples are contiguous in the text, as the format requires.
+    order = [line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"]
+    seen: list[str] = []
+    for name in order:
+        base = name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+        if not seen or seen[-1] != base:
+            assert base not in seen, f"{base} appears in two places"
+            seen.append(base)
+
+
+@needs_promtool
+def test_promtool_check_metrics_reports_nothing(staff, ns_a, topology):
+    form(ns_a, factories.make_user(), "one", 2)
+    result = subprocess.run(
+        [PROMTOOL, "check", "metrics"],
+        input=scrape(staff),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_openmetrics_is_served_to_a_scraper_that_asks_for_it(staff, ns_a, topology):
+    form(ns_a, factories.make_user(), "one", 2)
+    response = staff.get(
+        "/metrics",
+        HTTP_ACCEPT="application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+    )
+    assert response["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    found = {f.name: f for f in openmetrics_families(response.content.decode())}
+    assert found["portal_build"].type == "info"
+    assert found["portal_domains_failed"].type == "counter"
+    (count,) = [
+        s.value
+        for s in found["portal_domain_formation_step_seconds"].samples
+        if s.name.endswith("_count") and s.labels == {"step": "tray_ready"}
+    ]
+    assert count == 2
+
+
+def test_formation_steps_come_from_the_timeline(staff, ns_a, topology):
+    """request → admitted → placed → each tray ready → Ready, at known offsets."""
+    domain = form(ns_a, factories.make_user(), "timed", 2)
+    t0 = timezone.now() - timedelta(minutes=10)
+    placed = t0 + timedelta(seconds=0.04)
+    ComputeDomain.objects.filter(pk=domain.pk).update(
+        created_at=t0,
+        admitted_at=t0 + timedelta(seconds=0.02),
+        placed_at=placed,
+        ready_at=placed + timedelta(seconds=4.5),
+    )
+    first, second = DomainMember.objects.filter(domain=domain).order_by("index")
+    ready_events = Event.objects.filter(domain=domain, verb="member.ready")
+    assert ready_events.count() == 2
+    ready_events.filter(node=first.node).update(created_at=placed + timedelta(seconds=1.5))
+    ready_events.filter(node=second.node).update(created_at=placed + timedelta(seconds=4.49))
+
+    found = families(scrape(staff))
+    step = "portal_domain_formation_step_seconds"
+    assert value(found, f"{step}_count", step="admitted") == 1
+    assert value(found, f"{step}_bucket", step="admitted", le="0.025") == 1
+    assert value(found, f"{step}_bucket", step="admitted", le="0.01") == 0
+    assert value(found, f"{step}_bucket", step="placed", le="0.025") == 1
+    assert value(found, f"{step}_count", step="tray_ready") == 2
+    assert value(found, f"{step}_bucket", step="tray_ready", le="1.0") == 0
+    assert value(found, f"{step}_bucket", step="tray_ready", le="2.0") == 1
+    assert value(found, f"{step}_bucket", step="tray_ready", le="5.0") == 2
+    assert value(found, f"{step}_sum", step="tray_ready") == pytest.approx(5.99)
+    assert value(found, f"{step}_count", step="ready") == 1
+    assert value(found, f"{step}_bucket", step="ready", le="0.01") == 1
+    assert value(found, f"{step}_sum", step="ready") == pytest.approx(0.01)
+    assert value(found, "portal_domain_formation_seconds_sum") == pytest.approx(4.54)
+
+
+def test_a_tray_recovering_later_leaves_the_formation_figures_as_they_were(staff, ns_a, topology):
+    domain = form(ns_a, factories.make_user(), "recovers", 3)
+    before = scrape(staff)
+    member = DomainMember.objects.filter(domain=domain).select_related("node").first()
+    report(member.node, domain, Step.CONFIGURING, message="daemon restarted")
+    assert ComputeDomain.objects.get(pk=domain.pk).phase == Phase.DEGRADED
+    degraded = families(scrape(staff))
+    assert value(degraded, "portal_domains", namespace="team-a", phase="Degraded") == 1
+    report(member.node, domain, Step.READY, daemon_state="READY", domain_state="UP")
+    assert ComputeDomain.objects.get(pk=domain.pk).phase == Phase.READY
+    assert Event.objects.filter(domain=domain, verb="member.ready").count() == 4
+
+    def formation(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith("portal_domain_formation")]
+
+    assert formation(scrape(staff)) == formation(before)
+    assert (
+        value(families(before), "portal_domain_formation_step_seconds_count", step="tray_ready")
+        == 3
+    )
+
+
+def test_failures_count_per_namespace_and_denials_are_not_failures(
+    staff, ns_a, ns_b, admin, topology
+):
+    quota_set(actor=Actor.for_user(admin), namespace=ns_a, approval_above_nodes=1)
+    user = factories.make_user()
+    big = domain_request(
+        actor=Actor.for_user(user), namespace=ns_a, spec=DomainSpec(name="big", num_nodes=4)
+    )
+    domain_deny(actor=Actor.for_user(admin), domain=big, reason="too big")
+    timed_out = ComputeDomain.objects.create(
+        namespace=ns_a, name="late", num_nodes=2, resource_claim_template="t"
+    )
+    ComputeDomain.objects.filter(pk=timed_out.pk).update(
+        phase=Phase.FAILED, reason="FormationTimeout", failed_at=timezone.now()
+    )
+    found = families(scrape(staff))
+    assert value(found, "portal_domains_failed_total", namespace="team-a") == 1
+    assert value(found, "portal_domains_failed_total", namespace="team-b") == 0
+    assert value(found, "portal_domains", namespace="team-a", phase="Failed") == 2
+
+
+def test_silent_agents_channels_and_agent_versions(staff, ns_a, topology, settings):
+    settings.PORTAL = {**settings.PORTAL, "IMEX_CHANNEL_COUNT": 16}
+    nodes = list(Node.objects.order_by("hostname"))
+    factories.stale_heartbeat(nodes[0])
+    factories.stale_heartbeat(nodes[1])
+    Node.objects.filter(pk=nodes[1].pk).update(state=NodeState.DOWN)
+    Node.objects.filter(pk__in=[n.pk for n in nodes[2:5]]).update(agent_version="0.0.9")
+    Node.objects.filter(pk__in=[n.pk for n in nodes[5:]]).update(agent_version=__version__)
+    form(ns_a, factories.make_user(), "one", 2)
+    found = families(scrape(staff))
+    assert value(found, "portal_agents_silent") == 1  # the down tray is nobody's concern
+    assert value(found, "portal_agent_stale_after_seconds") == 30
+    assert value(found, "portal_node_heartbeat_age_seconds", node=nodes[0].hostname) >= 300
+    assert not [
+        s
+        for s in found["portal_node_heartbeat_age_seconds"].samples
+        if s.labels["node"] == nodes[1].hostname
+    ]
+    assert value(found, "portal_agents", version="0.0.9") == 3
+    assert value(found, "portal_agents", version=__version__) == 13
+    (clique,) = {s.labels["clique"] for s in found["portal_channels_capacity"].samples}
+    assert value(found, "portal_channels_capacity", clique=clique) == 15
+    assert value(found, "portal_channels_allocated", clique=clique) == 1
+
+
+def test_a_scrape_costs_the_same_queries_with_ten_times_the_domains(staff, ns_a, topology):
+    ns_a.quota.max_domains = 20
+    ns_a.quota.save()
+    user = factories.make_user()
+    form(ns_a, user, "d0", 1)
+    with CaptureQueriesContext(connection) as one:
+        scrape(staff)
+    for i in range(1, 10):
+        form(ns_a, user, f"d{i}", 1)
+    with CaptureQueriesContext(connection) as ten:
+        scrape(staff)
+    assert len(ten) == len(one)
+
+
+def test_health_endpoints_answer(db):
+    assert Client().get("/healthz").json() == {"status": "ok", "version": __version__}
+    ready = Client().get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["checks"] == {"database": "ok", "redis": "ok"}
+
+
+def test_responses_carry_a_request_id(db):
+    response = Client().get("/healthz", HTTP_X_REQUEST_ID="abc-123")
+    assert response["X-Request-ID"] == "abc-123"
+    assert len(Client().get("/healthz")["X-Request-ID"]) == 16

@@ -1,0 +1,67 @@
+"""The alerting rules in deploy/: valid for Prometheus, unit-tested, and about real metrics."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+from django.test import Client
+
+from tests.observability.exposition import (
+    ALERTS,
+    PROMTOOL,
+    RULE_TESTS,
+    families,
+    metric_names,
+    needs_promtool,
+    sample_names,
+    scrape,
+)
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=RULE_TESTS.parent
+    )
+
+
+@needs_promtool
+def test_promtool_checks_the_rules():
+    result = promtool("check", "rules", str(ALERTS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 8 rules found" in result.stdout
+
+
+@needs_promtool
+def test_promtool_unit_tests_of_the_rules_pass():
+    result = promtool("test", "rules", RULE_TESTS.name)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_every_alert_is_unit_tested_and_firing():
+    rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    fired = {
+        case["alertname"]
+        for test in tests
+        for case in test.get("alert_rule_test", [])
+        if case.get("exp_alerts")
+    }
+    assert {r["alert"] for r in rules} == fired
+    for rule in rules:
+        assert rule["labels"]["severity"] in {"info", "warning", "critical"}
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+
+
+@pytest.mark.django_db
+def test_the_rules_read_only_metrics_that_metrics_exposes(operator, ns_a, topology):
+    client = Client()
+    client.force_login(operator)
+    exposed = sample_names(families(scrape(client)))
+    for group in yaml.safe_load(ALERTS.read_text())["groups"]:
+        for rule in group["rules"]:
+            used = metric_names(rule["expr"])
+            assert used, rule["alert"]
+            assert used <= exposed, f"{rule['alert']}: {used - exposed} not in /metrics"

@@ -2,7 +2,8 @@
 
 The server and worker are started once per module (they only need the test database to
 exist; each test's rows are flushed by `transaction=True` as usual). Trays use loopback IPs
-127.12.<rack>.<slot> (this suite's range), each with its own emulated IMEX daemon.
+127.12.<rack>.<slot> (this suite's range, moved by TEST_TRAY_IP_BASE), each with its own
+emulated IMEX daemon.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from domains.tenancy.tokens import token_create
 from tests import factories
 from tests.support.processes import running, start_server, start_worker
 
-IP_PREFIX = "127.12"
+METRICS_TOKEN = "e2e-metrics-token"  # what a Prometheus scraping the server presents
+IP_PREFIX = factories.tray_ip_prefix(12)  # 127.12 unless TEST_TRAY_IP_BASE moves it
 
 
 @pytest.fixture(scope="module")
 def portal(django_db_setup, django_db_blocker) -> Iterator[str]:
     """URL of a real server with a real worker behind it."""
-    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2")
+    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", PORTAL_METRICS_TOKEN=METRICS_TOKEN)
     worker = start_worker(concurrency=4)
     with running(worker, server):
         yield url

@@ -16,6 +16,7 @@ from domains.computedomains.models import ComputeDomain, DomainSource, Phase
 from domains.inventory.models import Gpu, Node, NodeSource
 from domains.kube.publish import UID_ANNOTATION
 from domains.tenancy.models import Namespace
+from tests import factories
 from tests.kube.conftest import computedomain, gpu_labels
 from tests.kube.schemas import assert_valid_computedomain, computedomain_errors
 from tests.support import kubemock
@@ -31,7 +32,7 @@ from tests.support.processes import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-TRAYS = [(f"k8s-r1-t{slot}", f"127.15.1.{slot}") for slot in range(1, 5)]
+TRAYS = [(f"k8s-r1-t{slot}", f"{factories.tray_ip_prefix(15)}.1.{slot}") for slot in range(1, 5)]
 
 
 @pytest.fixture

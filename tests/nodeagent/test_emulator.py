@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from nodeagent.emulator.tray import IMEX_BIN, IMEX_CTL_BIN, set_faults
+from tests.factories import tray_ip_prefix
 from tests.support.processes import free_port
 
-NET = "127.12.250"
+NET = f"{tray_ip_prefix(12)}.250"  # moved by TEST_TRAY_IP_BASE like every suite's trays
 
 
 class Tray:

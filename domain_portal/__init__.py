@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Domain Portal's version, written here and nowhere else.
 
 A package of its own, standard library only, so that the portal, the node agent (which

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The node agent: one reconcile loop per tray (STYLE.md "Node agent").
 
 A cycle: fetch the desired state (on a websocket nudge, or every few seconds) → read what

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """IMEX channel device nodes and the CDI spec that hands them to containers.
 
 `/dev/nvidia-caps-imex-channels/channel<N>` is a char device with the tray's dynamic

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`python -m nodeagent --portal URL --join-token T [--root DIR] [--imex-bin P] ...`"""
 
 from __future__ import annotations

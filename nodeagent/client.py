@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Talking to the portal: join, desired state, status reports, and the nudge websocket.
 
 The websocket carries one kind of message, "your desired state changed"; the agent then

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent's configuration and the paths it owns under `--root`.
 
 Paths and binaries are configuration so that the same code drives NVIDIA's binaries on a

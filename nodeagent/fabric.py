@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fabric probe: GPUs, NVLink clique and driver version (NVML), channel major (/proc/devices).
 
 A clique is `<clusterUuid>.<cliqueId>` from NVML's GPU fabric info. "Not supported" (PCIe

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Small file helpers: atomic writes (readers never see half a config) and JSON state."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Liveness and readiness over HTTP for the Helm DaemonSet's probes (`--health-addr`).
 
 `/healthz`: every hosted loop has cycled recently. `/readyz`: every tray has joined and its

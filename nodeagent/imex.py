@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Driving `nvidia-imex`: config and nodes file, one supervised daemon, readiness and health.
 
 The same code runs NVIDIA's binaries on a tray and the emulator's in the demo and tests.

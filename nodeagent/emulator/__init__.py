@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-ins for the hardware we do not have: emulated `nvidia-imex` and `nvidia-imex-ctl`,
 per-tray /proc/devices and NVML fabric facts, and a fleet runner for many emulated trays.
 

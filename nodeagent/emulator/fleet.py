@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One process hosting the reconcile loops of many emulated trays (demo and tests).
 
     python -m nodeagent.emulator.fleet --portal URL --join-token T --spec fleet.json \

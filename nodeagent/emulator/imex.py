@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Emulated `nvidia-imex`: one per tray, really talking to its peers over TCP.
 
 Usage: `nvidia-imex -c <config>` (this file runs as a script or `python -m`). Stdlib only and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An emulated tray's hardware facts under its root: /proc/devices and NVML fabric facts.
 
 The agent reads `<root>/proc/devices` exactly as on a real tray and, with `--fabric-facts`,

@@ -1,3 +1,4 @@
+{{- /* SPDX-License-Identifier: Apache-2.0 */ -}}
 {{/* Names and labels shared by every template. */}}
 
 {{- define "portal.fullname" -}}

@@ -10,12 +10,14 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/portal
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/9
 PYTEST_ARGS ?=
 
-.PHONY: demo test install lint format migrate bench clean
+.PHONY: demo test install lint format migrate bench clean lock lock-upgrade lock-check
 
-$(STAMP): pyproject.toml
+# Exactly the locked versions, each file checked against its hash (requirements/dev.txt,
+# written by `make lock`), then the project itself, built with the locked setuptools.
+$(STAMP): pyproject.toml requirements/dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --require-hashes -r requirements/dev.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -37,6 +39,17 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	bash bench/run_all.sh
+
+# After changing dependencies in pyproject.toml: re-resolve requirements/*.txt (keeps every
+# pin that still fits), then commit both. lock-upgrade moves every pin to the newest allowed.
+lock: $(STAMP)
+	bash scripts/lock.sh
+
+lock-upgrade: $(STAMP)
+	bash scripts/lock.sh --upgrade
+
+lock-check: $(STAMP)
+	bash scripts/lock.sh --check
 
 clean:
 	rm -rf var/ staticfiles/ test-artifacts/

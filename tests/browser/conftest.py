@@ -46,7 +46,14 @@ def browser() -> Iterator[object]:
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        chromium = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox"],
+            # To watch the tests: PORTAL_BROWSER_HEADED=1 (needs a display, or xvfb-run),
+            # and PORTAL_BROWSER_SLOW_MO_MS to slow every action down.
+            headless=os.environ.get("PORTAL_BROWSER_HEADED", "") in ("", "0"),
+            slow_mo=float(os.environ.get("PORTAL_BROWSER_SLOW_MO_MS", "0")),
+        )
         yield chromium
         chromium.close()
     if previous is None:

@@ -27,6 +27,12 @@ def test_the_chart_deploys_the_same_version():
     assert chart["appVersion"] == __version__
 
 
+def test_the_changelog_has_a_section_for_it():
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert re.search(rf"^## \[{re.escape(__version__)}\] - \d{{4}}-\d\d-\d\d$", changelog, re.M)
+    assert "## [Unreleased]" in changelog
+
+
 def test_the_agent_prints_it_and_sends_it_when_joining():
     out = subprocess.run(
         [sys.executable, "-m", "nodeagent", "--version"],

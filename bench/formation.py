@@ -72,7 +72,7 @@ def main() -> int:
     import httpx
     from django.db.models import Max
 
-    from domains.computedomains.events import SYSTEM
+    from domains.audit.events import SYSTEM
     from domains.computedomains.models import ComputeDomain, DomainMember, Phase
     from domains.inventory.models import Node
     from domains.tenancy.tokens import token_create

@@ -33,7 +33,8 @@ def add_history(count: int, start: int, rng: random.Random) -> None:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from domains.computedomains.models import ComputeDomain, Event, Phase
+    from domains.audit.models import Event
+    from domains.computedomains.models import ComputeDomain, Phase
     from domains.inventory.models import Node
     from domains.tenancy.models import Namespace
 

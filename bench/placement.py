@@ -24,15 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import banner, percentile, summary_ms
-from domains.placement import (
-    Placement,
-    PlacementRequest,
-    Topology,
-    TrayStatus,
-    clique_summaries,
-    place,
-    place_first_fit,
-)
+from domains.placement.algorithm import clique_summaries, place, place_first_fit
+from domains.placement.model import Placement, PlacementRequest, Topology, TrayStatus
 from domains.placement.simulation import (
     DEFAULT_SIZES,
     fabric_of,
@@ -148,10 +141,12 @@ def with_database(runs: int) -> None:
     from django.utils import timezone
 
     from bench.scale import build_scale_fabric
-    from domains.computedomains.events import SYSTEM
-    from domains.computedomains.services import DomainSpec, domain_place, domain_request
+    from domains.audit.events import SYSTEM
+    from domains.computedomains.fabric import topology_snapshot
+    from domains.computedomains.placing import domain_place
+    from domains.computedomains.services import domain_request
+    from domains.computedomains.specs import DomainSpec
     from domains.inventory.models import Node
-    from domains.placement.selectors import topology_snapshot
     from domains.tenancy.models import Namespace
 
     print(

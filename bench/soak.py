@@ -164,12 +164,12 @@ def fault_loop(ctx: dict, tally: Tally, every: float, stop: threading.Event, see
 
 
 def audit(fleet, since) -> dict:
+    from domains.audit.models import Event
     from domains.computedomains.models import (
         LIVE_PHASES,
         ChannelAllocation,
         ComputeDomain,
         DomainMember,
-        Event,
         Phase,
     )
     from domains.inventory.models import Node
@@ -221,7 +221,7 @@ def main() -> None:
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from domains.computedomains.events import SYSTEM
+    from domains.audit.events import SYSTEM
     from domains.inventory.models import Node, NodeState
     from domains.inventory.seed import build_fabric
     from domains.tenancy.seed import build_demo_tenants

@@ -1,7 +1,12 @@
-"""What the business announces. `portal.realtime` turns these into websocket messages.
+"""What the business announces, and who listens.
 
-Services send them through `domains.computedomains.events.announce()`, which defers the send
-until the surrounding transaction commits, so nobody hears of a change that rolled back.
+Services send these through `domains.audit.announce`, which defers each send until the
+surrounding transaction commits, so nobody hears of a change that rolled back (the one
+exception, `node_marked_down`, says so below). Listeners: `portal.realtime` turns the
+first four into websocket messages; `domains.kube` publishes changed domains;
+`domains.computedomains` queues placement and lets go of trays marked down. Everything a
+listener needs is in the keyword arguments; `sender` is the model class of the one object
+a change is about, or None.
 """
 
 from __future__ import annotations
@@ -16,3 +21,11 @@ node_changed = Signal()
 desired_state_changed = Signal()
 # kwargs: event_id (int), namespace_id (int | None), domain_uid (str | None)
 event_recorded = Signal()
+# kwargs: domain_id (int) of a domain admitted and waiting to be placed
+placement_wanted = Signal()
+# no kwargs: trays or channels came free, so queued domains may fit now
+capacity_freed = Signal()
+
+# Sent INSIDE the transaction that marks a tray down (not after commit), so what listeners
+# change is part of it. kwargs: node_id (int), message (str, why)
+node_marked_down = Signal()

@@ -39,10 +39,11 @@ from domains.computedomains.selectors import (
     formation_durations,
     formation_step_durations,
     release_durations,
+    usage_by_namespace,
 )
 from domains.inventory.models import Clique, Node, NodeState
 from domains.tenancy.models import Namespace, Quota
-from domains.tenancy.selectors import is_operator, usage_by_namespace
+from domains.tenancy.selectors import is_operator
 
 # Request → Ready and release: seconds to minutes (the formation deadline defaults to 300 s).
 DURATION_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 120, 300, 600)

@@ -2,7 +2,8 @@
 
 `agent_report` is the heartbeat of 2,000 trays every 10 s, so it does one UPDATE on the
 node and leaves the member/domain bookkeeping to `domain_member_report` (the lifecycle's
-single owner of member and phase changes).
+single owner of member and phase changes), telling it what the agent's step means in the
+lifecycle's words (`agent_member_report`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from domains.agents.models import JoinToken
-from domains.agents.report import AgentReport
+from domains.agents.report import AgentReport, Step
 from domains.agents.selectors import usable_join_token
-from domains.computedomains import services as domain_services
-from domains.computedomains.events import Actor, announce_nodes, record_event
-from domains.computedomains.models import DomainMember
+from domains.audit.announce import announce_nodes
+from domains.audit.events import Actor, record_event
+from domains.computedomains.members import MemberReport, domain_member_report
+from domains.computedomains.models import DomainMember, MemberState
 from domains.errors import Conflict, PermissionDenied
 from domains.inventory.models import Clique, Gpu, Node, NodeSource, NodeState
 from domains.security import generate_token, hash_token
@@ -218,7 +220,7 @@ def agent_heartbeat(*, node_id: int, token: str, report: AgentReport) -> bool:
     if row is None:
         return False
     if row[0]:
-        domain_services.domain_member_report(node_id=node_id, report=report)
+        agent_member_report(node_id=node_id, report=report)
     return True
 
 
@@ -284,7 +286,36 @@ def agent_report(*, node: Node, report: AgentReport) -> None:
         setattr(node, key, value)
     if changed:
         announce_nodes([node.pk])
-    domain_services.domain_member_report(node_id=node.pk, report=report)
+    agent_member_report(node_id=node.pk, report=report)
+
+
+# What each step of the agent means for its member while the domain runs.
+_STEP_STATE = {
+    Step.CONFIGURING: MemberState.CONFIGURING,
+    Step.STARTING_DAEMON: MemberState.CONFIGURING,
+    Step.WAITING_PEERS: MemberState.WAITING_PEERS,
+    Step.READY: MemberState.READY,
+    Step.FAILED: MemberState.FAILED,
+    Step.RELEASING: MemberState.CONFIGURING,  # tearing down something else first
+    Step.IDLE: MemberState.ASSIGNED,  # has not picked the domain up yet
+}
+
+
+def agent_member_report(*, node_id: int, report: AgentReport) -> None:
+    """Fold the report into the membership that holds the tray, if any (no heartbeat)."""
+    domain_member_report(
+        node_id=node_id,
+        report=MemberReport(
+            domain_uid=report.domain_uid,
+            state=_STEP_STATE.get(report.step, MemberState.CONFIGURING),
+            clean=report.clean,
+            generation_applied=report.generation_applied,
+            step=report.step,
+            message=report.error or report.message,
+            daemon_state=report.daemon_state,
+            connections={str(p.index): p.status for p in report.peers},
+        ),
+    )
 
 
 def agent_access_denied(*, node: Node, target_node_id: int | str, action: str) -> None:

@@ -26,8 +26,7 @@ from domains.computedomains.models import (
 from domains.computedomains.specs import DomainSpec
 from domains.errors import InvalidInput, NameTaken, QuotaExceeded
 from domains.inventory.models import Clique, Node
-from domains.placement import PlacementRequest
-from domains.placement.selectors import smallest_request
+from domains.placement.model import PlacementRequest
 from domains.tenancy.models import Namespace, Quota
 from domains.validators import validate_dns1123_label
 
@@ -60,6 +59,12 @@ class CleanSpec:
             constraint=self.placement_constraint,
             target=self.placement_target,
         )
+
+
+def smallest_request() -> int:
+    """The smallest domain a tenant may request (trays); fewer free trays in a clique are
+    stranded: nobody can use them."""
+    return int(settings.PORTAL["SMALLEST_REQUEST_NODES"])
 
 
 def quota_of(namespace: Namespace) -> Quota:

@@ -5,3 +5,8 @@ class ComputedomainsConfig(AppConfig):
     name = "domains.computedomains"
     label = "computedomains"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Importing the receivers connects them. Not at the top of this module: they load
+        # models, which may load only once the app registry is ready (that is `ready()`).
+        from domains.computedomains import receivers  # noqa: F401

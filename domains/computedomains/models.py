@@ -1,4 +1,4 @@
-"""ComputeDomains, their members, the IMEX channel ledger and the event log."""
+"""ComputeDomains, their members and the IMEX channel ledger."""
 
 from __future__ import annotations
 
@@ -238,56 +238,3 @@ class ChannelAllocation(models.Model):
 
     def __str__(self) -> str:
         return f"channel {self.channel} in {self.clique} → {self.domain}"
-
-
-class ActorKind(models.TextChoices):
-    USER = "user", "User"
-    AGENT = "agent", "Node agent"
-    CONTROLLER = "controller", "Controller"
-    KUBERNETES = "kubernetes", "Kubernetes"
-    SYSTEM = "system", "System"
-
-
-class Event(models.Model):
-    """One line of the audit log and of a domain's timeline."""
-
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    actor_kind = models.CharField(max_length=16, choices=ActorKind.choices)
-    actor_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    actor_name = models.CharField(max_length=150)
-    verb = models.CharField(max_length=64, help_text="e.g. domain.requested, node.cordoned")
-    object_type = models.CharField(max_length=32)
-    object_id = models.CharField(max_length=64)
-    object_repr = models.CharField(max_length=200)
-    namespace = models.ForeignKey(
-        Namespace, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
-    )
-    domain = models.ForeignKey(
-        ComputeDomain, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
-    )
-    node = models.ForeignKey(
-        Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
-    )
-    request_id = models.CharField(max_length=64, blank=True)
-    message = models.CharField(max_length=500, blank=True)
-    details = models.JSONField(default=dict, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-        indexes = [
-            models.Index(fields=["namespace", "created_at"], name="event_namespace_time"),
-            models.Index(fields=["domain", "created_at"], name="event_domain_time"),
-            models.Index(fields=["node", "created_at"], name="event_node_time"),
-            models.Index(fields=["verb", "created_at"], name="event_verb_time"),
-        ]
-
-    def __str__(self) -> str:
-        return (
-            f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.verb} {self.object_repr}"
-        )

@@ -1,4 +1,5 @@
-"""Reads of ComputeDomains, always scoped to who is asking."""
+"""Reads of ComputeDomains: those scoped to who is asking, what a tray should run, the
+placement queue, how long formation and release took, and how much of a quota is used."""
 
 from __future__ import annotations
 
@@ -6,19 +7,21 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import DurationField, ExpressionWrapper, F, Max, QuerySet, Value
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Max, QuerySet, Sum, Value
 from django.db.models.functions import Greatest
 
+from domains.audit.models import Event
 from domains.computedomains.models import (
+    LIVE_PHASES,
     NODE_REPORT,
     AllocationMode,
     ChannelAllocation,
     ComputeDomain,
     DomainMember,
-    Event,
     Phase,
 )
 from domains.inventory.models import Node
+from domains.tenancy.models import Namespace
 from domains.tenancy.selectors import is_operator, namespaces_visible_to
 
 # Phases in which members' agents must run IMEX (the desired state is "present").
@@ -171,4 +174,38 @@ def formation_step_durations() -> dict[str, QuerySet[Any]]:
         "placed": _durations("admitted_at", "placed_at"),
         "tray_ready": events.values("domain_id", "node_id").annotate(duration=since_placed),
         "ready": events.values("domain_id").annotate(duration=until_ready),
+    }
+
+
+# --- quota usage ------------------------------------------------------------------------------
+
+
+def quota_usage(namespace: Namespace) -> dict[str, int]:
+    """What the namespace holds now: every live domain counts, queued ones included."""
+    agg = ComputeDomain.objects.filter(namespace=namespace, phase__in=LIVE_PHASES).aggregate(
+        domains=Count("id"),
+        nodes=Sum("num_nodes"),
+        gpus=Sum(F("num_nodes") * F("gpus_per_node")),
+    )
+    return {k: int(v or 0) for k, v in agg.items()}
+
+
+def usage_by_namespace() -> dict[int, dict[str, int]]:
+    """quota_usage for every namespace in one query (for lists and metrics)."""
+    rows = (
+        ComputeDomain.objects.filter(phase__in=LIVE_PHASES)
+        .values("namespace_id")
+        .annotate(
+            domains=Count("id"),
+            nodes=Sum("num_nodes"),
+            gpus=Sum(F("num_nodes") * F("gpus_per_node")),
+        )
+    )
+    return {
+        r["namespace_id"]: {
+            "domains": r["domains"],
+            "nodes": r["nodes"] or 0,
+            "gpus": r["gpus"] or 0,
+        }
+        for r in rows
     }

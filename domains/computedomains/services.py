@@ -1,42 +1,29 @@
-"""Every write to ComputeDomains goes through one of these services (STYLE.md).
+"""The user-visible services of the domain lifecycle: request, dry run, approve, deny,
+release, extend the lease.
 
 Each is keyword-only, runs in one transaction, records an Event and announces the change
-after commit. Pages, API actions, Kubernetes sync and tasks all call these; none of them
-writes through the ORM itself. The controller's internals (placement, formation, phase
-aggregation) live in `formation.py`; the ones callers need are re-exported here.
+after commit. Pages, API actions and Kubernetes sync call these; none of them writes
+through the ORM itself. Placement (`placing`), the phase machine (`phases`), the members'
+reports (`members`) and the periodic controller (`reconcile`) sit beside them.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from domains.agents.report import AgentReport, Step
-from domains.computedomains import admission
-from domains.computedomains.events import (
-    CONTROLLER,
-    Actor,
+from domains.audit.announce import (
     announce_desired_state,
     announce_domain,
     announce_nodes,
-    record_event,
+    announce_placement_wanted,
 )
-from domains.computedomains.formation import (
-    aggregate,
-    domain_fail,
-    domain_place,
-    domains_place_queued,
-    finish_release,
-    lock_domain,
-    placement_request,
-    release_member,
-    set_phase,
-)
+from domains.audit.events import CONTROLLER, Actor, record_event
+from domains.computedomains import admission
+from domains.computedomains.fabric import topology_snapshot
 from domains.computedomains.models import (
-    NODE_REPORT,
     ApprovalState,
     ComputeDomain,
     DomainMember,
@@ -44,30 +31,15 @@ from domains.computedomains.models import (
     MemberState,
     Phase,
 )
+from domains.computedomains.phases import finish_release, lock_domain, release_member, set_phase
+from domains.computedomains.selectors import quota_usage
 from domains.computedomains.specs import DomainSpec, DryRunResult
 from domains.context import get_request_id
 from domains.errors import InvalidInput, InvalidTransition, NameTaken, QuotaExceeded
 from domains.inventory.models import NodeState
-from domains.placement import Rejection, place, topology_snapshot
+from domains.placement.algorithm import place
+from domains.placement.model import Rejection
 from domains.tenancy.models import Namespace
-from domains.tenancy.selectors import quota_usage
-
-__all__ = [
-    "DomainSpec",
-    "DryRunResult",
-    "domain_approve",
-    "domain_deny",
-    "domain_dry_run",
-    "domain_extend_lease",
-    "domain_fail",
-    "domain_member_report",
-    "domain_place",
-    "domain_release",
-    "domain_request",
-    "domains_place_queued",
-    "finish_release",
-    "placement_request",
-]
 
 # Phases whose members hold trays: releasing them needs the agents' confirmation.
 HOLDING_PHASES = (Phase.PLACING, Phase.FORMING, Phase.READY, Phase.DEGRADED)
@@ -103,7 +75,7 @@ def domain_request(
         approval = admission.needs_approval(quota=quota, spec=clean, requested_by=actor.user)
         domain = _create(actor, namespace, clean, source, approval)
         if domain.phase == Phase.ADMITTED:
-            _enqueue_placement(domain)
+            announce_placement_wanted(domain.pk)
         return domain
 
 
@@ -132,7 +104,7 @@ def _create(
                     if approval
                     else "admitted; waiting for placement"
                 ),
-                requested_by=actor.user if actor.user is not None and actor.user.pk else None,
+                requested_by=actor.saved_user,
                 source=source,
                 request_id=get_request_id(),
                 admitted_at=None if approval else now,
@@ -156,12 +128,6 @@ def _create(
         record_event(actor=CONTROLLER, verb="domain.admitted", obj=domain)
     announce_domain(domain)
     return domain
-
-
-def _enqueue_placement(domain: ComputeDomain) -> None:
-    from domains.computedomains import tasks
-
-    tasks.place_domain.delay_on_commit(domain.pk)
 
 
 def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
@@ -216,7 +182,7 @@ def domain_approve(*, actor: Actor, domain: ComputeDomain) -> ComputeDomain:
             Phase.PENDING,
             Phase.ADMITTED,
             approval_state=ApprovalState.APPROVED,
-            approved_by=actor.user if actor.user is not None and actor.user.pk else None,
+            approved_by=actor.saved_user,
             admitted_at=timezone.now(),
             reason="Queued",
             message=f"approved by {actor.name}; waiting for placement",
@@ -224,7 +190,7 @@ def domain_approve(*, actor: Actor, domain: ComputeDomain) -> ComputeDomain:
             raise InvalidTransition(f"{locked} is {locked.phase}, not waiting for approval")
         record_event(actor=actor, verb="domain.approved", obj=locked)
         announce_domain(locked)
-        _enqueue_placement(locked)
+        announce_placement_wanted(locked.pk)
         return locked
 
 
@@ -345,134 +311,3 @@ def _locked(domain: ComputeDomain) -> ComputeDomain:
     if locked is None:
         raise InvalidTransition(f"{domain} no longer exists")
     return locked
-
-
-# --- agent reports ----------------------------------------------------------------------------
-
-_STEP_STATE = {
-    Step.CONFIGURING: MemberState.CONFIGURING,
-    Step.STARTING_DAEMON: MemberState.CONFIGURING,
-    Step.WAITING_PEERS: MemberState.WAITING_PEERS,
-    Step.READY: MemberState.READY,
-    Step.FAILED: MemberState.FAILED,
-    Step.RELEASING: MemberState.CONFIGURING,  # tearing down something else first
-    Step.IDLE: MemberState.ASSIGNED,  # has not picked the domain up yet
-}
-_STATE_STAMP = {
-    MemberState.CONFIGURING: "configuring_at",
-    MemberState.WAITING_PEERS: "waiting_peers_at",
-    MemberState.READY: "ready_at",
-}
-
-
-# What deciding "this report changes nothing" reads: the steady state of every running tray
-# costs one narrow query (the changing path re-reads the rows under a lock).
-_UNCHANGED_CHECK_FIELDS = (
-    "state", "step", "message", "daemon_state", "connections", "generation_applied",
-    "domain__uid", "domain__phase", "domain__generation",
-)  # fmt: skip
-
-
-def domain_member_report(*, node_id: int, report: AgentReport) -> None:
-    """Fold one agent report into its member's state and the domain's phase.
-
-    Reports are level-triggered observations, so an old or repeated one is harmless: a
-    report about another domain than the one holding the tray is ignored, and `ready`
-    counts only for the generation the domain is at now. A report that changes nothing
-    (the steady state of a running domain, every few seconds from every tray) costs one
-    query and takes no lock.
-    """
-    current = (
-        DomainMember.objects.select_related("domain")
-        .filter(node_id=node_id, active=True)
-        .order_by()
-        .only(*_UNCHANGED_CHECK_FIELDS)
-        .first()
-    )
-    if current is None or _outcome_unchanged(current.domain, current, report):
-        return
-    with transaction.atomic():
-        domain = lock_domain(current.domain_id)
-        member = (
-            DomainMember.objects.select_related("node")
-            .defer(NODE_REPORT)
-            .filter(pk=current.pk, active=True)
-            .order_by()
-            .first()
-        )
-        if domain is None or member is None:
-            return
-        if _fold(domain, member, report):
-            aggregate(domain)
-
-
-def _outcome(
-    domain: ComputeDomain, member: DomainMember, report: AgentReport
-) -> tuple[str, dict[str, Any]] | None:
-    """(member state, fields) the report calls for; None when it is not about this domain
-    or the domain is past listening. State RELEASED means: the tray is clean, let it go."""
-    if report.domain_uid not in (None, str(domain.uid)):
-        return None  # still about a domain the tray served before
-    fields: dict[str, Any] = {
-        "step": report.step[:64],
-        "message": (report.error or report.message)[:2000],
-        "daemon_state": report.daemon_state[:32],
-        "connections": {str(p.index): p.status for p in report.peers},
-        "generation_applied": report.generation_applied,
-    }
-    if domain.phase == Phase.RELEASING:
-        return (MemberState.RELEASED if report.clean else MemberState.RELEASING), fields
-    if domain.phase in (Phase.FORMING, Phase.READY, Phase.DEGRADED):
-        state = _STEP_STATE.get(report.step, MemberState.CONFIGURING)
-        if state == MemberState.READY and report.generation_applied < domain.generation:
-            state = MemberState.CONFIGURING  # ready, but for a desired state since replaced
-        return state, fields
-    return None
-
-
-def _outcome_unchanged(domain: ComputeDomain, member: DomainMember, report: AgentReport) -> bool:
-    outcome = _outcome(domain, member, report)
-    if outcome is None:
-        return True
-    state, fields = outcome
-    return state == member.state and all(getattr(member, k) == v for k, v in fields.items())
-
-
-def _fold(domain: ComputeDomain, member: DomainMember, report: AgentReport) -> bool:
-    """Update the member row from the report; True when its state changed."""
-    outcome = _outcome(domain, member, report)
-    if outcome is None:
-        return False
-    state, fields = outcome
-    now = timezone.now()
-    message = fields["message"]
-    if state == MemberState.RELEASED:
-        release_member(member, message=message or "agent confirmed a clean node", now=now)
-        _member_event(domain, member, "member.released", message)
-        return True
-    changed = state != member.state
-    if changed:
-        fields.update(state=state, state_changed_at=now)
-        if state in _STATE_STAMP:
-            fields[_STATE_STAMP[state]] = now
-    elif all(getattr(member, k) == v for k, v in fields.items()):
-        return False
-    DomainMember.objects.filter(pk=member.pk).update(**fields)
-    if changed:
-        member.state = state
-        member.message = message
-        _member_event(domain, member, f"member.{state}", message)
-    return changed
-
-
-def _member_event(domain: ComputeDomain, member: DomainMember, verb: str, message: str) -> None:
-    record_event(
-        actor=Actor.for_agent(member.node),
-        verb=verb,
-        obj=domain,
-        node=member.node,
-        message=f"{member.node.hostname} #{member.index}" + (f": {message}" if message else ""),
-        details={"index": member.index, "state": member.state},
-    )
-    announce_nodes([member.node_id])
-    announce_domain(domain)

@@ -3,6 +3,8 @@
 All are idempotent (compare-and-set on phase, row locks), so `acks_late` redelivery after
 a killed worker, a duplicate message or the beat reconcile running beside them is safe.
 Only `TransientError` is retried; anything else is a bug and is logged, not looped.
+Business code never imports this module: it announces "placement wanted" or "capacity
+freed", and `apps.py` queues these tasks when it hears that.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ import logging
 
 from celery import shared_task
 
-from domains.computedomains import controller
-from domains.computedomains.formation import domain_place, domains_place_queued
+from domains.computedomains import reconcile as controller
+from domains.computedomains.placing import domain_place, domains_place_queued
 from domains.errors import TransientError
 
 log = logging.getLogger(__name__)

@@ -4,20 +4,17 @@ A cordoned or draining tray takes no new domain but keeps serving the one it has
 workload is not disturbed); draining says "and do not come back until I say so" on the
 rack view. Marking a tray down is the operator's word that the tray is dead: a release
 waiting for that tray's agent to confirm a clean node may then finish, and a running
-domain on it turns Degraded.
+domain on it turns Degraded (the lifecycle does that, hearing `signals.node_marked_down`
+inside the same transaction).
 """
 
 from __future__ import annotations
 
 from django.db import transaction
 
-from domains.computedomains.events import (
-    Actor,
-    announce_domain,
-    announce_nodes,
-    record_event,
-)
-from domains.computedomains.models import DomainMember, MemberState, Phase
+from domains import signals
+from domains.audit.announce import announce_capacity_freed, announce_nodes
+from domains.audit.events import Actor, record_event
 from domains.errors import InvalidTransition
 from domains.inventory.models import Node, NodeState
 
@@ -58,9 +55,7 @@ def node_uncordon(*, actor: Actor, node: Node, reason: str = "") -> Node:
         verb="node.uncordoned",
         reason=reason,
     )
-    from domains.computedomains.formation import enqueue_queued_placement
-
-    enqueue_queued_placement()
+    announce_capacity_freed()
     return node
 
 
@@ -71,8 +66,6 @@ def node_mark_down(*, actor: Actor, node: Node, reason: str = "") -> Node:
     which may finish that release; in a running domain the member counts as failed, so
     the domain turns Degraded naming the tray.
     """
-    from domains.computedomains.formation import aggregate, lock_domain, release_member
-
     with transaction.atomic():
         node = _transition(
             actor,
@@ -82,20 +75,8 @@ def node_mark_down(*, actor: Actor, node: Node, reason: str = "") -> Node:
             verb="node.marked_down",
             reason=reason,
         )
-        member = DomainMember.objects.filter(node=node, active=True).first()
-        if member is None:
-            return node
-        domain = lock_domain(member.domain_id)
-        if domain is None:
-            return node
-        member = DomainMember.objects.select_related("node").get(pk=member.pk)
-        text = "node declared down by an operator" + (f": {reason}" if reason else "")
-        if domain.phase == Phase.RELEASING:
-            release_member(member, message=text)
-        elif domain.phase in (Phase.FORMING, Phase.READY, Phase.DEGRADED):
-            DomainMember.objects.filter(pk=member.pk).update(state=MemberState.FAILED, message=text)
-        aggregate(domain)
-        announce_domain(domain)
+        message = "node declared down by an operator" + (f": {reason}" if reason else "")
+        signals.node_marked_down.send(sender=Node, node_id=node.pk, message=message)
         return node
 
 

@@ -1,8 +1,4 @@
-import logging
-
 from django.apps import AppConfig
-
-log = logging.getLogger(__name__)
 
 
 class KubeConfig(AppConfig):
@@ -11,29 +7,6 @@ class KubeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from domains import signals
-
-        signals.domain_changed.connect(
-            publish_on_change, dispatch_uid="kube.publish_on_change", weak=False
-        )
-
-
-def publish_on_change(sender: object, domain_uid: str, **kwargs: object) -> None:
-    """Queue publishing of the changed domain (sent after commit, so the row is visible).
-
-    A failure to queue (Redis away) must not break the service that announced the change;
-    the beat `kube.reconcile` publishes it later from the database.
-    """
-    from domains.computedomains.models import ComputeDomain
-    from domains.kube.client import kube_enabled
-    from domains.kube.tasks import publish_domain
-
-    if not kube_enabled():
-        return
-    domain_id = ComputeDomain.objects.filter(uid=domain_uid).values_list("pk", flat=True).first()
-    if domain_id is None:
-        return
-    try:
-        publish_domain.delay(domain_id)
-    except Exception:
-        log.warning("could not queue kube.publish_domain for %s; reconcile will", domain_uid)
+        # Importing the receivers connects them. Not at the top of this module: they load
+        # models, which may load only once the app registry is ready (that is `ready()`).
+        from domains.kube import receivers  # noqa: F401

@@ -19,7 +19,7 @@ from django.utils import timezone
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from domains.computedomains.events import KUBERNETES
+from domains.audit.events import KUBERNETES
 from domains.computedomains.models import LIVE_PHASES, ComputeDomain
 from domains.computedomains.services import domain_release
 from domains.kube.client import KubeRejected, api_client, call, is_not_found

@@ -19,9 +19,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from domains.computedomains.events import KUBERNETES, announce_nodes, record_event
+from domains.audit.announce import announce_nodes
+from domains.audit.events import KUBERNETES, record_event
 from domains.computedomains.models import ComputeDomain, DomainMember, DomainSource
-from domains.computedomains.services import DomainSpec, domain_release, domain_request
+from domains.computedomains.services import domain_release, domain_request
+from domains.computedomains.specs import DomainSpec
 from domains.errors import DomainError, InvalidInput
 from domains.inventory.models import Clique, Node, NodeSource, NodeState, Rack
 from domains.inventory.services import node_cordon, node_mark_down, node_uncordon

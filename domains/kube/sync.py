@@ -30,7 +30,7 @@ from django.utils import timezone
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from domains.kube import services
+from domains.kube import services, tasks
 from domains.kube.client import KubeRejected, KubeUnavailable, call
 from domains.kube.models import SyncState
 from domains.kube.publish import API_GROUP, API_VERSION, PLURAL, computedomain_status
@@ -104,14 +104,10 @@ class Enqueue:
     """Follow-up writes to the cluster go through Celery (retried, never lost)."""
 
     def publish(self, domain_id: int) -> None:
-        from domains.kube.tasks import publish_domain
-
-        publish_domain.delay(domain_id)
+        tasks.publish_domain.delay(domain_id)
 
     def refusal(self, refusal_id: int) -> None:
-        from domains.kube.tasks import report_refusal
-
-        report_refusal.delay(refusal_id)
+        tasks.report_refusal.delay(refusal_id)
 
 
 def _namespace_observed(obj: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """The placement vocabulary: plain frozen dataclasses, no ORM.
 
-`topology_snapshot()` (domains.placement.selectors) builds a `Topology` from the database
+`topology_snapshot()` (domains.computedomains.fabric) builds a `Topology` from the database
 in a constant number of queries; everything else in this package works on these values
 only, so it can be unit-tested and benchmarked without a database.
 """

@@ -1,4 +1,4 @@
-"""Who may see and do what in which namespace, and how much of its quota is used.
+"""Who may see and do what in which namespace.
 
 Roles: namespace viewer < member < admin (per namespace, Membership); operator
 (`is_staff`: the whole fabric, every domain read-only, tray actions); superuser (portal
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, F, QuerySet, Sum
+from django.db.models import QuerySet
 
 from domains.tenancy.models import Membership, Namespace, Role
 
@@ -60,38 +60,3 @@ def namespaces_visible_to(user: Any) -> QuerySet[Namespace]:
     if is_operator(user):
         return Namespace.objects.all()
     return Namespace.objects.filter(memberships__user=user).distinct()
-
-
-def quota_usage(namespace: Namespace) -> dict[str, int]:
-    """What the namespace holds now: every live domain counts, queued ones included."""
-    from domains.computedomains.models import LIVE_PHASES, ComputeDomain
-
-    agg = ComputeDomain.objects.filter(namespace=namespace, phase__in=LIVE_PHASES).aggregate(
-        domains=Count("id"),
-        nodes=Sum("num_nodes"),
-        gpus=Sum(F("num_nodes") * F("gpus_per_node")),
-    )
-    return {k: int(v or 0) for k, v in agg.items()}
-
-
-def usage_by_namespace() -> dict[int, dict[str, int]]:
-    """quota_usage for every namespace in one query (for lists and metrics)."""
-    from domains.computedomains.models import LIVE_PHASES, ComputeDomain
-
-    rows = (
-        ComputeDomain.objects.filter(phase__in=LIVE_PHASES)
-        .values("namespace_id")
-        .annotate(
-            domains=Count("id"),
-            nodes=Sum("num_nodes"),
-            gpus=Sum(F("num_nodes") * F("gpus_per_node")),
-        )
-    )
-    return {
-        r["namespace_id"]: {
-            "domains": r["domains"],
-            "nodes": r["nodes"] or 0,
-            "gpus": r["gpus"] or 0,
-        }
-        for r in rows
-    }

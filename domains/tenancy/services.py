@@ -12,7 +12,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from domains.computedomains.events import Actor, record_event
+from domains.audit.events import Actor, record_event
 from domains.errors import InvalidInput, NameTaken
 from domains.tenancy.models import Membership, Namespace, NamespaceSource, Quota, Role
 from domains.validators import validate_dns1123_label

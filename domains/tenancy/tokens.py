@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from domains.computedomains.events import Actor, record_event
+from domains.audit.events import Actor, record_event
 from domains.errors import InvalidInput
 from domains.security import generate_token, hash_token, token_prefix
 from domains.tenancy.models import ApiToken

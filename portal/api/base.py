@@ -15,7 +15,7 @@ from rest_framework import viewsets
 from rest_framework.exceptions import ParseError
 from rest_framework.request import Request
 
-from domains.computedomains.events import Actor
+from domains.audit.events import Actor
 from domains.tenancy.models import Namespace
 from domains.tenancy.selectors import is_operator
 from portal.api.selectors import namespace_for, visible_namespace_ids

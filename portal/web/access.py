@@ -19,12 +19,7 @@ from django.shortcuts import get_object_or_404
 from domains.computedomains.models import ComputeDomain
 from domains.computedomains.selectors import domains_visible_to
 from domains.tenancy.models import Namespace
-from domains.tenancy.selectors import (
-    can_request_in,
-    can_view_namespace,
-    is_admin,
-    is_operator,
-)
+from domains.tenancy.selectors import can_request_in, can_view_namespace, is_admin, is_operator
 
 View = Callable[..., HttpResponse]
 

@@ -18,10 +18,12 @@ from typing import Any
 from django.db.models import Q
 from django.urls import reverse
 
+from domains.computedomains.admission import smallest_request
+from domains.computedomains.fabric import topology_snapshot
 from domains.computedomains.models import DomainMember
 from domains.inventory.models import Gpu, Node, Rack
-from domains.placement import CliqueSummary, TrayStatus, clique_summaries, topology_snapshot
-from domains.placement.selectors import smallest_request
+from domains.placement.algorithm import clique_summaries
+from domains.placement.model import CliqueSummary, TrayStatus
 from domains.tenancy.selectors import is_operator, namespaces_visible_to
 
 # Domain colours: light tints that keep dark text readable (contrast > 7:1), distinguishable

@@ -10,15 +10,12 @@ from rest_framework.test import APIClient
 from domains.agents.models import JoinToken
 from domains.agents.report import AgentReport, Step
 from domains.agents.services import NodeFacts, agent_heartbeat, agent_join
-from domains.computedomains.events import Actor
-from domains.computedomains.models import (
-    AllocationMode,
-    DomainMember,
-    Event,
-    MemberState,
-    Phase,
-)
-from domains.computedomains.services import DomainSpec, domain_place, domain_release, domain_request
+from domains.audit.events import Actor
+from domains.audit.models import Event
+from domains.computedomains.models import AllocationMode, DomainMember, MemberState, Phase
+from domains.computedomains.placing import domain_place
+from domains.computedomains.services import domain_release, domain_request
+from domains.computedomains.specs import DomainSpec
 from domains.inventory.models import Node, NodeState
 from domains.security import hash_token
 from tests import factories

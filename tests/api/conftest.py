@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from domains.computedomains.events import SYSTEM
+from domains.audit.events import SYSTEM
 from domains.computedomains.models import (
     ApprovalState,
     ChannelAllocation,

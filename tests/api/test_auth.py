@@ -15,8 +15,8 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from domains.computedomains.events import SYSTEM
-from domains.computedomains.models import Event
+from domains.audit.events import SYSTEM
+from domains.audit.models import Event
 from domains.security import hash_token
 from domains.tenancy.models import ApiToken
 from domains.tenancy.tokens import token_authenticate, token_create, token_revoke

@@ -140,7 +140,7 @@ def test_operators_see_every_domain_and_tray_address(clients, places) -> None:
 
 
 def test_event_log_shows_tenants_only_their_namespaces(clients, places, domain_a, domain_b) -> None:
-    from domains.computedomains.events import SYSTEM, record_event
+    from domains.audit.events import SYSTEM, record_event
 
     record_event(actor=SYSTEM, verb="domain.test", obj=domain_a)
     record_event(actor=SYSTEM, verb="domain.test", obj=domain_b)

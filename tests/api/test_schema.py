@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from schemathesis import checks as st_checks
 from schemathesis.specs.openapi import checks as oas_checks
 
-from domains.computedomains.events import SYSTEM
+from domains.audit.events import SYSTEM
 from domains.inventory.models import Node
 from domains.tenancy.tokens import token_create
 from portal.ratelimit import TOKEN_FAILURES

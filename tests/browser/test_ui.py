@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from domains.computedomains.events import Actor
+from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.inventory.models import Node, NodeState
 from domains.inventory.services import node_cordon

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from domains.agents.report import AgentReport, Step
+from domains.agents.services import agent_member_report
 from domains.computedomains.models import ComputeDomain
-from domains.computedomains.services import domain_member_report
 from domains.inventory.models import Node
 
 
@@ -12,7 +12,7 @@ def report(node: Node, domain: ComputeDomain | None, step: str, **kw: object) ->
     """One agent report for `node` about `domain` at the domain's current generation."""
     if domain is not None:
         domain.refresh_from_db()
-    domain_member_report(
+    agent_member_report(
         node_id=node.pk,
         report=AgentReport(
             domain_uid=str(domain.uid) if domain is not None else None,

@@ -6,16 +6,17 @@ from datetime import timedelta
 
 import pytest
 
-from domains.computedomains.events import Actor
-from domains.computedomains.models import ApprovalState, ComputeDomain, Event, Phase
+from domains.audit.events import Actor
+from domains.audit.models import Event
+from domains.computedomains.models import ApprovalState, ComputeDomain, Phase
 from domains.computedomains.services import (
-    DomainSpec,
     domain_approve,
     domain_deny,
     domain_dry_run,
     domain_release,
     domain_request,
 )
+from domains.computedomains.specs import DomainSpec
 from domains.errors import InvalidInput, InvalidTransition, NameTaken, QuotaExceeded
 from domains.inventory.models import Node
 from domains.inventory.services import node_cordon

@@ -9,25 +9,23 @@ import pytest
 from django.utils import timezone
 
 from domains.agents.report import AgentReport, Step
-from domains.computedomains.controller import reap_stale_heartbeats, reconcile
-from domains.computedomains.events import Actor
-from domains.computedomains.models import ChannelAllocation, Event, MemberState, Phase
+from domains.agents.services import agent_member_report
+from domains.audit.events import Actor
+from domains.audit.models import Event
+from domains.computedomains.admission import smallest_request
+from domains.computedomains.fabric import topology_snapshot
+from domains.computedomains.models import ChannelAllocation, MemberState, Phase
+from domains.computedomains.placing import domain_place, domains_place_queued
+from domains.computedomains.reconcile import reap_stale_heartbeats, reconcile
 from domains.computedomains.selectors import desired_member, domain_channels, domain_peers
-from domains.computedomains.services import (
-    DomainSpec,
-    domain_extend_lease,
-    domain_member_report,
-    domain_place,
-    domain_release,
-    domain_request,
-    domains_place_queued,
-)
+from domains.computedomains.services import domain_extend_lease, domain_release, domain_request
+from domains.computedomains.specs import DomainSpec
 from domains.context import request_id_scope
 from domains.errors import InvalidInput, InvalidTransition, QuotaExceeded
 from domains.inventory.models import Node, NodeState
 from domains.inventory.services import node_cordon, node_mark_down, node_uncordon
-from domains.placement import TrayStatus
-from domains.placement.selectors import fabric_summaries, topology_snapshot
+from domains.placement.algorithm import clique_summaries
+from domains.placement.model import TrayStatus
 from domains.tenancy.services import quota_set
 from tests import factories
 from tests.domains.helpers import all_clean, all_ready, report
@@ -107,7 +105,7 @@ def test_a_failing_member_degrades_the_domain_and_recovery_restores_it(topology,
 def test_a_report_about_another_domain_changes_nothing(topology, ns_a, tenant_a):
     domain = admit_and_place(ns_a, tenant_a)
     node = domain_peers(domain)[0].node
-    domain_member_report(
+    agent_member_report(
         node_id=node.pk,
         report=AgentReport(domain_uid=str(uuid.uuid4()), generation_applied=9, step=Step.READY),
     )
@@ -297,10 +295,11 @@ def test_the_topology_snapshot_takes_constant_queries(django_assert_num_queries,
 
 def test_fabric_summaries_use_the_configured_smallest_request(topology, ns_a, tenant_a, settings):
     admit_and_place(ns_a, tenant_a, num_nodes=12)
-    (summary,) = fabric_summaries()
+    (summary,) = clique_summaries(topology_snapshot(), smallest_request=smallest_request())
     assert (summary.free, summary.in_use, summary.stranded) == (6, 12, 0)
     settings.PORTAL = {**settings.PORTAL, "SMALLEST_REQUEST_NODES": 8}
-    assert fabric_summaries()[0].stranded == 6
+    summaries = clique_summaries(topology_snapshot(), smallest_request=smallest_request())
+    assert summaries[0].stranded == 6
 
 
 def test_a_report_that_changes_nothing_costs_one_query(
@@ -318,7 +317,7 @@ def test_a_report_that_changes_nothing_costs_one_query(
         domain_state="UP",
     )
     with django_assert_num_queries(1):
-        domain_member_report(node_id=node.pk, report=steady)
+        agent_member_report(node_id=node.pk, report=steady)
 
 
 def test_controller_events_carry_the_request_id_of_the_request(topology, ns_a, tenant_a):

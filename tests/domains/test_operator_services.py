@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from domains.computedomains.events import Actor
-from domains.computedomains.models import Event
+from domains.audit.events import Actor
+from domains.audit.models import Event
 from domains.errors import InvalidInput, InvalidTransition, NameTaken
 from domains.inventory.models import Node, NodeState
 from domains.inventory.services import node_cordon, node_drain, node_mark_down, node_uncordon

@@ -6,16 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from domains.placement import (
-    Placement,
-    PlacementRequest,
-    Rejection,
-    Topology,
-    TrayStatus,
-    clique_summaries,
-    place,
-    place_first_fit,
-)
+from domains.placement.algorithm import clique_summaries, place, place_first_fit
+from domains.placement.model import Placement, PlacementRequest, Rejection, Topology, TrayStatus
 from domains.placement.simulation import fabric_of, random_trace, run_trace, synthetic_topology
 
 

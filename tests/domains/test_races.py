@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from domains.computedomains.events import Actor
+from domains.audit.events import Actor
 from domains.computedomains.models import ChannelAllocation, ComputeDomain, DomainMember, Phase
-from domains.computedomains.services import DomainSpec, domain_place, domain_request
+from domains.computedomains.placing import domain_place
+from domains.computedomains.services import domain_request
+from domains.computedomains.specs import DomainSpec
 from domains.errors import QuotaExceeded
 from tests import factories
 

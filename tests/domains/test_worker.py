@@ -14,10 +14,11 @@ import pytest
 
 from domains.agents.report import AgentReport, Step
 from domains.agents.services import agent_report
-from domains.computedomains.events import Actor
+from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.computedomains.selectors import desired_member, member_should_run
-from domains.computedomains.services import DomainSpec, domain_release, domain_request
+from domains.computedomains.services import domain_release, domain_request
+from domains.computedomains.specs import DomainSpec
 from domains.inventory.models import Node
 from portal.celery import app
 from tests import factories

@@ -14,8 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from domains.computedomains.events import Actor
-from domains.computedomains.models import LIVE_PHASES, ComputeDomain, Event
+from domains.audit.events import Actor
+from domains.audit.models import Event
+from domains.computedomains.models import LIVE_PHASES, ComputeDomain
 from domains.tenancy.tokens import token_create
 from tests import factories
 from tests.support.processes import running, start_server, start_worker

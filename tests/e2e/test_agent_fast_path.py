@@ -16,9 +16,12 @@ from rest_framework.test import APIClient
 
 from domains.agents.report import Step
 from domains.agents.services import agent_join
-from domains.computedomains.events import Actor
-from domains.computedomains.models import DomainMember, Event, MemberState
-from domains.computedomains.services import DomainSpec, domain_place, domain_request
+from domains.audit.events import Actor
+from domains.audit.models import Event
+from domains.computedomains.models import DomainMember, MemberState
+from domains.computedomains.placing import domain_place
+from domains.computedomains.services import domain_request
+from domains.computedomains.specs import DomainSpec
 from domains.inventory.models import Node, NodeState
 from tests import factories
 from tests.e2e.conftest import IP_PREFIX

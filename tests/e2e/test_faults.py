@@ -6,7 +6,8 @@ import signal
 
 import pytest
 
-from domains.computedomains.models import DomainMember, Event, Phase
+from domains.audit.models import Event
+from domains.computedomains.models import DomainMember, Phase
 from domains.inventory.models import Node
 from tests import factories
 from tests.e2e.conftest import IP_PREFIX, phase_of, release_domain, request_domain, verbs

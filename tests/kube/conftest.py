@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
-from domains.computedomains.events import Actor
+from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain
-from domains.computedomains.services import DomainSpec, domain_place, domain_request
+from domains.computedomains.placing import domain_place
+from domains.computedomains.services import domain_request
+from domains.computedomains.specs import DomainSpec
 from domains.kube.client import api_client
 from domains.kube.sync import Watcher, resources
 from portal.celery import app as celery_app

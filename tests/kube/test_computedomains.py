@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from domains.computedomains.events import Actor
+from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain, DomainSource, Phase
 from domains.computedomains.services import domain_release
 from domains.kube import tasks

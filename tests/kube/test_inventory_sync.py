@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from domains.computedomains.events import Actor
-from domains.computedomains.models import Event, Phase
+from domains.audit.events import Actor
+from domains.audit.models import Event
+from domains.computedomains.models import Phase
 from domains.inventory.models import Node, NodeSource, NodeState
 from domains.inventory.services import node_cordon
 from domains.kube.models import SyncState

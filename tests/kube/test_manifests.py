@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from domains.computedomains.events import Actor
+from domains.audit.events import Actor
 from domains.computedomains.models import Phase
-from domains.computedomains.services import DomainSpec, domain_place, domain_request
+from domains.computedomains.placing import domain_place
+from domains.computedomains.services import domain_request
+from domains.computedomains.specs import DomainSpec
 from domains.errors import InvalidTransition
 from domains.kube.manifests import workload_manifests
 from domains.kube.publish import computedomain_object

@@ -18,14 +18,12 @@ from prometheus_client.openmetrics.parser import (
 
 from domain_portal import __version__
 from domains.agents.report import Step
-from domains.computedomains.events import Actor
-from domains.computedomains.models import ComputeDomain, DomainMember, Event, Phase
-from domains.computedomains.services import (
-    DomainSpec,
-    domain_deny,
-    domain_place,
-    domain_request,
-)
+from domains.audit.events import Actor
+from domains.audit.models import Event
+from domains.computedomains.models import ComputeDomain, DomainMember, Phase
+from domains.computedomains.placing import domain_place
+from domains.computedomains.services import domain_deny, domain_request
+from domains.computedomains.specs import DomainSpec
 from domains.inventory.models import Node, NodeState
 from domains.tenancy.services import quota_set
 from tests import factories

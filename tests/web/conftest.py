@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from domains.agents.report import AgentReport, PeerStatus, Step
+from domains.agents.services import agent_member_report
+from domains.audit.events import Actor
 from domains.computedomains import services
-from domains.computedomains.events import Actor
-from domains.computedomains.formation import domain_place
 from domains.computedomains.models import ComputeDomain
+from domains.computedomains.placing import domain_place
 from domains.computedomains.specs import DomainSpec
 
 
@@ -27,7 +28,7 @@ def form_domain(domain: ComputeDomain) -> ComputeDomain:
     members = list(placed.members.select_related("node").order_by("index"))
     for m in members:
         peers = [PeerStatus(p.index, p.ip_address, "CONNECTED") for p in members]
-        services.domain_member_report(
+        agent_member_report(
             node_id=m.node_id,
             report=AgentReport(
                 domain_uid=str(placed.uid),

@@ -10,7 +10,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from asgiref.testing import ApplicationCommunicator
 from django.contrib.auth.models import AnonymousUser
 
-from domains.computedomains.events import Actor
+from domains.audit.events import Actor
 from domains.inventory.services import node_cordon
 from portal.realtime.consumers import LiveConsumer, groups_for
 from portal.realtime.groups import domain_group, fabric_group, namespace_group

@@ -11,8 +11,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from domains.computedomains.events import Actor
-from domains.computedomains.models import ComputeDomain, Event
+from domains.audit.events import Actor
+from domains.audit.models import Event
+from domains.computedomains.models import ComputeDomain
 from domains.inventory.models import Gpu, Node, NodeState
 from domains.tenancy.models import Quota
 from tests import factories
@@ -334,7 +335,7 @@ def test_trays_without_a_rack_position_are_listed_on_the_fabric(client, operator
 def test_manifests_refresh_on_a_phase_change_and_are_withdrawn_once_released(
     client, tenant_a, ready_domain
 ):
-    from domains.computedomains.events import Actor
+    from domains.audit.events import Actor
     from domains.computedomains.services import domain_release
     from tests.domains.helpers import all_clean
 

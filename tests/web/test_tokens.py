@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from domains.computedomains.models import Event
+from domains.audit.models import Event
 from domains.tenancy.models import ApiToken
 
 pytestmark = pytest.mark.django_db

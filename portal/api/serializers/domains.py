@@ -24,7 +24,7 @@ from domains.computedomains.models import (
     Phase,
     PlacementConstraint,
 )
-from domains.computedomains.services import DomainSpec, DryRunResult
+from domains.computedomains.specs import DomainSpec, DryRunResult
 from domains.validators import DNS1123_LABEL_MAX, validate_dns1123_label
 from portal.api.serializers.common import (
     DurationField,

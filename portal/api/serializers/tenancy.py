@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from domains.computedomains.models import ActorKind, Event
+from domains.audit.models import ActorKind, Event
 from domains.tenancy.models import ApiToken, Membership, Namespace, NamespaceSource, Quota, Role
 from portal.api.serializers.common import (
     DurationField,

@@ -15,11 +15,11 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from domains.computedomains.models import Event
-from domains.computedomains.selectors import events_visible_to
+from domains.audit.models import Event
+from domains.computedomains.selectors import events_visible_to, quota_usage
 from domains.errors import DomainError, InvalidInput
 from domains.tenancy.models import ApiToken, Namespace, Quota
-from domains.tenancy.selectors import is_admin, quota_usage
+from domains.tenancy.selectors import is_admin
 from domains.tenancy.services import namespace_create, quota_set
 from domains.tenancy.tokens import token_create, token_revoke
 from portal.api.base import ScopedViewSet

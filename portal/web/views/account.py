@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from domains.computedomains.events import Actor
+from domains.audit.events import Actor
 from domains.errors import DomainError
 from domains.tenancy.models import ApiToken
 from domains.tenancy.tokens import token_create, token_revoke

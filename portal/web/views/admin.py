@@ -11,16 +11,22 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from domains.audit.events import Actor
+from domains.audit.models import Event
 from domains.computedomains import services
-from domains.computedomains.events import Actor
-from domains.computedomains.models import ApprovalState, Event, Phase
-from domains.computedomains.selectors import domains_visible_to, events_visible_to
-from domains.computedomains.services import placement_request
+from domains.computedomains.fabric import topology_snapshot
+from domains.computedomains.models import ApprovalState, Phase
+from domains.computedomains.placing import placement_request
+from domains.computedomains.selectors import (
+    domains_visible_to,
+    events_visible_to,
+    usage_by_namespace,
+)
 from domains.errors import DomainError
-from domains.placement import Rejection, place, topology_snapshot
+from domains.placement.algorithm import place
+from domains.placement.model import Rejection
 from domains.tenancy import services as tenancy
 from domains.tenancy.models import Membership, Namespace, Quota
-from domains.tenancy.selectors import usage_by_namespace
 from portal.web.access import admin_required
 from portal.web.fabric import fabric_view
 from portal.web.forms import (

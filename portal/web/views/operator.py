@@ -10,7 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
-from domains.computedomains.events import Actor
+from domains.audit.events import Actor
 from domains.computedomains.models import (
     LIVE_PHASES,
     AllocationMode,

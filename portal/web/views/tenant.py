@@ -11,14 +11,19 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from domains.audit.events import Actor
 from domains.computedomains import services
-from domains.computedomains.events import Actor
 from domains.computedomains.models import LIVE_PHASES, ComputeDomain, Phase
-from domains.computedomains.selectors import domain_channels, domain_peers, domains_visible_to
+from domains.computedomains.selectors import (
+    domain_channels,
+    domain_peers,
+    domains_visible_to,
+    quota_usage,
+)
 from domains.errors import DomainError, InvalidInput, InvalidTransition
 from domains.kube.manifests import workload_manifests
 from domains.tenancy.models import Quota
-from domains.tenancy.selectors import can_request_in, quota_usage
+from domains.tenancy.selectors import can_request_in
 from portal.web.access import requestable_namespace, visible_domain, visible_namespace
 from portal.web.fabric import fabric_view
 from portal.web.forms import DomainRequestForm, ExtendLeaseForm, ReasonForm, apply_error

@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from domains.computedomains.events import SYSTEM
+from domains.audit.events import SYSTEM
 from domains.errors import DomainError
 from domains.tenancy.tokens import token_create
 

@@ -1,4 +1,8 @@
-"""The one read that feeds placement: the fabric as plain values, in two queries."""
+"""The fabric as its readers need it: which trays are free, in placement's terms.
+
+Whether a tray is free depends on the memberships holding it, so this read lives with the
+lifecycle; `domains.placement` stays pure (no ORM) and takes the snapshot as a value.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,9 @@ from django.conf import settings
 from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q
 from django.utils import timezone
 
+from domains.computedomains.models import DomainMember
 from domains.inventory.models import Clique, Node, NodeState
-from domains.placement.model import CliqueSummary, CliqueView, Topology, Tray, TrayStatus
+from domains.placement.model import CliqueView, Topology, Tray, TrayStatus
 
 _STATE_STATUS = {
     NodeState.CORDONED: TrayStatus.CORDONED,
@@ -28,8 +33,6 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
     Freshness and membership are computed by PostgreSQL as booleans: parsing thousands of
     timestamps in Python would cost more than the placement itself.
     """
-    from domains.computedomains.models import DomainMember
-
     now = now or timezone.now()
     stale_before = now - settings.PORTAL["HEARTBEAT_STALE_AFTER"]
     rows = (
@@ -78,11 +81,6 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
     )
 
 
-def smallest_request() -> int:
-    """The smallest domain the portal allows (trays); below it free trays are stranded."""
-    return int(settings.PORTAL.get("SMALLEST_REQUEST_NODES", 1))
-
-
 def _status(busy: bool, state: str, gone: bool, fresh: bool, has_ip: bool) -> str:
     if busy:
         return TrayStatus.IN_USE
@@ -95,10 +93,3 @@ def _status(busy: bool, state: str, gone: bool, fresh: bool, has_ip: bool) -> st
     if not fresh:  # no heartbeat at all, or none within HEARTBEAT_STALE_AFTER
         return TrayStatus.STALE
     return TrayStatus.FREE
-
-
-def fabric_summaries() -> list[CliqueSummary]:
-    """Occupancy and fragmentation of every clique now (the topology view's side panel)."""
-    from domains.placement.algorithm import clique_summaries
-
-    return clique_summaries(topology_snapshot(), smallest_request=smallest_request())

@@ -1,23 +1,25 @@
-"""Recording events and announcing changes after commit.
+"""Who did it (`Actor`) and the one way to write it down (`record_event`).
 
-Every state change writes one `Event` (actor, verb, object, request id, details) in the same
-transaction as the change, and announces it once that transaction commits.
+Every state change writes one `Event` (actor, verb, object, request id, details) in the
+same transaction as the change; listeners hear of it once that transaction commits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import models, transaction
 
 from domains import signals
-from domains.computedomains.models import ActorKind, ComputeDomain, Event
+from domains.audit.models import ActorKind, Event
 from domains.context import get_request_id
-from domains.inventory.models import Node
-from domains.tenancy.models import Namespace
+
+if TYPE_CHECKING:  # names for annotations only: every app imports this module, not the reverse
+    from domains.computedomains.models import ComputeDomain
+    from domains.inventory.models import Node
+    from domains.tenancy.models import Namespace
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,11 @@ class Actor:
     def for_agent(cls, node: Node) -> Actor:
         return cls(kind=ActorKind.AGENT, name=f"agent:{node.hostname}")
 
+    @property
+    def saved_user(self) -> AbstractBaseUser | None:
+        """The user, when it is a row a foreign key can point at (not an unsaved stand-in)."""
+        return self.user if self.user is not None and self.user.pk else None
+
 
 CONTROLLER = Actor(kind=ActorKind.CONTROLLER, name="controller")
 KUBERNETES = Actor(kind=ActorKind.KUBERNETES, name="kubernetes")
@@ -53,18 +60,16 @@ def record_event(
     node: Node | None = None,
     details: dict[str, Any] | None = None,
 ) -> Event:
-    """Write one audit/timeline line; namespace/domain/node are inferred from `obj`."""
-    if isinstance(obj, ComputeDomain):
-        domain = domain or obj
-    if isinstance(obj, Node):
-        node = node or obj
-    if isinstance(obj, Namespace):
-        namespace = namespace or obj
+    """Write one audit/timeline line. `obj` also fills the event's own foreign key to its
+    model (a domain is the event's domain, a tray its node); a domain brings its namespace."""
+    namespace = namespace or _if_target(obj, "namespace")
+    domain = domain or _if_target(obj, "domain")
+    node = node or _if_target(obj, "node")
     if domain is not None and namespace is None:
         namespace = domain.namespace
     event = Event.objects.create(
         actor_kind=actor.kind,
-        actor_user=actor.user if actor.user is not None and actor.user.pk else None,
+        actor_user=actor.saved_user,
         actor_name=actor.name[:150],
         verb=verb,
         object_type=obj._meta.model_name or "",
@@ -77,6 +82,16 @@ def record_event(
         message=message[:500],
         details=details or {},
     )
+    _announce(event, namespace, domain)
+    return event
+
+
+def _if_target(obj: models.Model, field: str) -> Any:
+    """`obj` when it is an instance of the model the event's `field` points at, else None."""
+    return obj if isinstance(obj, Event._meta.get_field(field).related_model) else None
+
+
+def _announce(event: Event, namespace: Namespace | None, domain: ComputeDomain | None) -> None:
     ns_id = namespace.pk if namespace else None
     domain_uid = str(domain.uid) if domain else None
     transaction.on_commit(
@@ -84,28 +99,3 @@ def record_event(
             sender=Event, event_id=event.pk, namespace_id=ns_id, domain_uid=domain_uid
         )
     )
-    return event
-
-
-def announce_domain(domain: ComputeDomain) -> None:
-    """Tell listeners, after commit, that this domain's status changed."""
-    uid, ns_id, phase = str(domain.uid), domain.namespace_id, domain.phase
-    transaction.on_commit(
-        lambda: signals.domain_changed.send(
-            sender=ComputeDomain, domain_uid=uid, namespace_id=ns_id, phase=phase
-        )
-    )
-
-
-def announce_nodes(node_ids: Iterable[int]) -> None:
-    """Tell listeners, after commit, that these trays changed (state, membership)."""
-    ids = sorted(set(node_ids))
-    if ids:
-        transaction.on_commit(lambda: signals.node_changed.send(sender=Node, node_ids=ids))
-
-
-def announce_desired_state(node_ids: Iterable[int]) -> None:
-    """Nudge these trays' agents, after commit, to fetch their desired state now."""
-    ids = sorted(set(node_ids))
-    if ids:
-        transaction.on_commit(lambda: signals.desired_state_changed.send(sender=Node, node_ids=ids))

@@ -16,16 +16,20 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from domains.computedomains.events import CONTROLLER, announce_domain, record_event
-from domains.computedomains.formation import (
+from domains.audit.announce import announce_domain
+from domains.audit.events import CONTROLLER, record_event
+from domains.computedomains.members import member_fail
+from domains.computedomains.models import ComputeDomain, DomainMember, MemberState, Phase
+from domains.computedomains.phases import (
     aggregate,
     domain_fail,
-    domain_request_id,
-    domains_place_queued,
     lock_domain,
     release_member,
+    request_id_from,
 )
-from domains.computedomains.models import ComputeDomain, DomainMember, MemberState, Phase
+from domains.computedomains.placing import domains_place_queued
+from domains.computedomains.selectors import RUNNING_PHASES
+from domains.computedomains.services import domain_release
 from domains.inventory.models import NodeState
 
 log = logging.getLogger(__name__)
@@ -33,34 +37,46 @@ log = logging.getLogger(__name__)
 
 def reconcile(*, now: datetime | None = None) -> dict[str, int]:
     """One pass; returns what it did, by kind (for logs and tests)."""
-    from domains.computedomains.services import domain_release
-
     now = now or timezone.now()
-    done = {"expired": 0, "deadline": 0, "aggregated": 0, "placed": 0}
-    running = (Phase.FORMING, Phase.READY, Phase.DEGRADED)
-    for domain in ComputeDomain.objects.filter(phase__in=running, lease_expires_at__lt=now):
-        with domain_request_id(domain):
-            domain_release(actor=CONTROLLER, domain=domain, reason="lease expired")
-        done["expired"] += 1
-    for domain_id in ComputeDomain.objects.filter(
-        phase=Phase.FORMING, formation_deadline__lt=now
-    ).values_list("id", flat=True):
-        if fail_formation(domain_id=domain_id):
-            done["deadline"] += 1
-    for domain_id in _out_of_step().values_list("id", flat=True):
-        with transaction.atomic():
-            domain = lock_domain(domain_id)
-            if domain is None:
-                continue
-            with domain_request_id(domain):
-                _release_down_members(domain)
-                aggregate(domain)
-            done["aggregated"] += 1
+    done = {
+        "expired": _release_expired_leases(now),
+        "deadline": _fail_late_formations(now),
+        "aggregated": _aggregate_out_of_step(),
+    }
     _note_slow_releases(now)
     done["placed"] = domains_place_queued()
     if any(done.values()):
         log.info("reconcile: %s", done)
     return done
+
+
+def _release_expired_leases(now: datetime) -> int:
+    expired = ComputeDomain.objects.filter(phase__in=RUNNING_PHASES, lease_expires_at__lt=now)
+    count = 0
+    for domain in expired:
+        with request_id_from(domain):
+            domain_release(actor=CONTROLLER, domain=domain, reason="lease expired")
+        count += 1
+    return count
+
+
+def _fail_late_formations(now: datetime) -> int:
+    late = ComputeDomain.objects.filter(phase=Phase.FORMING, formation_deadline__lt=now)
+    return sum(fail_formation(domain_id=pk) for pk in late.values_list("id", flat=True))
+
+
+def _aggregate_out_of_step() -> int:
+    count = 0
+    for domain_id in _out_of_step().values_list("id", flat=True):
+        with transaction.atomic():
+            domain = lock_domain(domain_id)
+            if domain is None:
+                continue
+            with request_id_from(domain):
+                _release_down_members(domain)
+                aggregate(domain)
+            count += 1
+    return count
 
 
 def _out_of_step() -> QuerySet[ComputeDomain]:
@@ -172,9 +188,7 @@ def _mark_silent(domain_id: int, member_ids: list[int], now: datetime) -> None:
         for member in members:
             seen = member.node.last_heartbeat
             message = f"no heartbeat since {seen:%H:%M:%S} UTC" if seen else "no heartbeat"
-            DomainMember.objects.filter(pk=member.pk).update(
-                state=MemberState.FAILED, message=message, state_changed_at=now
-            )
+            member_fail(member, message=message, now=now)
             record_event(
                 actor=CONTROLLER,
                 verb="member.silent",

@@ -1,0 +1,270 @@
+"""A domain's phase: compare-and-set, the domain lock, the members' states folded into the
+phase, and the two ends (Released, Failed).
+
+Concurrency, in short: every phase change is compare-and-set
+(`filter(phase=old).update(...)`), and every aggregation first locks its domain row, so two
+agents reporting "ready" at once cannot both miss the moment the last member became ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from domains.audit.announce import (
+    announce_capacity_freed,
+    announce_desired_state,
+    announce_domain,
+    announce_nodes,
+)
+from domains.audit.events import CONTROLLER, Actor, record_event
+from domains.computedomains.models import (
+    ChannelAllocation,
+    ComputeDomain,
+    DomainMember,
+    MemberState,
+    Phase,
+)
+from domains.context import get_request_id, request_id_scope
+
+# Phases a domain can be failed from (Releasing finishes by release, never by failure).
+FAILABLE_PHASES = (Phase.PENDING, Phase.ADMITTED, Phase.PLACING, Phase.FORMING)
+
+
+def set_phase(
+    domain: ComputeDomain,
+    old: str | Iterable[str],
+    new: str,
+    *,
+    bump: bool = False,
+    **fields: Any,
+) -> bool:
+    """Compare-and-set the phase; on success `domain` mirrors the row. False: lost the race."""
+    olds = [old] if isinstance(old, str) else list(old)
+    updates = {"phase": new, "updated_at": timezone.now(), **fields}
+    if bump:
+        updates["generation"] = F("generation") + 1
+    if not ComputeDomain.objects.filter(pk=domain.pk, phase__in=olds).update(**updates):
+        return False
+    domain.refresh_from_db()
+    return True
+
+
+def lock_domain(domain_id: int) -> ComputeDomain | None:
+    """The domain row locked for this transaction (serializes aggregation per domain)."""
+    return (
+        ComputeDomain.objects.select_for_update(of=("self",))
+        .select_related("namespace")
+        .filter(pk=domain_id)
+        .order_by()
+        .first()
+    )
+
+
+@contextlib.contextmanager
+def request_id_from(domain: ComputeDomain) -> Iterator[None]:
+    """Events written inside carry the id of the request that asked for the domain, also
+    when a beat pass (no request of its own) does the work."""
+    if get_request_id() or not domain.request_id:
+        yield
+        return
+    with request_id_scope(domain.request_id):
+        yield
+
+
+# --- the members' states folded into the phase -----------------------------------------------
+
+# What aggregation and its messages and events read of each member (it runs on every
+# member's change, and whole rows with their trays cost more than the rest of a report).
+_AGGREGATE_FIELDS = ("domain_id", "index", "active", "state", "message", "step", "node__hostname")
+
+
+def aggregate(domain: ComputeDomain) -> None:
+    """Fold the members' states into the domain's phase. Caller holds the domain row lock."""
+    members = list(domain.members.select_related("node").only(*_AGGREGATE_FIELDS).order_by("index"))
+    if domain.phase == Phase.RELEASING:
+        if not any(m.active for m in members):
+            finish_release(domain)
+        return
+    not_ready = [m for m in members if m.active and m.state != MemberState.READY]
+    if domain.phase == Phase.FORMING:
+        _aggregate_forming(domain, members, not_ready)
+    elif domain.phase == Phase.READY and not_ready:
+        message = _not_ready_message(not_ready)
+        if set_phase(domain, Phase.READY, Phase.DEGRADED, reason="MemberNotReady", message=message):
+            _phase_event(domain, "domain.degraded", message, not_ready)
+    elif domain.phase == Phase.DEGRADED:
+        _aggregate_degraded(domain, members, not_ready)
+
+
+def _aggregate_forming(
+    domain: ComputeDomain, members: list[DomainMember], not_ready: list[DomainMember]
+) -> None:
+    if members and not not_ready:
+        now = timezone.now()
+        message = f"all {len(members)} members ready"
+        expires = now + domain.lifetime if domain.lifetime else None
+        if set_phase(
+            domain,
+            Phase.FORMING,
+            Phase.READY,
+            reason="",
+            message=message,
+            ready_at=now,
+            lease_expires_at=expires,
+        ):
+            _phase_event(domain, "domain.ready", message, [])
+        return
+    failed = [m for m in not_ready if m.state == MemberState.FAILED]
+    if failed:
+        _update_message(domain, "MemberFailed", _not_ready_message(failed))
+    else:
+        ready = len(members) - len(not_ready)
+        _update_message(domain, "Forming", f"{ready} of {len(members)} members ready")
+
+
+def _aggregate_degraded(
+    domain: ComputeDomain, members: list[DomainMember], not_ready: list[DomainMember]
+) -> None:
+    if not_ready:
+        _update_message(domain, "MemberNotReady", _not_ready_message(not_ready))
+        return
+    message = f"recovered: all {len(members)} members ready"
+    if set_phase(domain, Phase.DEGRADED, Phase.READY, reason="", message=message):
+        _phase_event(domain, "domain.recovered", message, [])
+
+
+def _not_ready_message(members: list[DomainMember]) -> str:
+    """'gb-r01-t03 failed: peer 2 refused (step waiting_peers)' for the first few."""
+    parts = []
+    for m in members[:3]:
+        text = f"{m.node.hostname} {MemberState(m.state).label.lower()}"
+        if m.message:
+            text += f": {m.message}"
+        if m.step:
+            text += f" (step {m.step})"
+        parts.append(text)
+    more = f" and {len(members) - 3} more" if len(members) > 3 else ""
+    return "; ".join(parts) + more
+
+
+def _update_message(domain: ComputeDomain, reason: str, message: str) -> None:
+    if domain.reason == reason and domain.message == message:
+        return
+    ComputeDomain.objects.filter(pk=domain.pk).update(
+        reason=reason, message=message, updated_at=timezone.now()
+    )
+    domain.reason, domain.message = reason, message
+    announce_domain(domain)
+
+
+def _phase_event(
+    domain: ComputeDomain, verb: str, message: str, members: list[DomainMember]
+) -> None:
+    record_event(
+        actor=CONTROLLER,
+        verb=verb,
+        obj=domain,
+        message=message,
+        details={"phase": domain.phase, "nodes": [m.node.hostname for m in members]},
+    )
+    announce_domain(domain)
+
+
+# --- the end of a domain ----------------------------------------------------------------------
+
+
+def release_member(member: DomainMember, *, message: str, now: datetime | None = None) -> None:
+    """The tray no longer serves the domain (agent confirmed clean, or node declared down)."""
+    now = now or timezone.now()
+    DomainMember.objects.filter(pk=member.pk).update(
+        active=False,
+        state=MemberState.RELEASED,
+        released_at=now,
+        state_changed_at=now,
+        message=message[:2000],
+    )
+    member.active, member.state = False, MemberState.RELEASED
+
+
+def finish_release(domain: ComputeDomain) -> bool:
+    """Releasing → Released once no member holds a tray; then channels and trays are free."""
+    if domain.members.filter(active=True).exists():
+        return False
+    now = timezone.now()
+    if not set_phase(
+        domain,
+        Phase.RELEASING,
+        Phase.RELEASED,
+        released_at=now,
+        reason="Released",
+        message="every tray is clean or declared down; trays and channels are back in the pool",
+    ):
+        return False
+    ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True).update(
+        released_at=now
+    )
+    node_ids = list(domain.members.values_list("node_id", flat=True))
+    record_event(actor=CONTROLLER, verb="domain.released", obj=domain, message=domain.message)
+    announce_domain(domain)
+    announce_nodes(node_ids)
+    announce_capacity_freed()
+    return True
+
+
+def domain_fail(
+    *,
+    domain_id: int,
+    reason: str,
+    message: str,
+    actor: Actor = CONTROLLER,
+    details: dict[str, Any] | None = None,
+) -> ComputeDomain | None:
+    """End a domain that cannot form as Failed and free everything it held at once.
+
+    Trays go back to the pool right away: their desired state becomes "none", so the
+    agents tear down whatever they started (level-triggered; an agent that is gone has
+    nothing running that a next domain's config would not replace). None when the domain
+    is gone or past failing (Ready, Releasing, ended).
+    """
+    with transaction.atomic():
+        domain = lock_domain(domain_id)
+        if domain is None:
+            return None
+        with request_id_from(domain):
+            return _fail(domain, reason, message, actor, details or {})
+
+
+def _fail(
+    domain: ComputeDomain, reason: str, message: str, actor: Actor, details: dict[str, Any]
+) -> ComputeDomain | None:
+    now = timezone.now()
+    if not set_phase(
+        domain,
+        FAILABLE_PHASES,
+        Phase.FAILED,
+        bump=True,
+        failed_at=now,
+        reason=reason,
+        message=message,
+    ):
+        return None
+    node_ids = list(domain.members.filter(active=True).values_list("node_id", flat=True))
+    domain.members.filter(active=True).update(active=False, released_at=now)
+    domain.members.exclude(state=MemberState.READY).update(state=MemberState.FAILED)
+    ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True).update(
+        released_at=now
+    )
+    record_event(actor=actor, verb="domain.failed", obj=domain, message=message, details=details)
+    announce_domain(domain)
+    announce_nodes(node_ids)
+    announce_desired_state(node_ids)
+    if node_ids:
+        announce_capacity_freed()
+    return domain

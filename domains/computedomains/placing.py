@@ -1,0 +1,202 @@
+"""Placing an Admitted domain: choose its trays, take its channel, start its formation.
+
+Placements are serialized by one PostgreSQL advisory lock held for the (milliseconds long)
+transaction that reads the fabric and writes the members. Without it, concurrent
+placements would all compute the same best fit and collide on the one-live-domain-per-node
+constraint; with it, each sees what the previous one committed. The database constraints
+(one active membership per node, one channel per clique) stay the backstop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from domains.audit.announce import announce_desired_state, announce_domain, announce_nodes
+from domains.audit.events import CONTROLLER, record_event
+from domains.computedomains.fabric import topology_snapshot
+from domains.computedomains.models import (
+    AllocationMode,
+    ChannelAllocation,
+    ComputeDomain,
+    DomainMember,
+    Phase,
+    PlacementConstraint,
+)
+from domains.computedomains.phases import request_id_from, set_phase
+from domains.computedomains.selectors import queued_domains
+from domains.errors import TransientError
+from domains.placement.algorithm import place
+from domains.placement.model import Placement, PlacementRequest, Rejection
+
+log = logging.getLogger(__name__)
+
+PLACEMENT_LOCK_KEY = 7_301_955  # pg_advisory_xact_lock key: "one placement at a time"
+PLACE_ATTEMPTS = 3
+
+
+def placement_request(domain: ComputeDomain) -> PlacementRequest:
+    """What placement needs to know of a domain's spec."""
+    return PlacementRequest(
+        num_nodes=domain.num_nodes,
+        gpus_per_node=domain.gpus_per_node,
+        constraint=domain.placement_constraint,
+        target=domain.placement_target,
+    )
+
+
+def domain_place(*, domain_id: int) -> ComputeDomain | None:
+    """Place one Admitted domain and start its formation, or leave it queued with reasons.
+
+    Returns the domain (Forming, or still Admitted with reason `Unschedulable`), or None
+    when it is no longer Admitted (placed, released or failed meanwhile): safe to call
+    twice, from two workers, or for a domain that is gone.
+    """
+    for _ in range(PLACE_ATTEMPTS):
+        try:
+            return _place(domain_id)
+        except IntegrityError:
+            # Only without the advisory lock (SQLite) or against a concurrent direct write:
+            # the constraint refused a double booking; read the fabric again.
+            log.warning("placement of domain %s collided; retrying", domain_id)
+    raise TransientError(f"placement of domain {domain_id} kept colliding")
+
+
+def domains_place_queued() -> int:
+    """Try every queued domain, first come first served; returns how many were placed.
+
+    A later, smaller domain may take capacity an earlier, larger one cannot use yet
+    (backfill): holding small requests behind a big one would strand trays. Once a
+    request did not fit, unconstrained ones at least as large (trays and GPUs per tray)
+    are skipped for this pass: they cannot fit either.
+    """
+    placed = 0
+    rejected: list[tuple[int, int]] = []  # (trays, GPUs per tray) of requests that did not fit
+    for domain_id, trays, gpus, constraint in queued_domains().values_list(
+        "id", "num_nodes", "gpus_per_node", "placement_constraint"
+    ):
+        unconstrained = constraint == PlacementConstraint.ANY
+        if unconstrained and any(trays >= t and gpus >= g for t, g in rejected):
+            continue
+        domain = domain_place(domain_id=domain_id)
+        if domain is not None and domain.phase == Phase.FORMING:
+            placed += 1
+        elif domain is not None and unconstrained:
+            rejected.append((trays, gpus))
+    return placed
+
+
+@transaction.atomic
+def _place(domain_id: int) -> ComputeDomain | None:
+    _lock_placement()
+    domain = (
+        ComputeDomain.objects.select_for_update(of=("self",))
+        .select_related("namespace")
+        .filter(pk=domain_id, phase=Phase.ADMITTED)
+        .order_by()
+        .first()
+    )
+    if domain is None:
+        return None
+    with request_id_from(domain):
+        result = place(placement_request(domain), topology_snapshot())
+        if isinstance(result, Rejection):
+            _mark_unschedulable(domain, result.reasons)
+            return domain
+        channels = _allocate_channels(domain, result)
+        if channels is None:
+            reason = f"no free IMEX channel left in clique {result.clique_name}"
+            _mark_unschedulable(domain, (reason,))
+            return domain
+        _form(domain, result, channels)
+        return domain
+
+
+def _lock_placement() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PLACEMENT_LOCK_KEY])
+
+
+def _allocate_channels(domain: ComputeDomain, placement: Placement) -> list[int] | None:
+    """Single: the first free channel ≥ 1 of the clique (Slurm's pool rule). All: no rows."""
+    if domain.allocation_mode == AllocationMode.ALL:
+        return []
+    taken = set(
+        ChannelAllocation.objects.filter(
+            clique_id=placement.clique_id, released_at__isnull=True
+        ).values_list("channel", flat=True)
+    )
+    for channel in range(1, settings.PORTAL["IMEX_CHANNEL_COUNT"]):
+        if channel not in taken:
+            ChannelAllocation.objects.create(
+                clique_id=placement.clique_id, channel=channel, domain=domain
+            )
+            return [channel]
+    return None
+
+
+def _form(domain: ComputeDomain, placement: Placement, channels: list[int]) -> None:
+    """Members with indexes 0..n-1 in slot order, phase Forming, agents told to fetch."""
+    DomainMember.objects.bulk_create(
+        DomainMember(
+            domain=domain,
+            node_id=tray.node_id,
+            index=index,
+            clique_id=placement.clique_id,
+            ip_address=tray.ip,
+        )
+        for index, tray in enumerate(placement.trays)
+    )
+    now = timezone.now()
+    message = f"placed on {placement.describe()}; waiting for the agents to form IMEX"
+    set_phase(
+        domain,
+        Phase.ADMITTED,
+        Phase.FORMING,
+        bump=True,
+        placed_at=now,
+        formation_deadline=now + settings.PORTAL["FORMATION_DEADLINE"],
+        reason="Forming",
+        message=message,
+    )
+    record_event(
+        actor=CONTROLLER,
+        verb="domain.placed",
+        obj=domain,
+        message=message,
+        details={
+            "clique": placement.clique_label,
+            "rack": placement.rack,
+            "nodes": placement.hostnames,
+            "channels": channels if domain.allocation_mode == AllocationMode.SINGLE else "All",
+            "generation": domain.generation,
+        },
+    )
+    announce_domain(domain)
+    announce_nodes(placement.node_ids)
+    announce_desired_state(placement.node_ids)
+
+
+def _mark_unschedulable(domain: ComputeDomain, reasons: Iterable[str]) -> None:
+    """Stay queued with the reasons; an event only when the story changes (no spam)."""
+    reasons = list(reasons)
+    message = "; ".join(reasons)
+    if domain.reason == "Unschedulable" and domain.message == message:
+        return
+    ComputeDomain.objects.filter(pk=domain.pk).update(
+        reason="Unschedulable", message=message, updated_at=timezone.now()
+    )
+    domain.reason, domain.message = "Unschedulable", message
+    record_event(
+        actor=CONTROLLER,
+        verb="domain.unschedulable",
+        obj=domain,
+        message=reasons[0] if reasons else "",
+        details={"reasons": reasons},
+    )
+    announce_domain(domain)

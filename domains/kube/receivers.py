@@ -1,0 +1,33 @@
+"""What the Kubernetes integration does when the business announces a change
+(connected by `apps.ready()`)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.dispatch import receiver
+
+from domains import signals
+from domains.computedomains.models import ComputeDomain
+from domains.kube.client import kube_enabled
+from domains.kube.tasks import publish_domain
+
+log = logging.getLogger(__name__)
+
+
+@receiver(signals.domain_changed, dispatch_uid="kube.publish_on_change")
+def publish_on_change(sender: object, domain_uid: str, **kwargs: object) -> None:
+    """Queue publishing of the changed domain (sent after commit, so the row is visible).
+
+    A failure to queue (Redis away) must not break the service that announced the change;
+    the beat `kube.reconcile` publishes it later from the database.
+    """
+    if not kube_enabled():
+        return
+    domain_id = ComputeDomain.objects.filter(uid=domain_uid).values_list("pk", flat=True).first()
+    if domain_id is None:
+        return
+    try:
+        publish_domain.delay(domain_id)
+    except Exception:
+        log.warning("could not queue kube.publish_domain for %s; reconcile will", domain_uid)

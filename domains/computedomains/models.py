@@ -16,7 +16,6 @@ from domains.validators import validate_dns1123_label
 class Phase(models.TextChoices):
     PENDING = "Pending", "Pending"  # created; waiting for admission or approval
     ADMITTED = "Admitted", "Admitted"  # within quota; queued for placement
-    PLACING = "Placing", "Placing"
     FORMING = "Forming", "Forming"  # members assigned, agents configuring IMEX
     READY = "Ready", "Ready"
     DEGRADED = "Degraded", "Degraded"  # was Ready, lost a member
@@ -28,7 +27,6 @@ class Phase(models.TextChoices):
 LIVE_PHASES = (
     Phase.PENDING,
     Phase.ADMITTED,
-    Phase.PLACING,
     Phase.FORMING,
     Phase.READY,
     Phase.DEGRADED,

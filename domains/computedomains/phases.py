@@ -34,7 +34,7 @@ from domains.computedomains.models import (
 from domains.context import get_request_id, request_id_scope
 
 # Phases a domain can be failed from (Releasing finishes by release, never by failure).
-FAILABLE_PHASES = (Phase.PENDING, Phase.ADMITTED, Phase.PLACING, Phase.FORMING)
+FAILABLE_PHASES = (Phase.PENDING, Phase.ADMITTED, Phase.FORMING)
 
 
 def set_phase(

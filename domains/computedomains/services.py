@@ -42,7 +42,7 @@ from domains.placement.model import Rejection
 from domains.tenancy.models import Namespace
 
 # Phases whose members hold trays: releasing them needs the agents' confirmation.
-HOLDING_PHASES = (Phase.PLACING, Phase.FORMING, Phase.READY, Phase.DEGRADED)
+HOLDING_PHASES = (Phase.FORMING, Phase.READY, Phase.DEGRADED)
 # Phases without trays: a release ends them at once.
 QUEUED_PHASES = (Phase.PENDING, Phase.ADMITTED)
 

@@ -20,7 +20,7 @@ them fit what the portal placed:
   NVIDIA's DRA driver reads the same. It only schedules where a ResourceClaimTemplate of that
   name exists in the namespace; the header comment of every manifest says so.
 
-Manifests exist only while the domain holds trays (Placing, Forming, Ready, Degraded):
+Manifests exist only while the domain holds trays (Forming, Ready, Degraded):
 before placement there are no hostnames or channel to name, after release they would
 point at trays that serve someone else. Otherwise `InvalidTransition` is raised.
 """
@@ -50,7 +50,7 @@ CHANNELS_PATH = "/dev/nvidia-caps-imex-channels"
 SHELL_IMAGE = "ubuntu:22.04"
 NVBANDWIDTH_IMAGE = "ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163"
 
-MANIFEST_PHASES = (Phase.PLACING, Phase.FORMING, Phase.READY, Phase.DEGRADED)
+MANIFEST_PHASES = (Phase.FORMING, Phase.READY, Phase.DEGRADED)
 
 
 def workload_manifests(domain: ComputeDomain) -> dict[str, str]:
@@ -85,7 +85,7 @@ class _Context:
         if domain.phase not in MANIFEST_PHASES or not members:
             raise InvalidTransition(
                 f"{domain} is {domain.phase}: manifests exist only while it holds trays "
-                "(Placing, Forming, Ready or Degraded)"
+                "(Forming, Ready or Degraded)"
             )
         if domain.allocation_mode == AllocationMode.ALL:
             device = "all"

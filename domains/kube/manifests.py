@@ -1,7 +1,8 @@
 """Ready-to-apply workload manifests for a placed domain: a Deployment, a Job and an MPIJob.
 
-Modelled on NVIDIA's examples (reference/nvidia-*.yaml), with three differences that make
-them fit what the portal placed:
+Modelled on NVIDIA's examples for its DRA driver (a ComputeDomain whose ResourceClaimTemplate
+the workload's pods name in `resourceClaims`), with three differences that make them fit
+what the portal placed:
 
 - **The IMEX channel comes through CDI.** The node agent writes a CDI spec on each member
   tray (`/etc/cdi/nvidia.com-imex-channel.json`) of kind ``nvidia.com/imex-channel`` with one

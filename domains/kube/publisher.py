@@ -1,10 +1,12 @@
-"""Writing domains out to the cluster: create, mirror status, remove on release.
+"""Writing domains out to the cluster: create, mirror status, remove on release (the
+object's shape is in `crd`).
 
 Level-triggered like the rest of the controller: `publish_domain` compares what the
 cluster holds with what the database says and writes only the difference, so running it
 twice, late, or after a lost message is harmless. Transient API trouble raises
 `KubeUnavailable` (the Celery task retries it with backoff); whatever still fails is picked
-up by `reconcile_published` from the database, so no change is lost.
+up by the beat task `kube.reconcile` (`domains_to_publish`) from the database, so no change
+is lost.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from domains.audit.events import KUBERNETES
 from domains.computedomains.models import LIVE_PHASES, ComputeDomain
 from domains.computedomains.services import domain_release
 from domains.kube.client import KubeRejected, api_client, call, is_not_found
-from domains.kube.models import PublishedDomain, RefusedComputeDomain
-from domains.kube.publish import (
+from domains.kube.crd import (
     API_GROUP,
     API_VERSION,
     MESSAGE_ANNOTATION,
@@ -34,6 +35,7 @@ from domains.kube.publish import (
     UID_ANNOTATION,
     computedomain_object,
 )
+from domains.kube.models import PublishedDomain, RefusedComputeDomain
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from domains.computedomains.specs import DomainSpec
 from domains.errors import DomainError, InvalidInput
 from domains.inventory.models import Clique, Node, NodeSource, NodeState, Rack
 from domains.inventory.services import node_cordon, node_mark_down, node_uncordon
+from domains.kube.crd import UID_ANNOTATION
 from domains.kube.models import PublishedDomain, RefusedComputeDomain
-from domains.kube.publish import UID_ANNOTATION
 from domains.tenancy.models import Namespace, NamespaceSource
 from domains.tenancy.services import namespace_create
 

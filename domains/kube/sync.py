@@ -32,8 +32,8 @@ from kubernetes.client.exceptions import ApiException
 
 from domains.kube import services, tasks
 from domains.kube.client import KubeRejected, KubeUnavailable, call
+from domains.kube.crd import API_GROUP, API_VERSION, PLURAL, computedomain_status
 from domains.kube.models import SyncState
-from domains.kube.publish import API_GROUP, API_VERSION, PLURAL, computedomain_status
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import pytest
 
 from domains.computedomains.models import ComputeDomain, DomainSource, Phase
 from domains.inventory.models import Gpu, Node, NodeSource
-from domains.kube.publish import UID_ANNOTATION
+from domains.kube.crd import UID_ANNOTATION
 from domains.tenancy.models import Namespace
 from tests import factories
 from tests.kube.conftest import computedomain, gpu_labels

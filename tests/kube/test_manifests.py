@@ -11,8 +11,8 @@ from domains.computedomains.placing import domain_place
 from domains.computedomains.services import domain_request
 from domains.computedomains.specs import DomainSpec
 from domains.errors import InvalidTransition
+from domains.kube.crd import computedomain_object
 from domains.kube.manifests import workload_manifests
-from domains.kube.publish import computedomain_object
 from tests.domains.helpers import all_ready
 from tests.kube.schemas import (
     assert_valid_computedomain,

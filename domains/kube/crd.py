@@ -1,9 +1,13 @@
-"""A portal domain as the `resource.nvidia.com/v1beta1` ComputeDomain object it publishes.
+"""A portal domain as the `resource.nvidia.com/v1beta1` ComputeDomain object it publishes
+(the shape only; `publisher` writes it to the cluster).
 
-The object carries exactly the fields of NVIDIA's CRD (reference/nvidia-computedomain-crd.yaml)
-so that tools written for NVIDIA's driver read it unchanged. What the CRD has no field for
-(the portal's phase, reason and message) goes into annotations, because a real API server
-prunes unknown status fields: `kubectl describe computedomain` shows them there.
+The object carries exactly the fields of NVIDIA's ComputeDomain CRD, so that tools written
+for NVIDIA's driver read it unchanged: `spec.numNodes`, `spec.channel.resourceClaimTemplate
+.name`, `spec.channel.allocationMode` (`Single` or `All`), and `status.status` (`Ready` or
+`NotReady`) with `status.nodes[]` (`name`, `ipAddress`, `cliqueID`, `index`, `status`).
+What the CRD has no field for (the portal's phase, reason and message) goes into
+annotations, because a real API server prunes unknown status fields: `kubectl describe
+computedomain` shows them there.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ web, worker and agent.
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from celery import Celery, signals
+from celery import Celery, Task, signals
 
 from domains.context import get_request_id, set_request_id
 
@@ -37,6 +38,6 @@ def _carry_request_id(headers: dict | None = None, **_: object) -> None:
 
 
 @signals.task_prerun.connect
-def _restore_request_id(task=None, **_: object) -> None:  # type: ignore[no-untyped-def]
+def _restore_request_id(task: Task[Any, Any] | None = None, **_: object) -> None:
     rid = getattr(task.request, "request_id", None) if task is not None else None
     set_request_id(rid or "")

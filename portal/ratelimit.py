@@ -105,7 +105,7 @@ class RateLimitedLoginView(auth_views.LoginView):
             # Refuse without validating the form: validation would check the password.
             form = self.get_form()
             form.cleaned_data = {}
-            form._errors = ErrorDict()
+            form._errors = ErrorDict()  # type: ignore[attr-defined]  # Django's own, unstubbed
             form.add_error(
                 None,
                 "Too many failed sign-in attempts from your address or for this account; "

@@ -15,7 +15,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
+
+from portal.settings_types import PortalSettings
+
+# Lets generic classes be subscripted at run time as they are in annotations
+# (`admin.ModelAdmin[Node]`), as django-stubs expects.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
@@ -279,7 +286,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
 }
 
 # --- Domain Portal -------------------------------------------------------------------------
-PORTAL = {
+PORTAL: PortalSettings = {
     # IMEX ports every member daemon uses (one daemon per tray, so one port pair suffices).
     "IMEX_SERVER_PORT": env_int("PORTAL_IMEX_SERVER_PORT", 50000),
     "IMEX_CMD_PORT": env_int("PORTAL_IMEX_CMD_PORT", 50005),

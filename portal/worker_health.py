@@ -31,7 +31,7 @@ STALE_AFTER_S = 30.0
 class WorkerHealth(bootsteps.StartStopStep):
     """Stamps a beat from the worker's timer and serves the probes."""
 
-    requires = {"celery.worker.components:Timer"}
+    requires = ("celery.worker.components:Timer",)
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)

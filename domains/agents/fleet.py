@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.db.models import QuerySet
+
 from domains.inventory.models import Node
 
 
@@ -39,5 +41,5 @@ def fleet_spec(nodes: Iterable[Node]) -> dict[str, Any]:
     return {"trays": trays}
 
 
-def fleet_nodes():
+def fleet_nodes() -> QuerySet[Node]:
     return Node.objects.filter(gone=False).select_related("clique").prefetch_related("gpus")

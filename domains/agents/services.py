@@ -14,6 +14,7 @@ import hmac
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, models, transaction
@@ -238,7 +239,9 @@ def _heartbeat_sql() -> str:
     """_HEARTBEAT_SQL with the models' table and column names, quoted; values stay %s."""
 
     def col(model: type[models.Model], name: str) -> str:
-        return connection.ops.quote_name(model._meta.get_field(name).column)
+        field = model._meta.get_field(name)
+        assert isinstance(field, models.Field) and field.column  # a column, not a relation
+        return connection.ops.quote_name(field.column)
 
     return _HEARTBEAT_SQL.format(
         node=connection.ops.quote_name(Node._meta.db_table),
@@ -256,7 +259,7 @@ def _heartbeat_sql() -> str:
     )
 
 
-def _stored(report: AgentReport, received_at: datetime) -> dict:
+def _stored(report: AgentReport, received_at: datetime) -> dict[str, Any]:
     return dataclasses.asdict(report) | {"received_at": received_at.isoformat()}
 
 
@@ -268,7 +271,7 @@ def agent_report(*, node: Node, report: AgentReport) -> None:
     coming back, a member's step) runs in its own transaction below.
     """
     now = timezone.now()
-    updates: dict = {
+    updates: dict[str, Any] = {
         "last_heartbeat": now,
         "daemon_state": report.daemon_state,
         "agent_report": _stored(report, now),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import models, transaction
 
 from domains import signals
@@ -28,10 +28,10 @@ class Actor:
 
     kind: str
     name: str
-    user: AbstractBaseUser | None = None
+    user: User | None = None
 
     @classmethod
-    def for_user(cls, user: AbstractBaseUser) -> Actor:
+    def for_user(cls, user: User) -> Actor:
         return cls(kind=ActorKind.USER, name=user.get_username(), user=user)
 
     @classmethod
@@ -39,7 +39,7 @@ class Actor:
         return cls(kind=ActorKind.AGENT, name=f"agent:{node.hostname}")
 
     @property
-    def saved_user(self) -> AbstractBaseUser | None:
+    def saved_user(self) -> User | None:
         """The user, when it is a row a foreign key can point at (not an unsaved stand-in)."""
         return self.user if self.user is not None and self.user.pk else None
 
@@ -88,7 +88,8 @@ def record_event(
 
 def _if_target(obj: models.Model, field: str) -> Any:
     """`obj` when it is an instance of the model the event's `field` points at, else None."""
-    return obj if isinstance(obj, Event._meta.get_field(field).related_model) else None
+    model = Event._meta.get_field(field).related_model
+    return obj if isinstance(model, type) and isinstance(obj, model) else None
 
 
 def _announce(event: Event, namespace: Namespace | None, domain: ComputeDomain | None) -> None:

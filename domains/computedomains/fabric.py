@@ -16,7 +16,7 @@ from domains.computedomains.models import DomainMember
 from domains.inventory.models import Clique, Node, NodeState
 from domains.placement.model import CliqueView, Topology, Tray, TrayStatus
 
-_STATE_STATUS = {
+_STATE_STATUS: dict[str, str] = {
     NodeState.CORDONED: TrayStatus.CORDONED,
     NodeState.DRAINING: TrayStatus.DRAINING,
     NodeState.DOWN: TrayStatus.DOWN,

@@ -42,7 +42,7 @@ class MemberReport:
     connections: dict[str, str]  # peer index → connection status
 
 
-_STATE_STAMP = {
+_STATE_STAMP: dict[str, str] = {
     MemberState.CONFIGURING: "configuring_at",
     MemberState.WAITING_PEERS: "waiting_peers_at",
     MemberState.READY: "ready_at",

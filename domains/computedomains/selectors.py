@@ -22,13 +22,13 @@ from domains.computedomains.models import (
 )
 from domains.inventory.models import Node
 from domains.tenancy.models import Namespace
-from domains.tenancy.selectors import is_operator, namespaces_visible_to
+from domains.tenancy.selectors import Viewer, is_operator, namespaces_visible_to
 
 # Phases in which members' agents must run IMEX (the desired state is "present").
 RUNNING_PHASES = (Phase.FORMING, Phase.READY, Phase.DEGRADED)
 
 
-def domains_visible_to(user: Any) -> QuerySet[ComputeDomain]:
+def domains_visible_to(user: Viewer) -> QuerySet[ComputeDomain]:
     """Operators see every domain; tenants only those of their namespaces."""
     qs = ComputeDomain.objects.select_related("namespace", "requested_by")
     if is_operator(user):
@@ -36,7 +36,7 @@ def domains_visible_to(user: Any) -> QuerySet[ComputeDomain]:
     return qs.filter(namespace__in=namespaces_visible_to(user))
 
 
-def events_visible_to(user: Any) -> QuerySet[Event]:
+def events_visible_to(user: Viewer) -> QuerySet[Event]:
     """Operators read the whole audit log; tenants the events of their namespaces."""
     qs = Event.objects.select_related("namespace", "domain", "node", "actor_user")
     if is_operator(user):

@@ -9,6 +9,7 @@ reports (`members`) and the periodic controller (`reconcile`) sit beside them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
@@ -145,23 +146,24 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
     except QuotaExceeded as exc:
         problems.insert(0, exc.message)
     approval = admission.needs_approval(quota=quota, spec=clean)
+    verdict = DryRunResult(
+        placeable=False,
+        quota_ok=not problems,
+        needs_approval=approval,
+        message="",
+        quota_problems=problems,
+        quota_impact=admission.quota_impact(quota=quota, usage=usage, spec=clean),
+    )
     result = place(clean.placement_request(), topology_snapshot())
-    common = {
-        "quota_ok": not problems,
-        "needs_approval": approval,
-        "quota_problems": problems,
-        "quota_impact": admission.quota_impact(quota=quota, usage=usage, spec=clean),
-    }
     if isinstance(result, Rejection):
-        return DryRunResult(
-            placeable=False, message=result.message, reasons=list(result.reasons), **common
-        )
+        return replace(verdict, message=result.message, reasons=list(result.reasons))
     message = f"would be placed on {result.describe()}"
     if problems:
         message = f"fits the fabric, but is over quota: {problems[0]}"
     elif approval:
         message += "; needs an admin's approval first"
-    return DryRunResult(
+    return replace(
+        verdict,
         placeable=True,
         message=message,
         clique=result.clique_label,
@@ -169,7 +171,6 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
         rack=result.rack,
         nodes=result.hostnames,
         node_ids=result.node_ids,
-        **common,
     )
 
 

@@ -10,6 +10,7 @@ freed", and `apps.py` queues these tasks when it hears that.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import shared_task
 
@@ -19,7 +20,7 @@ from domains.errors import TransientError
 
 log = logging.getLogger(__name__)
 
-RETRY = {
+RETRY: dict[str, Any] = {
     "acks_late": True,
     "autoretry_for": (TransientError,),
     "retry_backoff": 1,

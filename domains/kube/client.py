@@ -39,7 +39,7 @@ class KubeRejected(Exception):
 
 
 def kube_enabled() -> bool:
-    return bool(settings.PORTAL.get("KUBE_ENABLED"))
+    return settings.PORTAL["KUBE_ENABLED"]
 
 
 def api_client() -> client.ApiClient:
@@ -49,9 +49,12 @@ def api_client() -> client.ApiClient:
         config.load_incluster_config(client_configuration=cfg)
         return client.ApiClient(cfg)
     try:
-        return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None)
+        api: client.ApiClient = config.new_client_from_config(
+            config_file=os.environ.get("KUBECONFIG") or None
+        )
     except ConfigException as exc:
         raise KubeRejected(0, f"no usable kubeconfig: {exc}") from exc
+    return api
 
 
 def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

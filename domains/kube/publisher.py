@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import F, Q
 from django.utils import timezone
@@ -49,10 +49,10 @@ class Cluster:
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return call(
+            return _object(call(
                 self.custom.get_namespaced_custom_object,
                 API_GROUP, API_VERSION, namespace, PLURAL, name,
-            )  # fmt: skip
+            ))  # fmt: skip
         except ApiException as exc:
             if is_not_found(exc):
                 return None
@@ -60,26 +60,26 @@ class Cluster:
 
     def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            return call(
+            return _object(call(
                 self.custom.create_namespaced_custom_object,
                 API_GROUP, API_VERSION, namespace, PLURAL, body,
-            )  # fmt: skip
+            ))  # fmt: skip
         except ApiException as exc:
             if is_not_found(exc):  # the only 404 of a create: no such namespace there
                 raise KubeRejected(404, f"namespace {namespace} does not exist in the cluster")
             raise
 
     def patch(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return call(
+        return _object(call(
             self.custom.patch_namespaced_custom_object,
             API_GROUP, API_VERSION, namespace, PLURAL, name, body,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
-        return call(
+        return _object(call(
             self.custom.patch_namespaced_custom_object_status,
             API_GROUP, API_VERSION, namespace, PLURAL, name, {"status": status},
-        )  # fmt: skip
+        ))  # fmt: skip
 
     def delete(self, namespace: str, name: str, uid: str) -> None:
         options = {"preconditions": {"uid": uid}} if uid else {}
@@ -91,6 +91,11 @@ class Cluster:
         except ApiException as exc:
             if not is_not_found(exc):
                 raise
+
+
+def _object(answer: object) -> dict[str, Any]:
+    """The custom-object calls answer with the object as parsed JSON."""
+    return cast(dict[str, Any], answer)
 
 
 def desired_hash(domain: ComputeDomain) -> str:

@@ -53,8 +53,8 @@ class Resource:
     name: str
     list_fn: Callable[..., Any]
     list_args: tuple[Any, ...]
-    on_object: Callable[[dict[str, Any], bool], None]  # (object, seen in a full list)
-    on_deleted: Callable[[dict[str, Any]], None]
+    on_object: Callable[[dict[str, Any], bool], object]  # (object, seen in a full list)
+    on_deleted: Callable[[dict[str, Any]], object]
     on_resync: Callable[[set[str], datetime], None]
     key: Callable[[dict[str, Any]], str]
 
@@ -247,5 +247,5 @@ class Watcher:
 
     def backoff(self) -> float:
         """Exponential, capped, with jitter so several watchers do not retry in step."""
-        base = min(BACKOFF_MAX_S, 0.5 * 2 ** min(self.failures, 10))
+        base = min(BACKOFF_MAX_S, 0.5 * 2.0 ** min(self.failures, 10))
         return base * random.uniform(0.5, 1.0)

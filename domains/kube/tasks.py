@@ -8,6 +8,7 @@ with Redis or a task that ran out of retries during an API server outage is caug
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import shared_task
 
@@ -16,7 +17,7 @@ from domains.kube.client import KubeUnavailable, kube_enabled
 
 log = logging.getLogger(__name__)
 
-RETRY = {
+RETRY: dict[str, Any] = {
     "acks_late": True,
     "autoretry_for": (KubeUnavailable,),
     "retry_backoff": 1,

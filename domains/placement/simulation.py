@@ -31,7 +31,7 @@ DEFAULT_SIZES = (1, 1, 1, 2, 2, 2, 3, 4, 4, 6, 8, 9, 12, 16, 18)
 
 def synthetic_topology(layouts: Sequence[Sequence[int]], gpus: int = 4) -> Topology:
     """Racks from clique sizes, e.g. [(18,), (9, 9)]: every tray free, slots 1..18."""
-    cliques = []
+    cliques: list[CliqueView] = []
     node_id = 0
     for r, layout in enumerate(layouts, start=1):
         slot = 0

@@ -1,21 +1,24 @@
+"""Namespaces in the Django admin. Quotas, memberships and API tokens are read-only here:
+the portal's admin pages change them through the services (namespace lock, audit events)."""
+
+from __future__ import annotations
+
 from django.contrib import admin
 
+from domains.audit.admin import ReadOnlyAdmin, ReadOnlyInline
 from domains.tenancy.models import ApiToken, Membership, Namespace, Quota
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(ReadOnlyInline[Membership]):
     model = Membership
-    extra = 0
-    raw_id_fields = ["user"]
 
 
-class QuotaInline(admin.StackedInline):
+class QuotaInline(ReadOnlyInline[Quota]):
     model = Quota
-    can_delete = False
 
 
 @admin.register(Namespace)
-class NamespaceAdmin(admin.ModelAdmin):
+class NamespaceAdmin(admin.ModelAdmin[Namespace]):
     list_display = ["name", "display_name", "source", "active", "created_at"]
     list_filter = ["source", "active"]
     search_fields = ["name", "display_name"]
@@ -23,21 +26,20 @@ class NamespaceAdmin(admin.ModelAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ReadOnlyAdmin[Membership]):
     list_display = ["user", "namespace", "role"]
     list_filter = ["role", "namespace"]
     list_select_related = ["user", "namespace"]
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(ReadOnlyAdmin[Quota]):
     list_display = ["namespace", "max_gpus", "max_nodes", "max_domains", "max_nodes_per_domain"]
     list_select_related = ["namespace"]
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(ReadOnlyAdmin[ApiToken]):
     list_display = ["user", "name", "prefix", "read_only", "expires_at", "last_used_at"]
     list_select_related = ["user"]
     exclude = ["token_hash"]
-    readonly_fields = ["prefix", "last_used_at"]

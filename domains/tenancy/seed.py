@@ -13,7 +13,7 @@ from domains.tenancy.models import Membership, Namespace, Quota, Role
 DEMO_GROUP = "demo-users"
 DEMO_PASSWORD = "demo"  # noqa: S105 - printed at demo start; refused when DEBUG is off
 
-DEMO_USERS = [
+DEMO_USERS: list[tuple[str, bool, bool, str | None, Role | None, str]] = [
     # username, staff, superuser, namespace, role, description
     ("operator", True, False, None, None, "operator: fabric view, cordon/drain trays"),
     ("admin", True, True, None, None, "superuser: quotas, approvals, members, audit log"),
@@ -45,9 +45,9 @@ DEMO_QUOTAS = {
 def build_demo_tenants() -> list[tuple[str, str]]:
     """Create namespaces, quotas and users; returns (username, description) pairs."""
     group, _ = Group.objects.get_or_create(name=DEMO_GROUP)
-    for ns_name, limits in DEMO_QUOTAS.items():
+    for name, limits in DEMO_QUOTAS.items():
         ns, _ = Namespace.objects.get_or_create(
-            name=ns_name, defaults={"display_name": ns_name.replace("-", " ").title()}
+            name=name, defaults={"display_name": name.replace("-", " ").title()}
         )
         Quota.objects.update_or_create(namespace=ns, defaults=limits)
     User = get_user_model()
@@ -61,7 +61,7 @@ def build_demo_tenants() -> list[tuple[str, str]]:
             user.set_password(DEMO_PASSWORD)
             user.save()
         user.groups.add(group)
-        if ns_name:
+        if ns_name and role:
             Membership.objects.get_or_create(
                 user=user, namespace=Namespace.objects.get(name=ns_name), defaults={"role": role}
             )

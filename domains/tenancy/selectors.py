@@ -7,24 +7,28 @@ admin: quotas, approvals, everything).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeAlias
 
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
 from domains.tenancy.models import Membership, Namespace, Role
 
+# Whoever asks for a page or an API call: a signed-in user, or an anonymous visitor.
+Viewer: TypeAlias = User | AnonymousUser
+
 _RANK = {Role.VIEWER: 1, Role.MEMBER: 2, Role.ADMIN: 3}
 
 
-def is_operator(user: Any) -> bool:
+def is_operator(user: Viewer) -> bool:
     return bool(user.is_authenticated and (user.is_staff or user.is_superuser))
 
 
-def is_admin(user: Any) -> bool:
+def is_admin(user: Viewer) -> bool:
     return bool(user.is_authenticated and user.is_superuser)
 
 
-def role_in(user: Any, namespace: Namespace) -> str | None:
+def role_in(user: Viewer, namespace: Namespace) -> str | None:
     """The user's own role in the namespace (None when not a member)."""
     if not user.is_authenticated:
         return None
@@ -35,26 +39,26 @@ def role_in(user: Any, namespace: Namespace) -> str | None:
     )
 
 
-def _has_role(user: Any, namespace: Namespace, minimum: str) -> bool:
+def _has_role(user: Viewer, namespace: Namespace, minimum: str) -> bool:
     role = role_in(user, namespace)
     return role is not None and _RANK[Role(role)] >= _RANK[Role(minimum)]
 
 
-def can_view_namespace(user: Any, namespace: Namespace) -> bool:
+def can_view_namespace(user: Viewer, namespace: Namespace) -> bool:
     return is_operator(user) or _has_role(user, namespace, Role.VIEWER)
 
 
-def can_request_in(user: Any, namespace: Namespace) -> bool:
+def can_request_in(user: Viewer, namespace: Namespace) -> bool:
     """Request, release and extend domains (members and namespace admins)."""
     return is_admin(user) or _has_role(user, namespace, Role.MEMBER)
 
 
-def can_admin_namespace(user: Any, namespace: Namespace) -> bool:
+def can_admin_namespace(user: Viewer, namespace: Namespace) -> bool:
     """Manage members of the namespace (namespace admins and superusers)."""
     return is_admin(user) or _has_role(user, namespace, Role.ADMIN)
 
 
-def namespaces_visible_to(user: Any) -> QuerySet[Namespace]:
+def namespaces_visible_to(user: Viewer) -> QuerySet[Namespace]:
     if not user.is_authenticated:
         return Namespace.objects.none()
     if is_operator(user):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
@@ -90,7 +91,7 @@ def quota_set(*, actor: Actor, namespace: Namespace, **limits: Any) -> Quota:
         return quota
 
 
-def membership_set(*, actor: Actor, namespace: Namespace, user: Any, role: str) -> Membership:
+def membership_set(*, actor: Actor, namespace: Namespace, user: User, role: str) -> Membership:
     """Add the user to the namespace or change their role."""
     if role not in Role.values:
         raise InvalidInput(f"must be one of {', '.join(Role.values)}", field="role")
@@ -113,7 +114,7 @@ def membership_set(*, actor: Actor, namespace: Namespace, user: Any, role: str) 
         return membership
 
 
-def membership_remove(*, actor: Actor, namespace: Namespace, user: Any) -> bool:
+def membership_remove(*, actor: Actor, namespace: Namespace, user: User) -> bool:
     """Remove the user from the namespace; False (and no event) when they were not in it."""
     with transaction.atomic():
         deleted, _ = Membership.objects.filter(user=user, namespace=namespace).delete()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -44,7 +45,7 @@ def _validate(name: str, expires_in: timedelta | None) -> str:
 def token_create(
     *,
     actor: Actor,
-    user: Any,
+    user: User,
     name: str,
     read_only: bool = False,
     expires_in: timedelta | None = None,

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db.models import Model, QuerySet
 from rest_framework import viewsets
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import NotAuthenticated, ParseError
 from rest_framework.request import Request
 
 from domains.audit.events import Actor
@@ -38,7 +39,7 @@ class ScopedViewSet(viewsets.GenericViewSet):
         return self.scoped_queryset(self.request.user)
 
     def get_serializer_context(self) -> dict[str, Any]:
-        context = super().get_serializer_context()
+        context = dict(super().get_serializer_context())
         if getattr(self, "swagger_fake_view", False):
             return context
         user = self.request.user
@@ -47,8 +48,16 @@ class ScopedViewSet(viewsets.GenericViewSet):
         return context
 
     @property
+    def signed_in_user(self) -> User:
+        """The caller, on actions whose permissions let only signed-in users through."""
+        user = self.request.user
+        if not user.is_authenticated:
+            raise NotAuthenticated()
+        return user
+
+    @property
     def actor(self) -> Actor:
-        return Actor.for_user(self.request.user)
+        return Actor.for_user(self.signed_in_user)
 
 
 class NamespacedViewSet(ScopedViewSet):
@@ -63,7 +72,7 @@ class NamespacedViewSet(ScopedViewSet):
             self.namespace = namespace_for(request.user, self.kwargs["namespace"])
 
     def get_serializer_context(self) -> dict[str, Any]:
-        context = super().get_serializer_context()
+        context = dict(super().get_serializer_context())
         context["namespace"] = getattr(self, "namespace", None)
         return context
 

@@ -4,6 +4,7 @@ errors (which name the field) are put back on the form by `apply_error`."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
@@ -69,8 +70,9 @@ class DomainRequestForm(forms.Form):
         help_text="Empty: the portal's default.",
     )
 
-    def clean(self) -> dict:
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         if data.get("num_nodes") is None:
             gpus = data.get("gpus")
             if gpus is None:

@@ -7,7 +7,7 @@ an Event, so an operator sees a tray trying to read or write what is not its own
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -49,7 +49,7 @@ class NodeScopedView(APIView):
     action_name = ""
 
     def own_node(self, request: Request, node_id: int) -> Node:
-        node: Node = request.auth
+        node = cast(Node, request.auth)  # NodeTokenAuthentication puts the tray there
         if node.pk != node_id:
             agent_access_denied(node=node, target_node_id=node_id, action=self.action_name)
             raise PermissionDenied("A node token acts only for its own node.")

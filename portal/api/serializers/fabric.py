@@ -35,7 +35,8 @@ class RackSerializer(serializers.ModelSerializer):
 
 
 class CliqueSerializer(serializers.ModelSerializer):
-    label = serializers.CharField(help_text="The nvidia.com/gpu.clique label value.")
+    # A field named like DRF's own Field.label attribute, which the stubs type as text.
+    label = serializers.CharField(help_text="The nvidia.com/gpu.clique label value.")  # type: ignore[assignment]
     clusterUuid = serializers.CharField(source="cluster_uuid")
     cliqueId = serializers.IntegerField(source="clique_id")
     rack = serializers.CharField(source="rack.name", allow_null=True, default=None)

@@ -30,7 +30,8 @@ LIMIT_MAX = 1_000_000
 class NamespaceSerializer(serializers.ModelSerializer):
     displayName = serializers.CharField(source="display_name")
     labels = serializers.DictField(child=serializers.CharField())
-    source = serializers.ChoiceField(choices=NamespaceSource.choices)
+    # A field named like DRF's own Field.source attribute, which the stubs type as text.
+    source = serializers.ChoiceField(choices=NamespaceSource.choices)  # type: ignore[assignment]
     createdAt = serializers.DateTimeField(source="created_at")
     myRole = serializers.ChoiceField(
         source="my_role",

@@ -54,7 +54,7 @@ class CliqueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
         return obj
 
 
-_NODE_ACTION = {
+_NODE_ACTION: dict[str, Any] = {
     "permission_classes": [IsAuthenticated, TokenScope, IsOperator],
     "serializer_class": ReasonSerializer,
 }

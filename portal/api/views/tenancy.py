@@ -129,7 +129,7 @@ class TokenViewSet(
         days = body.validated_data["expiresInDays"]
         token, raw = token_create(
             actor=self.actor,
-            user=request.user,
+            user=self.signed_in_user,
             name=body.validated_data["name"],
             read_only=body.validated_data["readOnly"],
             expires_in=timedelta(days=days) if days else None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
@@ -17,12 +17,13 @@ from domains.audit.events import Actor
 from domains.errors import DomainError
 from domains.tenancy.models import ApiToken
 from domains.tenancy.tokens import token_create, token_revoke
+from portal.web.access import SignedInRequest
 from portal.web.forms import TokenCreateForm, apply_error
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def tokens(request: HttpRequest) -> HttpResponse:
+def tokens(request: SignedInRequest) -> HttpResponse:
     form = TokenCreateForm(request.POST or None)
     created = None
     if request.method == "POST" and form.is_valid():
@@ -53,7 +54,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def token_revoke_view(request: HttpRequest, token_id: int) -> HttpResponse:
+def token_revoke_view(request: SignedInRequest, token_id: int) -> HttpResponse:
     token = ApiToken.objects.filter(pk=token_id, user=request.user).first()
     if token is None:  # someone else's token looks exactly like a missing one
         raise Http404("No such token.")

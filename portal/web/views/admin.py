@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -27,7 +28,7 @@ from domains.placement.algorithm import place
 from domains.placement.model import Rejection
 from domains.tenancy import services as tenancy
 from domains.tenancy.models import Membership, Namespace, Quota
-from portal.web.access import admin_required
+from portal.web.access import SignedInRequest, admin_required
 from portal.web.fabric import fabric_view
 from portal.web.forms import (
     AuditFilterForm,
@@ -43,7 +44,7 @@ ZERO_USAGE = {"gpus": 0, "nodes": 0, "domains": 0}
 
 
 @admin_required
-def quotas(request: HttpRequest) -> HttpResponse:
+def quotas(request: SignedInRequest) -> HttpResponse:
     """Every namespace's limits beside what it uses now."""
     usage = usage_by_namespace()
     rows = [
@@ -59,7 +60,7 @@ def quotas(request: HttpRequest) -> HttpResponse:
 
 @admin_required
 @require_http_methods(["GET", "POST"])
-def quota_edit(request: HttpRequest, ns: str) -> HttpResponse:
+def quota_edit(request: SignedInRequest, ns: str) -> HttpResponse:
     namespace = get_object_or_404(Namespace, name=ns)
     quota = Quota.objects.filter(namespace=namespace).first()
     form = QuotaForm(request.POST or None, initial=QuotaForm.initial_from(quota))
@@ -77,7 +78,7 @@ def quota_edit(request: HttpRequest, ns: str) -> HttpResponse:
 
 
 @admin_required
-def approvals(request: HttpRequest) -> HttpResponse:
+def approvals(request: SignedInRequest) -> HttpResponse:
     """Requests above their namespace's threshold, each with where it would land now."""
     pending = list(
         domains_visible_to(request.user)
@@ -118,7 +119,7 @@ def approvals(request: HttpRequest) -> HttpResponse:
 
 @admin_required
 @require_POST
-def approval_decide(request: HttpRequest, uid: str, decision: str) -> HttpResponse:
+def approval_decide(request: SignedInRequest, uid: str, decision: str) -> HttpResponse:
     domain = get_object_or_404(domains_visible_to(request.user), uid=uid)
     actor = Actor.for_user(request.user)
     form = ReasonForm(request.POST)
@@ -139,7 +140,7 @@ def approval_decide(request: HttpRequest, uid: str, decision: str) -> HttpRespon
 
 @admin_required
 @require_http_methods(["GET", "POST"])
-def namespaces(request: HttpRequest) -> HttpResponse:
+def namespaces(request: SignedInRequest) -> HttpResponse:
     form = NamespaceForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -159,7 +160,7 @@ def namespaces(request: HttpRequest) -> HttpResponse:
 
 @admin_required
 @require_http_methods(["GET", "POST"])
-def namespace(request: HttpRequest, ns: str) -> HttpResponse:
+def namespace(request: SignedInRequest, ns: str) -> HttpResponse:
     """Members of one namespace: add, change role, remove."""
     target = get_object_or_404(Namespace, name=ns)
     form = MemberForm(request.POST or None)
@@ -184,7 +185,7 @@ def namespace(request: HttpRequest, ns: str) -> HttpResponse:
 
 @admin_required
 @require_POST
-def member_remove(request: HttpRequest, ns: str, username: str) -> HttpResponse:
+def member_remove(request: SignedInRequest, ns: str, username: str) -> HttpResponse:
     target = get_object_or_404(Namespace, name=ns)
     user = get_object_or_404(get_user_model(), username=username)
     tenancy.membership_remove(actor=Actor.for_user(request.user), namespace=target, user=user)
@@ -193,7 +194,7 @@ def member_remove(request: HttpRequest, ns: str, username: str) -> HttpResponse:
 
 
 @admin_required
-def audit(request: HttpRequest) -> HttpResponse:
+def audit(request: SignedInRequest) -> HttpResponseBase:
     """The audit log with filters; `?format=csv` exports every matching row."""
     form = AuditFilterForm(request.GET or None)
     qs = events_visible_to(request.user)

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from django.contrib import messages
 from django.db.models import Count, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
@@ -21,7 +21,7 @@ from domains.computedomains.selectors import domains_visible_to, events_visible_
 from domains.errors import DomainError
 from domains.inventory import services as inventory
 from domains.inventory.models import Node, Rack
-from portal.web.access import operator_required
+from portal.web.access import SignedInRequest, operator_required
 from portal.web.fabric import fabric_view, unracked_trays
 from portal.web.forms import DomainFilterForm, ReasonForm
 
@@ -33,7 +33,7 @@ NODE_ACTIONS = {
 
 
 @operator_required
-def fabric(request: HttpRequest) -> HttpResponse:
+def fabric(request: SignedInRequest) -> HttpResponse:
     """Every rack as an elevation with per-clique occupancy; `?partial=1` for live refresh."""
     racks = fabric_view(viewer=request.user)
     totals = {
@@ -48,7 +48,7 @@ def fabric(request: HttpRequest) -> HttpResponse:
 
 
 @operator_required
-def rack(request: HttpRequest, name: str) -> HttpResponse:
+def rack(request: SignedInRequest, name: str) -> HttpResponse:
     views = fabric_view(viewer=request.user, rack_names=[name])
     if not views:
         raise Http404("no such rack")
@@ -58,7 +58,7 @@ def rack(request: HttpRequest, name: str) -> HttpResponse:
 
 
 @operator_required
-def node(request: HttpRequest, hostname: str) -> HttpResponse:
+def node(request: SignedInRequest, hostname: str) -> HttpResponse:
     tray = get_object_or_404(Node.objects.select_related("rack", "clique"), hostname=hostname)
     member = (
         DomainMember.objects.select_related("domain__namespace")
@@ -79,7 +79,7 @@ def node(request: HttpRequest, hostname: str) -> HttpResponse:
 
 @operator_required
 @require_http_methods(["GET", "POST"])
-def node_action(request: HttpRequest, hostname: str, action: str) -> HttpResponse:
+def node_action(request: SignedInRequest, hostname: str, action: str) -> HttpResponse:
     """GET asks for confirmation (and a reason); POST calls the service."""
     if action not in NODE_ACTIONS:
         raise Http404("no such action")
@@ -104,7 +104,7 @@ def node_action(request: HttpRequest, hostname: str, action: str) -> HttpRespons
 
 
 @operator_required
-def domains(request: HttpRequest) -> HttpResponse:
+def domains(request: SignedInRequest) -> HttpResponse:
     """Every domain across namespaces, filtered by name, namespace and phase."""
     form = DomainFilterForm(request.GET or None)
     qs = domains_visible_to(request.user).annotate(
@@ -125,7 +125,7 @@ def domains(request: HttpRequest) -> HttpResponse:
 
 
 @operator_required
-def channels(request: HttpRequest) -> HttpResponse:
+def channels(request: SignedInRequest) -> HttpResponse:
     """The IMEX channel ledger per clique: who holds which channel number now."""
     rows = ChannelAllocation.objects.filter(released_at__isnull=True).select_related(
         "clique__rack", "domain__namespace"

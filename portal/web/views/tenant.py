@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -24,7 +24,12 @@ from domains.errors import DomainError, InvalidInput, InvalidTransition
 from domains.kube.manifests import workload_manifests
 from domains.tenancy.models import Quota
 from domains.tenancy.selectors import can_request_in
-from portal.web.access import requestable_namespace, visible_domain, visible_namespace
+from portal.web.access import (
+    SignedInRequest,
+    requestable_namespace,
+    visible_domain,
+    visible_namespace,
+)
 from portal.web.fabric import fabric_view
 from portal.web.forms import DomainRequestForm, ExtendLeaseForm, ReasonForm, apply_error
 
@@ -39,7 +44,7 @@ TIMELINE = (
 
 
 @login_required
-def dashboard(request: HttpRequest, ns: str) -> HttpResponse:
+def dashboard(request: SignedInRequest, ns: str) -> HttpResponse:
     namespace = visible_namespace(request, ns)
     quota = Quota.objects.filter(namespace=namespace).first()
     usage = quota_usage(namespace)
@@ -62,7 +67,7 @@ def dashboard(request: HttpRequest, ns: str) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def request_domain(request: HttpRequest, ns: str) -> HttpResponse:
+def request_domain(request: SignedInRequest, ns: str) -> HttpResponse:
     namespace = requestable_namespace(request, ns)
     form = DomainRequestForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -84,7 +89,7 @@ def request_domain(request: HttpRequest, ns: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def preview(request: HttpRequest, ns: str) -> HttpResponse:
+def preview(request: SignedInRequest, ns: str) -> HttpResponse:
     """The dry run for the form as typed so far: where it lands, or why not (htmx partial)."""
     namespace = requestable_namespace(request, ns)
     form = DomainRequestForm(request.POST)
@@ -100,7 +105,7 @@ def preview(request: HttpRequest, ns: str) -> HttpResponse:
         )
     if not form.is_valid():
         problem = "; ".join(
-            f"{form.fields[f].label if f in form.fields else 'form'}: {' '.join(e)}"
+            f"{form.fields[f].label if f in form.fields else 'form'}: {' '.join(map(str, e))}"
             for f, e in form.errors.items()
         )
     rows = result.quota_impact if result else {}
@@ -119,7 +124,7 @@ def preview(request: HttpRequest, ns: str) -> HttpResponse:
 
 
 @login_required
-def domain_detail(request: HttpRequest, ns: str, uid: str) -> HttpResponse:
+def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
     namespace = visible_namespace(request, ns)
     domain = visible_domain(request, namespace, uid)
     members = domain_peers(domain)
@@ -150,7 +155,7 @@ def domain_detail(request: HttpRequest, ns: str, uid: str) -> HttpResponse:
 
 
 @login_required
-def manifest_download(request: HttpRequest, ns: str, uid: str, kind: str) -> HttpResponse:
+def manifest_download(request: SignedInRequest, ns: str, uid: str, kind: str) -> HttpResponse:
     namespace = visible_namespace(request, ns)
     domain = visible_domain(request, namespace, uid)
     if kind not in MANIFEST_KINDS:
@@ -166,7 +171,7 @@ def manifest_download(request: HttpRequest, ns: str, uid: str, kind: str) -> Htt
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def release(request: HttpRequest, ns: str, uid: str) -> HttpResponse:
+def release(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
     """GET asks for confirmation; POST releases (idempotent in the service)."""
     namespace = requestable_namespace(request, ns)
     domain = visible_domain(request, namespace, uid)
@@ -190,7 +195,7 @@ def release(request: HttpRequest, ns: str, uid: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def extend(request: HttpRequest, ns: str, uid: str) -> HttpResponse:
+def extend(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
     namespace = requestable_namespace(request, ns)
     domain = visible_domain(request, namespace, uid)
     form = ExtendLeaseForm(request.POST)

@@ -1,0 +1,27 @@
+"""The shape of `settings.PORTAL`, the portal's own settings (read from the environment by
+`portal/settings.py`), so every `settings.PORTAL["..."]` is type-checked."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TypedDict
+
+
+class PortalSettings(TypedDict):
+    IMEX_SERVER_PORT: int  # IMEX ports every member daemon uses
+    IMEX_CMD_PORT: int
+    IMEX_CHANNEL_COUNT: int  # channel minors per tray (NVreg_ImexChannelCount); 0 is reserved
+    FORMATION_DEADLINE: timedelta  # a domain not Ready by then fails
+    RELEASE_DEADLINE: timedelta  # a release slower than this names the trays it waits for
+    HEARTBEAT_INTERVAL_S: int
+    HEARTBEAT_STALE_AFTER: timedelta  # agent silence after which a tray counts as lost
+    AGENT_JOIN_TOKEN: str
+    DEFAULT_LIFETIME: timedelta  # a domain's lease when the request names none
+    DEMO_USERS_ALLOWED: bool
+    KUBE_ENABLED: bool
+    KUBE_RACK_LABEL: str
+    KUBE_NAMESPACE_LABEL: str
+    KUBE_SLOT_LABEL: str  # node label holding a tray's 1-based slot; "" = next free slot
+    METRICS_TOKEN: str
+    SMALLEST_REQUEST_NODES: int  # smallest domain a tenant may request, in trays
+    TRUSTED_PROXIES: int  # reverse proxies in front of the web processes

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import AnonymousUser, User
 
 from domains.tenancy.seed import DEMO_GROUP
 
 
 class PortalModelBackend(ModelBackend):
-    def user_can_authenticate(self, user: Any) -> bool:
-        if not super().user_can_authenticate(user):
+    def user_can_authenticate(self, user: User | AnonymousUser | None) -> bool:
+        if user is None or not super().user_can_authenticate(user):
             return False
         if settings.DEBUG:
             return True

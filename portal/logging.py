@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 from domains.context import get_request_id
@@ -18,8 +19,6 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, request id, message (+ exception)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        import json
-
         body = {
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
             "level": record.levelname,

@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from celery import bootsteps
+from django.db import connection
 
 logger = logging.getLogger(__name__)
 
@@ -66,16 +67,12 @@ class WorkerHealth(bootsteps.StartStopStep):
     def readiness(self, worker: Any) -> tuple[bool, dict[str, str]]:
         checks = {"broker": "ok" if _broker_connected(worker) else "disconnected"}
         try:
-            from django.db import connection
-
             with connection.cursor() as cursor:
                 cursor.execute("SELECT 1")
             checks["database"] = "ok"
         except Exception as exc:  # any failure means "not ready", never a crash
             checks["database"] = f"error: {exc.__class__.__name__}"
         finally:
-            from django.db import connection
-
             connection.close()  # probes run on their own threads: don't leak a connection
         return all(v == "ok" for v in checks.values()), checks
 

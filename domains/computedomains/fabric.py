@@ -1,20 +1,36 @@
-"""The fabric as its readers need it: which trays are free, in placement's terms.
+"""The fabric as its readers need it: which trays are free (placement's snapshot), racks,
+cliques and trays with their occupancy (lists), and everything a rack drawing shows.
 
-Whether a tray is free depends on the memberships holding it, so this read lives with the
+Whether a tray is free depends on the memberships holding it, so these reads live with the
 lifecycle; `domains.placement` stays pure (no ORM) and takes the snapshot as a value.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+)
 from django.utils import timezone
 
+from domains.computedomains.admission import smallest_request
 from domains.computedomains.models import DomainMember
-from domains.inventory.models import Clique, Node, NodeState
-from domains.placement.model import CliqueView, Topology, Tray, TrayStatus
+from domains.inventory.models import Clique, Gpu, Node, NodeState, Rack
+from domains.placement.algorithm import clique_summaries
+from domains.placement.model import CliqueSummary, CliqueView, Topology, Tray, TrayStatus
+from domains.tenancy.selectors import Viewer
 
 _STATE_STATUS: dict[str, str] = {
     NodeState.CORDONED: TrayStatus.CORDONED,
@@ -93,3 +109,155 @@ def _status(busy: bool, state: str, gone: bool, fresh: bool, has_ip: bool) -> st
     if not fresh:  # no heartbeat at all, or none within HEARTBEAT_STALE_AFTER
         return TrayStatus.STALE
     return TrayStatus.FREE
+
+
+# --- the fabric for lists and drawings ---------------------------------------------------------
+
+# A tray is in use while an active membership holds it.
+_IN_USE = Q(nodes__memberships__active=True)
+
+
+def racks_with_occupancy(user: Viewer) -> QuerySet[Rack]:
+    """Every rack (the fabric is visible to every signed-in user) with its tray counts
+    (`trays_total`, `trays_ready`, `trays_in_use`) and cliques."""
+    if not user.is_authenticated:
+        return Rack.objects.none()
+    return (
+        Rack.objects.annotate(
+            trays_total=Count("nodes", distinct=True),
+            trays_ready=Count("nodes", filter=Q(nodes__state=NodeState.READY), distinct=True),
+            trays_in_use=Count("nodes", filter=_IN_USE, distinct=True),
+        )
+        .prefetch_related(Prefetch("cliques", queryset=Clique.objects.order_by("clique_id")))
+        .order_by("position", "name")
+    )
+
+
+def cliques_with_occupancy(user: Viewer) -> QuerySet[Clique]:
+    """Every clique with its rack and tray counts, as `racks_with_occupancy` counts them."""
+    if not user.is_authenticated:
+        return Clique.objects.none()
+    return (
+        Clique.objects.select_related("rack")
+        .annotate(
+            trays_total=Count("nodes", distinct=True),
+            trays_ready=Count("nodes", filter=Q(nodes__state=NodeState.READY), distinct=True),
+            trays_in_use=Count("nodes", filter=_IN_USE, distinct=True),
+        )
+        .order_by("rack__position", "rack__name", "clique_id", "pk")
+    )
+
+
+def nodes_with_holders(user: Viewer) -> QuerySet[Node]:
+    """Every tray with its live membership and that domain prefetched (`live_memberships`);
+    what of the domain the caller may see is for the caller to decide."""
+    if not user.is_authenticated:
+        return Node.objects.none()
+    live = DomainMember.objects.filter(active=True).select_related("domain__namespace")
+    return Node.objects.select_related("rack", "clique").prefetch_related(
+        Prefetch("memberships", queryset=live, to_attr="live_memberships")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCell:
+    """One GPU as a drawing shows it."""
+
+    index: int
+    health: str
+    fabric_state: str
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The domain holding a tray, as much as a drawing of the tray shows."""
+
+    domain_id: int
+    uid: str
+    name: str
+    phase: str
+    namespace_id: int
+    namespace_name: str
+
+
+@dataclass(frozen=True)
+class FabricRead:
+    """Racks with everything their drawings show, read in a constant number of queries."""
+
+    racks: list[Rack]  # by position and name
+    trays: list[Node]  # racked trays of those racks, with their clique, by rack and slot
+    gpus: dict[int, list[GpuCell]]  # tray id → its GPUs by index
+    holders: dict[int, Holder]  # tray id → the domain holding it
+    topology: Topology  # the whole fabric, as placement sees it
+    summaries: list[CliqueSummary]  # occupancy and fragmentation of every clique
+
+
+def fabric_read(
+    *, rack_names: Iterable[str] | None = None, topology: Topology | None = None
+) -> FabricRead:
+    """The named racks (all when None) with trays, GPUs, holders and clique summaries: five
+    queries, plus the snapshot's two unless `topology` is handed in, however many racks."""
+    racks_qs = Rack.objects.all()
+    if rack_names is not None:
+        racks_qs = racks_qs.filter(name__in=list(rack_names))
+    racks = list(racks_qs)
+    if not racks:
+        return FabricRead([], [], {}, {}, topology or Topology(()), [])
+    topology = topology or topology_snapshot()
+    rack_ids = [r.pk for r in racks]
+    return FabricRead(
+        racks=racks,
+        trays=list(
+            Node.objects.filter(rack_id__in=rack_ids, slot__isnull=False)
+            .select_related("clique")
+            .order_by("rack_id", "slot")
+        ),
+        gpus=_gpus(rack_ids),
+        holders=_holders(rack_ids),
+        topology=topology,
+        summaries=clique_summaries(topology, smallest_request=smallest_request()),
+    )
+
+
+def _gpus(rack_ids: list[int]) -> dict[int, list[GpuCell]]:
+    cells: dict[int, list[GpuCell]] = defaultdict(list)
+    rows = (
+        Gpu.objects.filter(node__rack_id__in=rack_ids)
+        .order_by("node_id", "index")
+        .values_list("node_id", "index", "health", "fabric_state")
+    )
+    for node_id, index, health, fabric_state in rows:
+        cells[node_id].append(GpuCell(index, health, fabric_state))
+    return cells
+
+
+def _holders(rack_ids: list[int]) -> dict[int, Holder]:
+    rows = (
+        DomainMember.objects.filter(active=True, node__rack_id__in=rack_ids)
+        .order_by("domain_id")
+        .values_list(
+            "node_id", "domain_id", "domain__uid", "domain__name", "domain__phase",
+            "domain__namespace_id", "domain__namespace__name",
+        )
+    )  # fmt: skip
+    return {
+        node_id: Holder(domain_id, str(uid), name, phase, ns_id, ns_name)
+        for node_id, domain_id, uid, name, phase, ns_id, ns_name in rows
+    }
+
+
+def unracked_trays(limit: int = 200) -> list[Node]:
+    """Trays that joined without a rack and slot (e.g. agents on unlabelled hosts): they
+    cannot be drawn in an elevation, but operators must still find them."""
+    return list(
+        Node.objects.filter(Q(rack__isnull=True) | Q(slot__isnull=True))
+        .select_related("clique")
+        .order_by("hostname")[:limit]
+    )
+
+
+def placement_targets() -> list[str]:
+    """Rack names and clique names (or labels): what a placement constraint may name."""
+    names = list(Rack.objects.values_list("name", flat=True))
+    names += [c.name or c.label for c in Clique.objects.all()]
+    return names

@@ -3,26 +3,41 @@ placement queue, how long formation and release took, and how much of a quota is
 
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Max, QuerySet, Sum, Value
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Max,
+    Prefetch,
+    QuerySet,
+    Sum,
+    Value,
+)
 from django.db.models.functions import Greatest
 
 from domains.audit.models import Event
 from domains.computedomains.models import (
     LIVE_PHASES,
     NODE_REPORT,
+    TERMINAL_PHASES,
     AllocationMode,
+    ApprovalState,
     ChannelAllocation,
     ComputeDomain,
     DomainMember,
     Phase,
 )
-from domains.inventory.models import Node
+from domains.errors import NotFound
+from domains.inventory.models import Clique, Node
 from domains.tenancy.models import Namespace
-from domains.tenancy.selectors import Viewer, is_operator, namespaces_visible_to
+from domains.tenancy.selectors import Viewer, is_admin, is_operator, namespaces_visible_to
 
 # Phases in which members' agents must run IMEX (the desired state is "present").
 RUNNING_PHASES = (Phase.FORMING, Phase.READY, Phase.DEGRADED)
@@ -34,6 +49,41 @@ def domains_visible_to(user: Viewer) -> QuerySet[ComputeDomain]:
     if is_operator(user):
         return qs
     return qs.filter(namespace__in=namespaces_visible_to(user))
+
+
+def domains_with_members(user: Viewer, namespace: Namespace) -> QuerySet[ComputeDomain]:
+    """A namespace's domains the user may see, members (with tray and clique) prefetched."""
+    members = DomainMember.objects.select_related("node", "clique").order_by("index")
+    return (
+        domains_visible_to(user)
+        .filter(namespace=namespace)
+        .prefetch_related(Prefetch("members", queryset=members))
+    )
+
+
+def domain_by_name(user: Viewer, namespace: Namespace, name: str) -> ComputeDomain:
+    """The live domain of that name, else the latest ended one (names are reusable once a
+    domain has ended, like a deleted Kubernetes object); NotFound when there is none."""
+    qs = domains_with_members(user, namespace).filter(name=name)
+    domain = qs.exclude(phase__in=TERMINAL_PHASES).first() or qs.order_by("-created_at").first()
+    if domain is None:
+        raise NotFound(f"computedomain {name!r} not found in namespace {namespace.name!r}")
+    return domain
+
+
+def approvals_visible_to(user: Viewer) -> QuerySet[ComputeDomain]:
+    """Domains waiting for a portal admin's decision, oldest first (none for anyone else),
+    with their namespace's quota and their members."""
+    if not is_admin(user):
+        return ComputeDomain.objects.none()
+    members = DomainMember.objects.select_related("node", "clique").order_by("index")
+    return (
+        domains_visible_to(user)
+        .filter(approval_state=ApprovalState.PENDING)
+        .select_related("namespace__quota")
+        .prefetch_related(Prefetch("members", queryset=members))
+        .order_by("created_at")
+    )
 
 
 def events_visible_to(user: Viewer) -> QuerySet[Event]:
@@ -209,3 +259,37 @@ def usage_by_namespace() -> dict[int, dict[str, int]]:
         }
         for r in rows
     }
+
+
+# --- the IMEX channel ledger ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CliqueChannels:
+    """Who holds which IMEX channel of one clique now."""
+
+    clique: Clique
+    rows: list[ChannelAllocation]  # `Single` domains: one ledger row each
+    all_mode: list[ComputeDomain]  # `All` domains: every channel of their trays, no rows
+
+
+def channel_ledger() -> list[CliqueChannels]:
+    """Every clique with a channel held, by rack and clique number (two queries)."""
+    rows: dict[Clique, list[ChannelAllocation]] = defaultdict(list)
+    held = ChannelAllocation.objects.filter(released_at__isnull=True).select_related(
+        "clique__rack", "domain__namespace"
+    )
+    for row in held:
+        rows[row.clique].append(row)
+    all_mode: dict[Clique, dict[int, ComputeDomain]] = defaultdict(dict)
+    members = (
+        DomainMember.objects.filter(active=True, domain__allocation_mode=AllocationMode.ALL)
+        .select_related("clique__rack", "domain__namespace")
+        .order_by("domain_id")
+    )
+    for member in members:
+        all_mode[member.clique][member.domain_id] = member.domain
+    cliques = sorted(
+        set(rows) | set(all_mode), key=lambda c: (c.rack.name if c.rack else "", c.clique_id)
+    )
+    return [CliqueChannels(c, rows.get(c, []), list(all_mode.get(c, {}).values())) for c in cliques]

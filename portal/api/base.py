@@ -18,8 +18,7 @@ from rest_framework.request import Request
 
 from domains.audit.events import Actor
 from domains.tenancy.models import Namespace
-from domains.tenancy.selectors import is_operator
-from portal.api.selectors import namespace_for, visible_namespace_ids
+from domains.tenancy.selectors import Viewer, is_operator, namespace_for, visible_namespace_ids
 
 
 class ScopedViewSet(viewsets.GenericViewSet):
@@ -32,7 +31,7 @@ class ScopedViewSet(viewsets.GenericViewSet):
         if any("\x00" in str(value) for value in values):
             raise ParseError("NUL characters are not allowed in the URL")
 
-    def scoped_queryset(self, user: Any) -> QuerySet[Any]:
+    def scoped_queryset(self, user: Viewer) -> QuerySet[Any]:
         raise NotImplementedError(f"{type(self).__name__} must scope its queryset")
 
     def get_queryset(self) -> QuerySet[Any]:

@@ -16,13 +16,13 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from domains.computedomains.selectors import domains_visible_to
-from domains.tenancy.selectors import is_operator, namespaces_visible_to
+from domains.tenancy.selectors import Viewer, is_operator, namespaces_visible_to
 from portal.realtime.groups import domain_group, fabric_group, namespace_group
 
 MAX_TOPICS = 20
 
 
-def groups_for(user: Any, topics: list[str]) -> list[str]:
+def groups_for(user: Viewer, topics: list[str]) -> list[str]:
     """The groups behind the topics this user may follow; no topics: everything they see."""
     if not user.is_authenticated:
         return []

@@ -1,30 +1,24 @@
-"""The fabric as the rack drawings need it: racks, trays, GPUs, domains and clique summaries.
+"""The fabric as the rack drawings show it to one viewer: racks, trays, GPUs, domains and
+clique summaries, with colours and links.
 
-One read for the whole fabric in a constant number of queries (racks, trays, GPUs, active
-memberships, plus `topology_snapshot()`'s three), however many racks there are, so the
-overview stays fast at 100 racks. What a viewer may know is decided here, once: operators
-see every domain by name; tenants see their own namespaces' domains by name and everyone
-else's trays only as an anonymous "in use".
+The rows come from one read (`domains.computedomains.fabric.fabric_read`, a constant number
+of queries however many racks); this module only decides what the viewer may know, once:
+operators see every domain by name; tenants see their own namespaces' domains by name and
+everyone else's trays only as an anonymous "in use".
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from django.db.models import Q
 from django.urls import reverse
 
-from domains.computedomains.admission import smallest_request
-from domains.computedomains.fabric import topology_snapshot
-from domains.computedomains.models import DomainMember
-from domains.inventory.models import Gpu, Node, Rack
-from domains.placement.algorithm import clique_summaries
+from domains.computedomains.fabric import FabricRead, GpuCell, Holder, fabric_read
+from domains.inventory.models import Node
 from domains.placement.model import CliqueSummary, TrayStatus
-from domains.tenancy.selectors import is_operator, namespaces_visible_to
+from domains.tenancy.selectors import Viewer, is_operator, namespaces_visible_to
 
 # Domain colours: light tints that keep dark text readable (contrast > 7:1), distinguishable
 # for the common colour-vision deficiencies; the domain's name is always written beside it.
@@ -63,13 +57,6 @@ class DomainTag:
 
 
 ANONYMOUS = DomainTag(label="in use", colour="#d4d4d8")
-
-
-@dataclass(frozen=True)
-class GpuCell:
-    index: int
-    health: str
-    fabric_state: str
 
 
 @dataclass
@@ -112,113 +99,113 @@ class RackView:
         return sum(c.free for c in self.cliques)
 
 
+@dataclass(frozen=True)
+class Visibility:
+    """What one viewer may know of the domains on the trays (decided once per page)."""
+
+    operator: bool
+    own_namespaces: frozenset[int]  # the namespaces a tenant sees domains of by name
+
+    @classmethod
+    def of(cls, viewer: Viewer) -> Visibility:
+        if is_operator(viewer):
+            return cls(operator=True, own_namespaces=frozenset())
+        ids = namespaces_visible_to(viewer).values_list("pk", flat=True)
+        return cls(operator=False, own_namespaces=frozenset(ids))
+
+    def sees(self, holder: Holder) -> bool:
+        return self.operator or holder.namespace_id in self.own_namespaces
+
+
 def fabric_view(
     *,
-    viewer: Any,
+    viewer: Viewer,
     rack_names: Iterable[str] | None = None,
     highlight: Iterable[int] = (),
     links: bool = True,
 ) -> list[RackView]:
     """Every rack (or the named ones) with trays, GPUs, domains and clique summaries."""
-    operator = is_operator(viewer)
-    racks_qs = Rack.objects.all()
-    if rack_names is not None:
-        racks_qs = racks_qs.filter(name__in=list(rack_names))
+    return draw_racks(
+        fabric_read(rack_names=rack_names),
+        Visibility.of(viewer),
+        highlight=highlight,
+        links=links,
+    )
+
+
+def draw_racks(
+    read: FabricRead,
+    visibility: Visibility,
+    *,
+    rack_names: Iterable[str] | None = None,
+    highlight: Iterable[int] = (),
+    links: bool = True,
+) -> list[RackView]:
+    """The read's racks (or the named ones among them) as this viewer sees them: no query."""
+    wanted_racks = None if rack_names is None else set(rack_names)
     racks = {
-        r.pk: RackView(
-            name=r.name,
-            location=r.location,
-            compute_slots=r.compute_slots,
-            switch_slots=r.switch_slots,
-            url=reverse("operator:rack", args=[r.name]) if operator and links else "",
-        )
-        for r in racks_qs
+        r.pk: _rack_view(r.name, r.location, r.compute_slots, r.switch_slots, visibility, links)
+        for r in read.racks
+        if wanted_racks is None or r.name in wanted_racks
     }
-    if not racks:
-        return []
-    topology = topology_snapshot()
-    status = {t.node_id: t.status for c in topology.cliques for t in c.trays}
-    tags = _domain_tags(viewer, operator, rack_ids=racks.keys(), links=links)
-    gpus = _gpus(rack_ids=racks.keys())
-    wanted = set(highlight)
-    for node in (
-        Node.objects.filter(rack_id__in=racks.keys(), slot__isnull=False)
-        .select_related("clique")
-        .order_by("rack_id", "slot")
-    ):
-        rack = racks[node.rack_id]
-        clique_name = (node.clique.name or node.clique.label) if node.clique else ""
-        rack.trays[node.slot] = TrayView(
-            node_id=node.pk,
-            hostname=node.hostname,
-            slot=node.slot,
-            state=node.state,
-            status=status.get(node.pk, node.state if node.state != "ready" else "unknown"),
-            clique_id=node.clique_id,
-            clique_name=clique_name,
-            last_heartbeat=node.last_heartbeat,
-            # A tenant learns nothing of other tenants' trays beyond "in use".
-            daemon_state=node.daemon_state if operator else "",
-            gpus=gpus.get(node.pk, []),
-            domain=tags.get(node.pk),
-            url=reverse("operator:node", args=[node.hostname]) if operator and links else "",
-            highlight=node.pk in wanted,
-        )
-    by_rack_name = {r.name: r for r in racks.values()}
-    for summary in clique_summaries(topology, smallest_request=smallest_request()):
-        if summary.rack in by_rack_name:
-            by_rack_name[summary.rack].cliques.append(summary)
+    status = {t.node_id: t.status for c in read.topology.cliques for t in c.trays}
+    marked = set(highlight)
+    for node in read.trays:
+        rack = racks.get(node.rack_id) if node.rack_id is not None else None
+        if rack is None or node.slot is None:
+            continue
+        rack.trays[node.slot] = _tray_view(node, read, status, visibility, links, marked)
+    by_name = {r.name: r for r in racks.values()}
+    for summary in read.summaries:
+        if summary.rack in by_name:
+            by_name[summary.rack].cliques.append(summary)
     return list(racks.values())
 
 
-def _gpus(*, rack_ids: Iterable[int]) -> dict[int, list[GpuCell]]:
-    cells: dict[int, list[GpuCell]] = defaultdict(list)
-    rows = (
-        Gpu.objects.filter(node__rack_id__in=list(rack_ids))
-        .order_by("node_id", "index")
-        .values_list("node_id", "index", "health", "fabric_state")
+def _rack_view(
+    name: str, location: str, compute: int, switch: int, visibility: Visibility, links: bool
+) -> RackView:
+    url = reverse("operator:rack", args=[name]) if visibility.operator and links else ""
+    return RackView(name, location, compute, switch, url=url)
+
+
+def _tray_view(
+    node: Node,
+    read: FabricRead,
+    status: dict[int, str],
+    visibility: Visibility,
+    links: bool,
+    marked: set[int],
+) -> TrayView:
+    operator = visibility.operator
+    holder = read.holders.get(node.pk)
+    return TrayView(
+        node_id=node.pk,
+        hostname=node.hostname,
+        slot=node.slot or 0,
+        state=node.state,
+        status=status.get(node.pk, node.state if node.state != "ready" else "unknown"),
+        clique_id=node.clique_id,
+        clique_name=(node.clique.name or node.clique.label) if node.clique else "",
+        last_heartbeat=node.last_heartbeat,
+        # A tenant learns nothing of other tenants' trays beyond "in use".
+        daemon_state=node.daemon_state if operator else "",
+        gpus=read.gpus.get(node.pk, []),
+        domain=_tag(holder, visibility, links) if holder is not None else None,
+        url=reverse("operator:node", args=[node.hostname]) if operator and links else "",
+        highlight=node.pk in marked,
     )
-    for node_id, index, health, fabric_state in rows:
-        cells[node_id].append(GpuCell(index, health, fabric_state))
-    return cells
 
 
-def _domain_tags(
-    viewer: Any, operator: bool, *, rack_ids: Iterable[int], links: bool
-) -> dict[int, DomainTag]:
-    """node id → how this viewer sees the domain holding it."""
-    own: set[int] | None = None
-    if not operator:
-        own = set(namespaces_visible_to(viewer).values_list("pk", flat=True))
-    rows = (
-        DomainMember.objects.filter(active=True, node__rack_id__in=list(rack_ids))
-        .order_by("domain_id")
-        .values_list(
-            "node_id", "domain_id", "domain__uid", "domain__name", "domain__phase",
-            "domain__namespace_id", "domain__namespace__name",
-        )
-    )  # fmt: skip
-    tags: dict[int, DomainTag] = {}
-    for node_id, domain_id, uid, name, phase, ns_id, ns_name in rows:
-        if own is not None and ns_id not in own:
-            tags[node_id] = ANONYMOUS
-            continue
-        url = reverse("tenant:domain", args=[ns_name, uid]) if links else ""
-        tags[node_id] = DomainTag(
-            label=f"{ns_name}/{name}" if operator else name,
-            colour=DOMAIN_PALETTE[domain_id % len(DOMAIN_PALETTE)],
-            url=url,
-            uid=str(uid),
-            phase=phase,
-        )
-    return tags
-
-
-def unracked_trays(limit: int = 200) -> list[Node]:
-    """Trays that joined without a rack and slot (e.g. agents on unlabelled hosts): they
-    cannot be drawn in an elevation, but operators must still find them."""
-    return list(
-        Node.objects.filter(Q(rack__isnull=True) | Q(slot__isnull=True))
-        .select_related("clique")
-        .order_by("hostname")[:limit]
+def _tag(holder: Holder, visibility: Visibility, links: bool) -> DomainTag:
+    """How this viewer sees the domain holding a tray."""
+    if not visibility.sees(holder):
+        return ANONYMOUS
+    url = reverse("tenant:domain", args=[holder.namespace_name, holder.uid]) if links else ""
+    return DomainTag(
+        label=f"{holder.namespace_name}/{holder.name}" if visibility.operator else holder.name,
+        colour=DOMAIN_PALETTE[holder.domain_id % len(DOMAIN_PALETTE)],
+        url=url,
+        uid=holder.uid,
+        phase=holder.phase,
     )

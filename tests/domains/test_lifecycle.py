@@ -12,8 +12,7 @@ from domains.agents.report import AgentReport, Step
 from domains.agents.services import agent_member_report
 from domains.audit.events import Actor
 from domains.audit.models import Event
-from domains.computedomains.admission import smallest_request
-from domains.computedomains.fabric import topology_snapshot
+from domains.computedomains.fabric import fabric_read, topology_snapshot
 from domains.computedomains.models import ChannelAllocation, MemberState, Phase
 from domains.computedomains.placing import domain_place, domains_place_queued
 from domains.computedomains.reconcile import reap_stale_heartbeats, reconcile
@@ -24,7 +23,6 @@ from domains.context import request_id_scope
 from domains.errors import InvalidInput, InvalidTransition, QuotaExceeded
 from domains.inventory.models import Node, NodeState
 from domains.inventory.services import node_cordon, node_mark_down, node_uncordon
-from domains.placement.algorithm import clique_summaries
 from domains.placement.model import TrayStatus
 from domains.tenancy.services import quota_set
 from tests import factories
@@ -295,11 +293,10 @@ def test_the_topology_snapshot_takes_constant_queries(django_assert_num_queries,
 
 def test_fabric_summaries_use_the_configured_smallest_request(topology, ns_a, tenant_a, settings):
     admit_and_place(ns_a, tenant_a, num_nodes=12)
-    (summary,) = clique_summaries(topology_snapshot(), smallest_request=smallest_request())
+    (summary,) = fabric_read().summaries
     assert (summary.free, summary.in_use, summary.stranded) == (6, 12, 0)
     settings.PORTAL = {**settings.PORTAL, "SMALLEST_REQUEST_NODES": 8}
-    summaries = clique_summaries(topology_snapshot(), smallest_request=smallest_request())
-    assert summaries[0].stranded == 6
+    assert fabric_read().summaries[0].stranded == 6
 
 
 def test_a_report_that_changes_nothing_costs_one_query(

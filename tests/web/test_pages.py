@@ -232,6 +232,25 @@ def test_the_approval_queue_previews_placement_and_approves(client, admin, topol
     assert domain.phase == "Admitted"
 
 
+def test_the_approval_queue_costs_the_same_queries_for_one_pending_request_and_three(
+    client, admin, tenant_a, ns_a
+):
+    factories.make_racks("18", "9,9", ip_prefix="127.13")
+    Quota.objects.filter(namespace=ns_a).update(approval_above_nodes=2, max_nodes=24, max_gpus=96)
+    request_domain(tenant_a, ns_a, "big-1", 3)
+    client.force_login(admin)
+    url = reverse("admin_ui:approvals")
+    one = _queries(client, url)
+    request_domain(
+        tenant_a, ns_a, "big-2", 9, placement_constraint="rack", placement_target="gb-r02"
+    )
+    request_domain(tenant_a, ns_a, "big-3", 4)
+    three = _queries(client, url)
+    assert one == three
+    body = client.get(url).content.decode()
+    assert body.count("Would land on") == 3 and body.count('<svg class="rack"') == 3
+
+
 def test_admins_manage_members(client, admin, ns_a):
     newcomer = factories.make_user("newcomer")
     client.force_login(admin)

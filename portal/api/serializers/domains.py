@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -200,8 +201,6 @@ class ComputeDomainSerializer(serializers.Serializer):
 
 
 def _dns1123(value: str) -> None:
-    from django.core.exceptions import ValidationError as DjangoValidationError
-
     try:
         validate_dns1123_label(value)
     except DjangoValidationError as exc:

@@ -16,13 +16,18 @@ from rest_framework.response import Response
 
 from domains.computedomains import services
 from domains.computedomains.models import ComputeDomain, DomainSource, Phase
-from domains.computedomains.selectors import events_visible_to
+from domains.computedomains.selectors import (
+    approvals_visible_to,
+    domain_by_name,
+    domains_with_members,
+    events_visible_to,
+)
 from domains.errors import DomainError, InvalidInput
-from domains.tenancy.selectors import can_request_in
+from domains.kube.manifests import workload_manifests
+from domains.tenancy.selectors import Viewer, can_request_in
 from portal.api.base import NamespacedViewSet, ScopedViewSet, refreshed
 from portal.api.permissions import IsPortalAdmin
 from portal.api.schema import READ, WRITE, errors
-from portal.api.selectors import approvals_for_api, domain_by_name, domains_for_api
 from portal.api.serializers.common import ReasonSerializer
 from portal.api.serializers.domains import (
     SPEC_FIELD_PATHS,
@@ -75,10 +80,10 @@ class ComputeDomainViewSet(
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
 
-    def scoped_queryset(self, user: Any) -> QuerySet[ComputeDomain]:
+    def scoped_queryset(self, user: Viewer) -> QuerySet[ComputeDomain]:
         if getattr(self, "swagger_fake_view", False):
             return ComputeDomain.objects.none()
-        qs = domains_for_api(user, self.namespace)
+        qs = domains_with_members(user, self.namespace)
         phase = self.request.query_params.get("phase") if self.action == "list" else None
         return qs.filter(phase=phase) if phase else qs
 
@@ -92,7 +97,7 @@ class ComputeDomainViewSet(
             )
 
     def _render(self, domain: ComputeDomain, status_code: int = 200) -> Response:
-        domain = refreshed(domain, domains_for_api(self.request.user, self.namespace))
+        domain = refreshed(domain, domains_with_members(self.request.user, self.namespace))
         body = ComputeDomainSerializer(domain, context=self.get_serializer_context()).data
         return Response(body, status=status_code)
 
@@ -162,8 +167,6 @@ class ComputeDomainViewSet(
     )
     @action(detail=True, methods=["get"], serializer_class=ManifestsSerializer)
     def manifests(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        from domains.kube.manifests import workload_manifests
-
         manifests = workload_manifests(self.get_object())
         return Response(ManifestsSerializer(manifests).data)
 
@@ -186,11 +189,11 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVi
     lookup_field = "uid"
     lookup_value_regex = "[0-9a-f-]{36}"
 
-    def scoped_queryset(self, user: Any) -> QuerySet[ComputeDomain]:
-        return approvals_for_api(user)
+    def scoped_queryset(self, user: Viewer) -> QuerySet[ComputeDomain]:
+        return approvals_visible_to(user)
 
     def _render(self, domain: ComputeDomain) -> Response:
-        domain = refreshed(domain, domains_for_api(self.request.user, domain.namespace))
+        domain = refreshed(domain, domains_with_members(self.request.user, domain.namespace))
         return Response(ComputeDomainSerializer(domain, context=self.get_serializer_context()).data)
 
     @extend_schema(

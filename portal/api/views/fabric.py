@@ -13,12 +13,17 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from domains.computedomains.fabric import (
+    cliques_with_occupancy,
+    nodes_with_holders,
+    racks_with_occupancy,
+)
 from domains.inventory.models import Clique, Node, Rack
 from domains.inventory.services import node_cordon, node_drain, node_uncordon
+from domains.tenancy.selectors import Viewer
 from portal.api.base import ScopedViewSet, refreshed
 from portal.api.permissions import IsOperator, TokenScope
 from portal.api.schema import WRITE, errors
-from portal.api.selectors import cliques_for_api, nodes_for_api, racks_for_api
 from portal.api.serializers.common import ReasonSerializer
 from portal.api.serializers.fabric import CliqueSerializer, NodeSerializer, RackSerializer
 
@@ -30,8 +35,8 @@ class RackViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSe
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
 
-    def scoped_queryset(self, user: Any) -> QuerySet[Rack]:
-        return racks_for_api(user)
+    def scoped_queryset(self, user: Viewer) -> QuerySet[Rack]:
+        return racks_with_occupancy(user)
 
 
 class CliqueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
@@ -41,8 +46,8 @@ class CliqueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
     lookup_value_regex = "[^/]+"
     lookup_url_kwarg = "label"
 
-    def scoped_queryset(self, user: Any) -> QuerySet[Clique]:
-        return cliques_for_api(user)
+    def scoped_queryset(self, user: Viewer) -> QuerySet[Clique]:
+        return cliques_with_occupancy(user)
 
     def get_object(self) -> Clique:
         uuid, _, clique_id = self.kwargs["label"].rpartition(".")
@@ -67,8 +72,8 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSe
     lookup_field = "hostname"
     lookup_value_regex = "[^/]+"
 
-    def scoped_queryset(self, user: Any) -> QuerySet[Node]:
-        return nodes_for_api(user)
+    def scoped_queryset(self, user: Viewer) -> QuerySet[Node]:
+        return nodes_with_holders(user)
 
     def _act(self, request: Request, service: Any) -> Response:
         node = self.get_object()

@@ -14,11 +14,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from domains.tenancy.models import Membership
-from domains.tenancy.selectors import can_admin_namespace
+from domains.tenancy.selectors import Viewer, can_admin_namespace, members_of, user_named
 from domains.tenancy.services import membership_remove, membership_set
 from portal.api.base import NamespacedViewSet
 from portal.api.schema import WRITE, errors
-from portal.api.selectors import members_of, user_named
 from portal.api.serializers.tenancy import MembershipInput, MembershipSerializer
 
 
@@ -29,7 +28,7 @@ class MemberViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Namespaced
     lookup_url_kwarg = "username"
     lookup_value_regex = "[^/]+"
 
-    def scoped_queryset(self, user: Any) -> QuerySet[Membership]:
+    def scoped_queryset(self, user: Viewer) -> QuerySet[Membership]:
         if getattr(self, "swagger_fake_view", False):
             return Membership.objects.none()
         return members_of(self.namespace)

@@ -19,12 +19,11 @@ from domains.audit.models import Event
 from domains.computedomains.selectors import events_visible_to, quota_usage
 from domains.errors import DomainError, InvalidInput
 from domains.tenancy.models import ApiToken, Namespace, Quota
-from domains.tenancy.selectors import is_admin
+from domains.tenancy.selectors import Viewer, is_admin, namespaces_with_role, tokens_of
 from domains.tenancy.services import namespace_create, quota_set
 from domains.tenancy.tokens import token_create, token_revoke
 from portal.api.base import ScopedViewSet
 from portal.api.schema import READ, WRITE, errors
-from portal.api.selectors import namespaces_for_api, tokens_of
 from portal.api.serializers.tenancy import (
     QUOTA_FIELDS,
     ApiTokenInput,
@@ -52,8 +51,8 @@ class NamespaceViewSet(
     lookup_url_kwarg = "namespace"
     lookup_value_regex = "[^/]+"
 
-    def scoped_queryset(self, user: Any) -> QuerySet[Namespace]:
-        return namespaces_for_api(user)
+    def scoped_queryset(self, user: Viewer) -> QuerySet[Namespace]:
+        return namespaces_with_role(user)
 
     @extend_schema(
         request=NamespaceInput,
@@ -115,7 +114,7 @@ class TokenViewSet(
 
     serializer_class = ApiTokenSerializer
 
-    def scoped_queryset(self, user: Any) -> QuerySet[ApiToken]:
+    def scoped_queryset(self, user: Viewer) -> QuerySet[ApiToken]:
         return tokens_of(user)
 
     @extend_schema(
@@ -155,7 +154,7 @@ class EventViewSet(mixins.ListModelMixin, ScopedViewSet):
 
     serializer_class = EventSerializer
 
-    def scoped_queryset(self, user: Any) -> QuerySet[Event]:
+    def scoped_queryset(self, user: Viewer) -> QuerySet[Event]:
         qs = events_visible_to(user)
         params = self.request.query_params
         if params.get("namespace"):

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django import template
 
 from domain_portal import __version__
 from domains.tenancy.models import Membership
+from domains.tenancy.selectors import Viewer
 
 register = template.Library()
 
 
 @register.simple_tag
-def member_namespaces(user: Any) -> list[str]:
+def member_namespaces(user: Viewer) -> list[str]:
     """Names of the namespaces the user is a member of (for the navigation)."""
     if not user.is_authenticated:
         return []

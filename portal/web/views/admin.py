@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
@@ -15,21 +16,23 @@ from django.views.decorators.http import require_http_methods, require_POST
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains import services
-from domains.computedomains.fabric import topology_snapshot
-from domains.computedomains.models import ApprovalState, Phase
+from domains.computedomains.fabric import FabricRead, fabric_read, topology_snapshot
+from domains.computedomains.models import ComputeDomain, Phase
 from domains.computedomains.placing import placement_request
 from domains.computedomains.selectors import (
+    approvals_visible_to,
     domains_visible_to,
     events_visible_to,
     usage_by_namespace,
 )
 from domains.errors import DomainError
 from domains.placement.algorithm import place
-from domains.placement.model import Rejection
+from domains.placement.model import Placement, Rejection, Topology
 from domains.tenancy import services as tenancy
-from domains.tenancy.models import Membership, Namespace, Quota
+from domains.tenancy.models import Namespace, Quota
+from domains.tenancy.selectors import members_of, namespaces_with_members, namespaces_with_quotas
 from portal.web.access import SignedInRequest, admin_required
-from portal.web.fabric import fabric_view
+from portal.web.fabric import Visibility, draw_racks
 from portal.web.forms import (
     AuditFilterForm,
     MemberForm,
@@ -53,7 +56,7 @@ def quotas(request: SignedInRequest) -> HttpResponse:
             "quota": getattr(ns, "quota", None),
             "usage": usage.get(ns.pk, ZERO_USAGE),
         }
-        for ns in Namespace.objects.select_related("quota")
+        for ns in namespaces_with_quotas()
     ]
     return render(request, "admin/quotas.html", {"rows": rows})
 
@@ -79,42 +82,51 @@ def quota_edit(request: SignedInRequest, ns: str) -> HttpResponse:
 
 @admin_required
 def approvals(request: SignedInRequest) -> HttpResponse:
-    """Requests above their namespace's threshold, each with where it would land now."""
-    pending = list(
-        domains_visible_to(request.user)
-        .filter(approval_state=ApprovalState.PENDING, phase=Phase.PENDING)
-        .select_related("namespace__quota")
-        .order_by("created_at")
-    )
-    topology = topology_snapshot() if pending else None
+    """Requests above their namespace's threshold, each with where it would land now.
+
+    Every preview places against one topology snapshot and draws from one fabric read, so
+    the page costs the same queries for one pending request and for twenty.
+    """
+    pending = list(approvals_visible_to(request.user).filter(phase=Phase.PENDING))
+    topology = topology_snapshot() if pending else Topology(())
+    outcomes = [place(placement_request(domain), topology) for domain in pending]
+    racks = {o.rack for o in outcomes if isinstance(o, Placement)}
+    read = fabric_read(rack_names=racks, topology=topology) if racks else None
+    visibility = Visibility.of(request.user)
     usage = usage_by_namespace()
-    items = []
-    for domain in pending:
-        result = place(placement_request(domain), topology)
-        quota = getattr(domain.namespace, "quota", None)
-        used = usage.get(domain.namespace_id, ZERO_USAGE)  # already includes this request
-        items.append(
-            {
-                "domain": domain,
-                "placement": None if isinstance(result, Rejection) else result,
-                "rejection": result if isinstance(result, Rejection) else None,
-                "racks": []
-                if isinstance(result, Rejection)
-                else fabric_view(
-                    viewer=request.user,
-                    rack_names=[result.rack],
-                    highlight=result.node_ids,
-                    links=False,
-                ),
-                "impact": [
-                    ("GPUs", domain.gpu_count, used["gpus"], quota.max_gpus if quota else None),
-                    ("Trays", domain.num_nodes, used["nodes"], quota.max_nodes if quota else None),
-                    ("Domains", 1, used["domains"], quota.max_domains if quota else None),
-                ],
-            }
-        )
+    items = [
+        _approval(domain, outcome, read, visibility, usage)
+        for domain, outcome in zip(pending, outcomes, strict=True)
+    ]
     template = "admin/_approvals.html" if request.GET.get("partial") else "admin/approvals.html"
     return render(request, template, {"items": items})
+
+
+def _approval(
+    domain: ComputeDomain,
+    outcome: Placement | Rejection,
+    read: FabricRead | None,
+    visibility: Visibility,
+    usage: dict[int, dict[str, int]],
+) -> dict[str, Any]:
+    quota = getattr(domain.namespace, "quota", None)
+    used = usage.get(domain.namespace_id, ZERO_USAGE)  # already includes this request
+    racks = []
+    if isinstance(outcome, Placement) and read is not None:
+        racks = draw_racks(
+            read, visibility, rack_names=[outcome.rack], highlight=outcome.node_ids, links=False
+        )
+    return {
+        "domain": domain,
+        "placement": outcome if isinstance(outcome, Placement) else None,
+        "rejection": outcome if isinstance(outcome, Rejection) else None,
+        "racks": racks,
+        "impact": [
+            ("GPUs", domain.gpu_count, used["gpus"], quota.max_gpus if quota else None),
+            ("Trays", domain.num_nodes, used["nodes"], quota.max_nodes if quota else None),
+            ("Domains", 1, used["domains"], quota.max_domains if quota else None),
+        ],
+    }
 
 
 @admin_required
@@ -154,7 +166,7 @@ def namespaces(request: SignedInRequest) -> HttpResponse:
         else:
             messages.success(request, f"Created namespace {namespace.name}.")
             return redirect("admin_ui:namespace", namespace.name)
-    rows = Namespace.objects.prefetch_related("memberships__user").order_by("name")
+    rows = namespaces_with_members()
     return render(request, "admin/namespaces.html", {"namespaces": rows, "form": form})
 
 
@@ -177,7 +189,7 @@ def namespace(request: SignedInRequest, ns: str) -> HttpResponse:
         else:
             messages.success(request, f"{form.user.username} is now {form.cleaned_data['role']}.")
             return redirect("admin_ui:namespace", target.name)
-    members = Membership.objects.filter(namespace=target).select_related("user")
+    members = members_of(target)
     return render(
         request, "admin/namespace.html", {"namespace": target, "members": members, "form": form}
     )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from django.contrib import messages
 from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
@@ -11,18 +9,21 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
 from domains.audit.events import Actor
+from domains.computedomains.fabric import unracked_trays
 from domains.computedomains.models import (
     LIVE_PHASES,
-    AllocationMode,
-    ChannelAllocation,
-    DomainMember,
 )
-from domains.computedomains.selectors import domains_visible_to, events_visible_to
+from domains.computedomains.selectors import (
+    channel_ledger,
+    desired_member,
+    domains_visible_to,
+    events_visible_to,
+)
 from domains.errors import DomainError
 from domains.inventory import services as inventory
 from domains.inventory.models import Node, Rack
 from portal.web.access import SignedInRequest, operator_required
-from portal.web.fabric import fabric_view, unracked_trays
+from portal.web.fabric import fabric_view
 from portal.web.forms import DomainFilterForm, ReasonForm
 
 NODE_ACTIONS = {
@@ -60,15 +61,10 @@ def rack(request: SignedInRequest, name: str) -> HttpResponse:
 @operator_required
 def node(request: SignedInRequest, hostname: str) -> HttpResponse:
     tray = get_object_or_404(Node.objects.select_related("rack", "clique"), hostname=hostname)
-    member = (
-        DomainMember.objects.select_related("domain__namespace")
-        .filter(node=tray, active=True)
-        .first()
-    )
     context = {
         "node": tray,
         "gpus": list(tray.gpus.all()),
-        "member": member,
+        "member": desired_member(tray),
         "report": tray.agent_report or {},
         "events": events_visible_to(request.user).filter(node=tray)[:50],
         "actions": NODE_ACTIONS,
@@ -127,28 +123,5 @@ def domains(request: SignedInRequest) -> HttpResponse:
 @operator_required
 def channels(request: SignedInRequest) -> HttpResponse:
     """The IMEX channel ledger per clique: who holds which channel number now."""
-    rows = ChannelAllocation.objects.filter(released_at__isnull=True).select_related(
-        "clique__rack", "domain__namespace"
-    )
-    ledger: dict = defaultdict(list)
-    for row in rows:
-        ledger[row.clique].append(row)
-    everything = (
-        DomainMember.objects.filter(active=True, domain__allocation_mode=AllocationMode.ALL)
-        .select_related("clique__rack", "domain__namespace")
-        .order_by("domain_id")
-    )
-    all_mode: dict = defaultdict(dict)
-    for member in everything:
-        all_mode[member.clique][member.domain_id] = member.domain
-    cliques = sorted(
-        set(ledger) | set(all_mode), key=lambda c: (c.rack.name if c.rack else "", c.clique_id)
-    )
-    context = {
-        "cliques": [
-            {"clique": c, "rows": ledger.get(c, []), "all": list(all_mode.get(c, {}).values())}
-            for c in cliques
-        ],
-        "rack_count": Rack.objects.count(),
-    }
+    context = {"cliques": channel_ledger(), "rack_count": Rack.objects.count()}
     return render(request, "operator/channels.html", context)

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from domains.audit.events import Actor
 from domains.computedomains import services
+from domains.computedomains.fabric import placement_targets
 from domains.computedomains.models import LIVE_PHASES, ComputeDomain, Phase
 from domains.computedomains.selectors import (
     domain_channels,
@@ -83,7 +84,7 @@ def request_domain(request: SignedInRequest, ns: str) -> HttpResponse:
     return render(
         request,
         "tenant/request.html",
-        {"namespace": namespace, "form": form, "targets": _targets()},
+        {"namespace": namespace, "form": form, "targets": placement_targets()},
     )
 
 
@@ -213,15 +214,6 @@ def extend(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
     else:
         messages.error(request, "Pick how long to extend the lease by.")
     return redirect("tenant:domain", namespace.name, domain.uid)
-
-
-def _targets() -> list[str]:
-    """Rack names and clique names for the placement field's suggestions."""
-    from domains.inventory.models import Clique, Rack
-
-    names = list(Rack.objects.values_list("name", flat=True))
-    names += [c.name or c.label for c in Clique.objects.all()]
-    return names
 
 
 def _timeline(member) -> dict:

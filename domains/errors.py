@@ -62,12 +62,5 @@ class QuotaExceeded(DomainError):
     http_status = 422
 
 
-class NoPlacement(DomainError):
-    """Nothing fits now; `details` carries the placement's reasons."""
-
-    code = "no_placement"
-    http_status = 422
-
-
 class TransientError(Exception):
     """Worth retrying: a lost connection, a lock timeout, an API server hiccup."""

@@ -73,10 +73,6 @@ class Topology:
 
     cliques: tuple[CliqueView, ...]
 
-    @property
-    def largest_clique(self) -> int:
-        return max((c.size for c in self.cliques), default=0)
-
     def tray_count(self) -> int:
         return sum(c.size for c in self.cliques)
 

@@ -32,11 +32,6 @@ _CODES: dict[type[exceptions.APIException], str] = {
 }
 
 
-class FieldErrorSerializer(serializers.Serializer):
-    field = serializers.CharField()
-    message = serializers.CharField()
-
-
 class ErrorSerializer(serializers.Serializer):
     """The body of every 4xx answer."""
 

@@ -40,12 +40,3 @@ class IsPortalAdmin(BasePermission):
 
     def has_permission(self, request: Request, view: Any) -> bool:
         return is_admin(request.user)
-
-
-class ReadOrPortalAdmin(BasePermission):
-    """Everyone signed in reads (scoped by the queryset); only portal admins write."""
-
-    message = "Only portal admins may change this."
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        return request.method in SAFE_METHODS or is_admin(request.user)

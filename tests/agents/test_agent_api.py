@@ -13,13 +13,13 @@ from domains.agents.services import NodeFacts, agent_heartbeat, agent_join
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import AllocationMode, DomainMember, MemberState, Phase
-from domains.computedomains.placing import domain_place
-from domains.computedomains.services import domain_release, domain_request
-from domains.computedomains.specs import DomainSpec
+from domains.computedomains.services import domain_release
 from domains.inventory.models import Node, NodeState
+from domains.inventory.services import node_mark_down
 from domains.security import hash_token
 from tests import factories
 from tests.support.agents import node_facts
+from tests.support.lifecycle import request_and_place
 
 pytestmark = pytest.mark.django_db
 IP_PREFIX = factories.tray_ip_prefix(12)
@@ -56,15 +56,6 @@ def join(node: Node) -> tuple[APIClient, int]:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Node {resp.json()['token']}")
     return client, resp.json()["node_id"]
-
-
-def form(ns, user, nodes: int = 4, mode: str = AllocationMode.SINGLE):
-    domain = domain_request(
-        actor=Actor.for_user(user),
-        namespace=ns,
-        spec=DomainSpec(name=f"d{nodes}{mode.lower()}", num_nodes=nodes, allocation_mode=mode),
-    )
-    return domain_place(domain_id=domain.pk)
 
 
 def report(**over: object) -> dict:
@@ -131,7 +122,7 @@ def test_an_idle_tray_is_told_to_hold_nothing(rack):
 
 
 def test_every_member_gets_the_same_ordered_peer_list_and_its_own_index(rack, ns_a, tenant_a):
-    domain = form(ns_a, tenant_a)
+    domain = request_and_place(ns_a, tenant_a, name="d4single", num_nodes=4)
     docs = []
     for node in rack.nodes.all():
         client, node_id = join(node)
@@ -152,14 +143,14 @@ def test_every_member_gets_the_same_ordered_peer_list_and_its_own_index(rack, ns
 
 
 def test_all_mode_sends_the_channel_range_not_every_number(rack, ns_a, tenant_a):
-    form(ns_a, tenant_a, mode=AllocationMode.ALL)
+    request_and_place(ns_a, tenant_a, name="d4all", num_nodes=4, allocation_mode=AllocationMode.ALL)
     client, node_id = join(rack.nodes.first())
     doc = client.get(f"/api/v1/agent/nodes/{node_id}/desired/").json()
     assert doc["domain"]["channels"] == {"mode": "All", "first": 1, "last": 2047}
 
 
 def test_reports_are_the_heartbeat_and_move_the_member(rack, ns_a, tenant_a):
-    domain = form(ns_a, tenant_a)
+    domain = request_and_place(ns_a, tenant_a, name="d4single", num_nodes=4)
     node = rack.nodes.first()
     client, node_id = join(node)
     body = report(
@@ -191,7 +182,7 @@ def test_a_bad_report_is_refused_naming_the_field(rack):
 
 
 def test_a_released_domain_tells_its_trays_to_tear_down(rack, ns_a, tenant_a):
-    domain = form(ns_a, tenant_a)
+    domain = request_and_place(ns_a, tenant_a, name="d4single", num_nodes=4)
     domain_release(actor=Actor.for_user(tenant_a), domain=domain)
     client, node_id = join(rack.nodes.first())
     doc = client.get(f"/api/v1/agent/nodes/{node_id}/desired/").json()
@@ -214,7 +205,7 @@ def test_a_node_token_cannot_read_another_nodes_desired_state(rack):
 
 
 def test_a_node_token_cannot_report_for_another_node(rack, ns_a, tenant_a):
-    domain = form(ns_a, tenant_a)
+    domain = request_and_place(ns_a, tenant_a, name="d4single", num_nodes=4)
     mine, other = list(rack.nodes.all())[:2]
     client, _ = join(mine)
     body = report(domain_uid=str(domain.uid), step=Step.READY, clean=False)
@@ -248,7 +239,7 @@ def test_the_join_token_cannot_take_over_a_tray_that_serves_a_live_domain(
     nodes = list(rack.nodes.order_by("slot"))
     for node in nodes:
         join(node)
-    domain = form(ns_a, tenant_a)
+    domain = request_and_place(ns_a, tenant_a, name="d4single", num_nodes=4)
     victim = nodes[0]
     before = Node.objects.get(pk=victim.pk).agent_token_hash
 
@@ -259,8 +250,6 @@ def test_the_join_token_cannot_take_over_a_tray_that_serves_a_live_domain(
     assert Node.objects.get(pk=victim.pk).agent_token_hash == before  # old token still works
 
     # Once an operator has declared the tray down, a fresh agent may register it again.
-    from domains.inventory.services import node_mark_down
-
     node_mark_down(actor=Actor.for_user(operator), node=victim, reason="reimaged")
     assert APIClient().post("/api/v1/agent/join/", facts(victim), format="json").status_code == 201
 
@@ -289,7 +278,7 @@ def test_a_steady_heartbeat_is_one_statement(rack, django_assert_num_queries):
 
 
 def test_a_steady_heartbeat_of_a_member_also_folds_the_report(rack, ns_a, tenant_a):
-    domain = form(ns_a, tenant_a)
+    domain = request_and_place(ns_a, tenant_a, name="d4single", num_nodes=4)
     member = DomainMember.objects.filter(domain=domain).select_related("node").first()
     _, raw = agent_join(join_token=JOIN, facts=node_facts(member.node))
     report_ = idle_report(

@@ -26,7 +26,13 @@ from domains.inventory.services import node_cordon, node_mark_down, node_uncordo
 from domains.placement.model import TrayStatus
 from domains.tenancy.services import quota_set
 from tests import factories
-from tests.domains.helpers import all_clean, all_ready, report
+from tests.support.lifecycle import (
+    all_clean,
+    all_ready,
+    ready_report,
+    report,
+    request_and_place,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -62,16 +68,8 @@ def test_a_domain_forms_runs_and_releases(topology, ns_a, tenant_a):
     assert all(m.state == MemberState.RELEASED for m in domain.members.all())
 
 
-def admit_and_place(ns, user, name="train", **spec):
-    spec.setdefault("num_nodes", 2)
-    domain = domain_request(
-        actor=Actor.for_user(user), namespace=ns, spec=DomainSpec(name=name, **spec)
-    )
-    return domain_place(domain_id=domain.pk)
-
-
 def test_ready_needs_the_current_generation_from_every_member(topology, ns_a, tenant_a):
-    domain = admit_and_place(ns_a, tenant_a, num_nodes=3)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=3)
     first, second, third = domain_peers(domain)
     report(first.node, domain, Step.READY)
     report(second.node, domain, Step.READY, generation=domain.generation - 1)
@@ -86,7 +84,7 @@ def test_ready_needs_the_current_generation_from_every_member(topology, ns_a, te
 
 
 def test_a_failing_member_degrades_the_domain_and_recovery_restores_it(topology, ns_a, tenant_a):
-    domain = admit_and_place(ns_a, tenant_a, num_nodes=3)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=3)
     all_ready(domain)
     member = domain_peers(domain)[1]
     report(member.node, domain, Step.FAILED, error="nvidia-imex exited with status 1")
@@ -101,7 +99,7 @@ def test_a_failing_member_degrades_the_domain_and_recovery_restores_it(topology,
 
 
 def test_a_report_about_another_domain_changes_nothing(topology, ns_a, tenant_a):
-    domain = admit_and_place(ns_a, tenant_a)
+    domain = request_and_place(ns_a, tenant_a)
     node = domain_peers(domain)[0].node
     agent_member_report(
         node_id=node.pk,
@@ -111,7 +109,7 @@ def test_a_report_about_another_domain_changes_nothing(topology, ns_a, tenant_a)
 
 
 def test_release_is_idempotent_and_waits_for_clean_nodes(topology, ns_a, tenant_a):
-    domain = admit_and_place(ns_a, tenant_a, num_nodes=2)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=2)
     all_ready(domain)
     domain.refresh_from_db()
     generation = domain.generation
@@ -144,7 +142,7 @@ def test_releasing_a_queued_domain_ends_it_at_once(topology, ns_a, tenant_a):
 
 
 def test_a_dead_tray_marked_down_lets_a_release_finish(topology, ns_a, tenant_a, operator):
-    domain = admit_and_place(ns_a, tenant_a, num_nodes=2)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=2)
     all_ready(domain)
     first, second = domain_peers(domain)
     domain_release(actor=Actor.for_user(tenant_a), domain=domain)
@@ -156,7 +154,7 @@ def test_a_dead_tray_marked_down_lets_a_release_finish(topology, ns_a, tenant_a,
 
 
 def test_marking_a_running_tray_down_degrades_its_domain(topology, ns_a, tenant_a, operator):
-    domain = admit_and_place(ns_a, tenant_a, num_nodes=2)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=2)
     all_ready(domain)
     node_mark_down(actor=Actor.for_user(operator), node=domain_peers(domain)[0].node)
     domain.refresh_from_db()
@@ -165,29 +163,29 @@ def test_marking_a_running_tray_down_degrades_its_domain(topology, ns_a, tenant_
 
 
 def test_single_domains_get_the_first_free_channel_of_their_clique(topology, ns_a, tenant_a):
-    one = admit_and_place(ns_a, tenant_a, name="one", num_nodes=1)
-    two = admit_and_place(ns_a, tenant_a, name="two", num_nodes=1)
-    every = admit_and_place(ns_a, tenant_a, name="every", num_nodes=1, allocation_mode="All")
-    three = admit_and_place(ns_a, tenant_a, name="three", num_nodes=1)
+    one = request_and_place(ns_a, tenant_a, name="one", num_nodes=1)
+    two = request_and_place(ns_a, tenant_a, name="two", num_nodes=1)
+    every = request_and_place(ns_a, tenant_a, name="every", num_nodes=1, allocation_mode="All")
+    three = request_and_place(ns_a, tenant_a, name="three", num_nodes=1)
     assert [domain_channels(d) for d in (one, two, three)] == [[1], [2], [3]]
     assert domain_channels(every) == list(range(1, 2048))
     assert not ChannelAllocation.objects.filter(domain=every).exists()
     domain_release(actor=Actor.for_user(tenant_a), domain=two)
     all_clean(two)
-    four = admit_and_place(ns_a, tenant_a, name="four", num_nodes=1)
+    four = request_and_place(ns_a, tenant_a, name="four", num_nodes=1)
     assert domain_channels(four) == [2]  # channel 2 came back to the pool
     assert domain_channels(two) == []
 
 
 def test_a_queued_domain_is_placed_when_capacity_frees_first_come_first_served(topology, tenant_a):
     ns = factories.make_namespace("unlimited")
-    big = admit_and_place(ns, tenant_a, name="big", num_nodes=12)
-    waiting = admit_and_place(ns, tenant_a, name="waiting", num_nodes=8)
+    big = request_and_place(ns, tenant_a, name="big", num_nodes=12)
+    waiting = request_and_place(ns, tenant_a, name="waiting", num_nodes=8)
     assert (waiting.phase, waiting.reason) == (Phase.ADMITTED, "Unschedulable")
     assert waiting.message.startswith(
         "needs 8 free trays in one clique; best is rack gb-r01 clique gb-r01-c0 with 6 free"
     )
-    later = admit_and_place(ns, tenant_a, name="later", num_nodes=11)
+    later = request_and_place(ns, tenant_a, name="later", num_nodes=11)
     assert later.phase == Phase.ADMITTED
     domain_release(actor=Actor.for_user(tenant_a), domain=big)
     all_clean(big)
@@ -201,14 +199,14 @@ def test_cordoned_and_silent_trays_take_no_new_domain(topology, ns_a, tenant_a, 
     nodes = list(Node.objects.order_by("slot"))
     node_cordon(actor=Actor.for_user(operator), node=nodes[0])
     factories.stale_heartbeat(nodes[1])
-    domain = admit_and_place(ns_a, tenant_a, num_nodes=2)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=2)
     assert [m.node.slot for m in domain_peers(domain)] == [3, 4]
     node_uncordon(actor=Actor.for_user(operator), node=nodes[0])
     assert Node.objects.get(pk=nodes[0].pk).state == NodeState.READY
 
 
 def test_the_formation_deadline_fails_the_domain_naming_the_stuck_tray(topology, ns_a, tenant_a):
-    domain = admit_and_place(ns_a, tenant_a, num_nodes=3)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=3)
     first, second, third = domain_peers(domain)
     report(first.node, domain, Step.READY)
     report(second.node, domain, Step.WAITING_PEERS, message="peer 2 unreachable")
@@ -226,7 +224,7 @@ def test_the_formation_deadline_fails_the_domain_naming_the_stuck_tray(topology,
 
 
 def test_an_expired_lease_releases_the_domain(topology, ns_a, tenant_a):
-    domain = admit_and_place(ns_a, tenant_a, num_nodes=2, lifetime=timedelta(hours=1))
+    domain = request_and_place(ns_a, tenant_a, num_nodes=2, lifetime=timedelta(hours=1))
     all_ready(domain)
     assert reconcile(now=timezone.now() + timedelta(minutes=30))["expired"] == 0
     assert reconcile(now=timezone.now() + timedelta(hours=2))["expired"] == 1
@@ -241,7 +239,7 @@ def test_an_expired_lease_releases_the_domain(topology, ns_a, tenant_a):
 
 def test_a_lease_extends_within_the_maximum_lifetime(topology, ns_a, tenant_a, admin):
     quota_set(actor=Actor.for_user(admin), namespace=ns_a, max_lifetime=timedelta(hours=4))
-    domain = admit_and_place(ns_a, tenant_a, lifetime=timedelta(hours=2))
+    domain = request_and_place(ns_a, tenant_a, lifetime=timedelta(hours=2))
     with pytest.raises(InvalidTransition):
         domain_extend_lease(actor=Actor.for_user(tenant_a), domain=domain, by=timedelta(hours=1))
     all_ready(domain)
@@ -257,7 +255,7 @@ def test_a_lease_extends_within_the_maximum_lifetime(topology, ns_a, tenant_a, a
 
 
 def test_a_silent_ready_member_degrades_its_domain(topology, ns_a, tenant_a):
-    domain = admit_and_place(ns_a, tenant_a, num_nodes=2)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=2)
     all_ready(domain)
     node = domain_peers(domain)[1].node
     factories.stale_heartbeat(node)
@@ -271,7 +269,7 @@ def test_a_silent_ready_member_degrades_its_domain(topology, ns_a, tenant_a):
 
 
 def test_reconcile_finishes_what_a_lost_report_left(topology, ns_a, tenant_a):
-    domain = admit_and_place(ns_a, tenant_a, num_nodes=2)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=2)
     domain.members.update(state=MemberState.READY)  # as if the aggregation step was lost
     assert reconcile()["aggregated"] == 1
     domain.refresh_from_db()
@@ -280,7 +278,7 @@ def test_reconcile_finishes_what_a_lost_report_left(topology, ns_a, tenant_a):
 
 def test_the_topology_snapshot_takes_constant_queries(django_assert_num_queries, ns_a, tenant_a):
     factories.make_racks("18", "9,9", "6,6,6", ip_prefix="127.11")
-    admit_and_place(ns_a, tenant_a, num_nodes=3)
+    request_and_place(ns_a, tenant_a, num_nodes=3)
     with django_assert_num_queries(2):
         small = topology_snapshot()
     factories.make_racks(*["18"] * 6, ip_prefix="127.11", first_rack=4)
@@ -292,7 +290,7 @@ def test_the_topology_snapshot_takes_constant_queries(django_assert_num_queries,
 
 
 def test_fabric_summaries_use_the_configured_smallest_request(topology, ns_a, tenant_a, settings):
-    admit_and_place(ns_a, tenant_a, num_nodes=12)
+    request_and_place(ns_a, tenant_a, num_nodes=12)
     (summary,) = fabric_read().summaries
     assert (summary.free, summary.in_use, summary.stranded) == (6, 12, 0)
     settings.PORTAL = {**settings.PORTAL, "SMALLEST_REQUEST_NODES": 8}
@@ -302,17 +300,11 @@ def test_fabric_summaries_use_the_configured_smallest_request(topology, ns_a, te
 def test_a_report_that_changes_nothing_costs_one_query(
     topology, ns_a, tenant_a, django_assert_num_queries
 ):
-    domain = admit_and_place(ns_a, tenant_a, num_nodes=2)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=2)
     all_ready(domain)
     domain.refresh_from_db()
     node = domain_peers(domain)[0].node
-    steady = AgentReport(
-        domain_uid=str(domain.uid),
-        generation_applied=domain.generation,
-        step=Step.READY,
-        daemon_state="READY",
-        domain_state="UP",
-    )
+    steady = ready_report(domain)  # the report every member sent last
     with django_assert_num_queries(1):
         agent_member_report(node_id=node.pk, report=steady)
 
@@ -347,6 +339,6 @@ def test_a_tray_without_a_management_ip_is_never_placed(topology, ns_a, tenant_a
     Node.objects.filter(pk=first.pk).update(management_ip=None)
     statuses = {t.node_id: t.status for c in topology_snapshot().cliques for t in c.trays}
     assert statuses[first.pk] == TrayStatus.NO_ADDRESS
-    domain = admit_and_place(ns_a, tenant_a, num_nodes=12)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=12)
     assert domain.phase == Phase.FORMING
     assert not domain.members.filter(node=first).exists()

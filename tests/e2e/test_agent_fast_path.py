@@ -16,16 +16,13 @@ from rest_framework.test import APIClient
 
 from domains.agents.report import Step
 from domains.agents.services import agent_join
-from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import DomainMember, MemberState
-from domains.computedomains.placing import domain_place
-from domains.computedomains.services import domain_request
-from domains.computedomains.specs import DomainSpec
 from domains.inventory.models import Node, NodeState
 from tests import factories
 from tests.e2e.conftest import IP_PREFIX
 from tests.support.agents import ensure_join_token, node_facts
+from tests.support.lifecycle import request_and_place
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -79,10 +76,7 @@ def test_reports_move_the_member_of_a_domain(trays):
     ns = factories.make_namespace("fast", max_gpus=16, max_nodes=4, max_domains=1)
     user = factories.make_user("fast-tenant")
     factories.add_member(user, ns, "member")
-    domain = domain_request(
-        actor=Actor.for_user(user), namespace=ns, spec=DomainSpec(name="fp", num_nodes=4)
-    )
-    domain = domain_place(domain_id=domain.pk)
+    domain = request_and_place(ns, user, "fp", num_nodes=4)
     node, client = trays[0]
     desired = client.get(f"/{node.pk}/desired/")
     assert desired.status_code == 200

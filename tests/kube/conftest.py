@@ -8,11 +8,6 @@ from typing import Any
 
 import pytest
 
-from domains.audit.events import Actor
-from domains.computedomains.models import ComputeDomain
-from domains.computedomains.placing import domain_place
-from domains.computedomains.services import domain_request
-from domains.computedomains.specs import DomainSpec
 from domains.kube.client import api_client
 from domains.kube.sync import Watcher, resources
 from portal.celery import app as celery_app
@@ -97,14 +92,3 @@ def computedomain(name: str, namespace: str, num_nodes: int = 2, **channel: str)
             "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}, **channel},
         },
     }
-
-
-def place_on(ns, user, name: str = "train", **spec: Any) -> ComputeDomain:
-    """A domain requested by `user` and placed at once (as the placement task would)."""
-    spec.setdefault("num_nodes", 2)
-    domain = domain_request(
-        actor=Actor.for_user(user), namespace=ns, spec=DomainSpec(name=name, **spec)
-    )
-    placed = domain_place(domain_id=domain.pk)
-    assert placed is not None
-    return placed

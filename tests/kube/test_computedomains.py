@@ -10,10 +10,10 @@ from domains.computedomains.services import domain_release
 from domains.kube import tasks
 from domains.kube.models import PublishedDomain, RefusedComputeDomain
 from tests import factories
-from tests.domains.helpers import all_clean, all_ready
-from tests.kube.conftest import computedomain, place_on
+from tests.kube.conftest import computedomain
 from tests.kube.schemas import assert_valid_computedomain, computedomain_schema
 from tests.support.kubemock import KINDS, ApiError
+from tests.support.lifecycle import all_clean, all_ready, request_and_place
 
 pytestmark = pytest.mark.django_db
 
@@ -28,7 +28,7 @@ def test_a_domain_is_published_with_its_status_and_removed_on_release(
     kube, eager_celery, django_capture_on_commit_callbacks, topology, ns_a, tenant_a
 ):
     with django_capture_on_commit_callbacks(execute=True):
-        domain = place_on(ns_a, tenant_a, num_nodes=3)
+        domain = request_and_place(ns_a, tenant_a, num_nodes=3)
     obj = cd(kube, "train")
     assert_valid_computedomain({k: obj[k] for k in ("apiVersion", "kind", "spec", "status")})
     assert obj["spec"]["numNodes"] == 3
@@ -62,7 +62,7 @@ def test_the_mock_api_server_rejects_what_the_crd_rejects(kube):
 
 
 def test_publishing_twice_writes_nothing_new(kube, topology, ns_a, tenant_a):
-    domain = place_on(ns_a, tenant_a)
+    domain = request_and_place(ns_a, tenant_a)
     assert tasks.publish_domain(domain.pk) == "created"
     writes = kube.count("PATCH", CDS) + kube.count("POST", CDS)
     assert tasks.publish_domain(domain.pk) == "unchanged"
@@ -72,7 +72,7 @@ def test_publishing_twice_writes_nothing_new(kube, topology, ns_a, tenant_a):
 def test_a_namespace_missing_from_the_cluster_is_recorded_not_retried(kube, topology, tenant_a):
     portal_only = factories.make_namespace("portal-only")
     factories.add_member(tenant_a, portal_only, "member")
-    domain = place_on(portal_only, tenant_a)
+    domain = request_and_place(portal_only, tenant_a)
     assert tasks.publish_domain(domain.pk).startswith("refused")
     row = PublishedDomain.objects.get(domain=domain)
     assert "namespace portal-only does not exist" in row.last_error
@@ -84,7 +84,7 @@ def test_api_errors_while_publishing_are_retried_and_reconcile_catches_up(
 ):
     kube.fail_next("POST", CDS, status=500, times=2)
     with django_capture_on_commit_callbacks(execute=True):
-        domain = place_on(ns_a, tenant_a)
+        domain = request_and_place(ns_a, tenant_a)
     assert cd(kube, "train") is not None  # the task retried through two 500s
     assert kube.count("POST", CDS) == 3
 

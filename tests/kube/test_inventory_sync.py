@@ -12,7 +12,8 @@ from domains.inventory.services import node_cordon
 from domains.kube.models import SyncState
 from domains.tenancy.models import Namespace, NamespaceSource
 from tests import factories
-from tests.kube.conftest import CLUSTER, gpu_labels, place_on
+from tests.kube.conftest import CLUSTER, gpu_labels
+from tests.support.lifecycle import request_and_place
 
 pytestmark = pytest.mark.django_db
 
@@ -98,7 +99,7 @@ def test_a_vanished_tray_that_serves_a_domain_is_kept_gone_and_down(kube, sync, 
     for tray in trays:  # the same trays, now known to Kubernetes
         kube.put_node(tray.hostname, labels=labels, ip=tray.management_ip)
     sync.step("nodes")
-    domain = place_on(ns_a, tenant_a, num_nodes=4)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=4)
     assert domain.phase == Phase.FORMING
 
     kube.delete("nodes", trays[0].hostname)

@@ -7,28 +7,19 @@ import yaml
 
 from domains.audit.events import Actor
 from domains.computedomains.models import Phase
-from domains.computedomains.placing import domain_place
 from domains.computedomains.services import domain_request
 from domains.computedomains.specs import DomainSpec
 from domains.errors import InvalidTransition
 from domains.kube.crd import computedomain_object
 from domains.kube.manifests import workload_manifests
-from tests.domains.helpers import all_ready
 from tests.kube.schemas import (
     assert_valid_computedomain,
     assert_valid_kubernetes,
     assert_valid_pod_template,
 )
+from tests.support.lifecycle import all_ready, request_and_place
 
 pytestmark = pytest.mark.django_db
-
-
-def placed(ns, user, name="train", **spec):
-    spec.setdefault("num_nodes", 3)
-    domain = domain_request(
-        actor=Actor.for_user(user), namespace=ns, spec=DomainSpec(name=name, **spec)
-    )
-    return domain_place(domain_id=domain.pk)
 
 
 def docs(domain) -> dict:
@@ -45,7 +36,7 @@ def pod_templates(manifests: dict) -> list[dict]:
 
 
 def test_every_manifest_is_valid_kubernetes(topology, ns_a, tenant_a):
-    domain = placed(ns_a, tenant_a)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=3)
     manifests = docs(domain)
     assert_valid_kubernetes(manifests["deployment"])
     assert_valid_kubernetes(manifests["job"])
@@ -55,7 +46,7 @@ def test_every_manifest_is_valid_kubernetes(topology, ns_a, tenant_a):
 
 
 def test_pods_get_the_channel_and_stay_on_the_placed_trays_in_one_clique(topology, ns_a, tenant_a):
-    domain = placed(ns_a, tenant_a)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=3)
     members = list(domain.members.select_related("node", "clique").order_by("index"))
     hostnames = [m.node.hostname for m in members]
     (channel,) = domain.channels.values_list("channel", flat=True)
@@ -86,7 +77,7 @@ def test_pods_get_the_channel_and_stay_on_the_placed_trays_in_one_clique(topolog
 
 
 def test_all_mode_asks_for_every_channel(topology, ns_a, tenant_a):
-    domain = placed(ns_a, tenant_a, allocation_mode="All")
+    domain = request_and_place(ns_a, tenant_a, num_nodes=3, allocation_mode="All")
     for template in pod_templates(docs(domain)):
         annotation = template["metadata"]["annotations"]["cdi.k8s.io/imex-channel"]
         assert annotation == "nvidia.com/imex-channel=all"
@@ -105,7 +96,7 @@ def test_there_are_no_manifests_before_placement(topology, ns_a, tenant_a):
 
 
 def test_the_published_object_follows_nvidias_crd_and_mirrors_status(topology, ns_a, tenant_a):
-    domain = placed(ns_a, tenant_a)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=3)
     obj = computedomain_object(domain)
     assert_valid_computedomain(obj)
     assert obj["metadata"]["namespace"] == "team-a"

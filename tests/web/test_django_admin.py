@@ -10,7 +10,7 @@ from django.urls import reverse
 from domains.audit.models import Event
 from domains.computedomains.models import ChannelAllocation, ComputeDomain, DomainMember, Phase
 from domains.inventory.models import Node, NodeState
-from tests.web.conftest import form_domain, request_domain
+from tests.support.lifecycle import form, request_domain
 
 pytestmark = pytest.mark.django_db
 
@@ -66,7 +66,7 @@ def test_marking_a_tray_down_from_the_admin_goes_through_the_service(client, adm
 
 
 def test_releasing_from_the_admin_goes_through_the_service(client, admin, tenant_a, ns_a, topology):
-    domain = form_domain(request_domain(tenant_a, ns_a, "spare", 2))
+    domain = form(request_domain(ns_a, tenant_a, "spare", num_nodes=2))
     client.force_login(admin)
     client.post(
         reverse("admin:computedomains_computedomain_changelist"),

@@ -14,7 +14,7 @@ from domains.audit.events import Actor
 from domains.inventory.services import node_cordon
 from portal.realtime.consumers import LiveConsumer, groups_for
 from portal.realtime.groups import domain_group, fabric_group, namespace_group
-from tests.web.conftest import request_domain
+from tests.support.lifecycle import request_domain
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,7 +50,7 @@ class Socket(ApplicationCommunicator):
 def test_a_tenant_may_follow_only_its_own_namespace_and_domains(
     ns_a, ns_b, tenant_a, tenant_b, operator, topology
 ):
-    domain = request_domain(tenant_a, ns_a, "mine", 1)
+    domain = request_domain(ns_a, tenant_a, "mine", num_nodes=1)
     topics = ["fabric", "namespace:team-a", "namespace:team-b", f"domain:{domain.uid}", "domain:x"]
     assert groups_for(tenant_a, topics) == [namespace_group(ns_a.pk), domain_group(str(domain.uid))]
     assert groups_for(tenant_b, topics) == [namespace_group(ns_b.pk)]
@@ -81,7 +81,7 @@ def test_a_domain_change_reaches_its_tenant_and_operators_but_not_other_tenants(
         mine = await _connect(tenant_a, "namespace:team-a")
         other = await _connect(tenant_b, "namespace:team-b")
         ops = await _connect(operator, "fabric")
-        domain = await sync_to_async(request_domain)(tenant_a, ns_a, "live", 1)
+        domain = await sync_to_async(request_domain)(ns_a, tenant_a, "live", num_nodes=1)
         seen = await mine.receive_json_from(timeout=5)
         assert seen["uid"] == str(domain.uid)
         assert (await ops.receive_json_from(timeout=5))["uid"] == str(domain.uid)

@@ -14,10 +14,12 @@ from django.urls import reverse
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain
+from domains.computedomains.services import domain_release
 from domains.inventory.models import Gpu, Node, NodeState
+from domains.inventory.services import node_cordon
 from domains.tenancy.models import Quota
 from tests import factories
-from tests.web.conftest import form_domain, request_domain
+from tests.support.lifecycle import all_clean, form, request_domain
 
 pytestmark = pytest.mark.django_db
 
@@ -32,12 +34,12 @@ def test_the_fabric_overview_costs_the_same_queries_for_one_rack_and_three(
     client, operator, tenant_a, ns_a
 ):
     factories.make_racks("18", ip_prefix="127.13")
-    form_domain(request_domain(tenant_a, ns_a, "one", 2))
+    form(request_domain(ns_a, tenant_a, "one", num_nodes=2))
     client.force_login(operator)
     url = reverse("operator:fabric")
     one = _queries(client, url)
     factories.make_racks("18", "9,9", ip_prefix="127.13", first_rack=2)
-    form_domain(request_domain(tenant_a, ns_a, "two", 3))
+    form(request_domain(ns_a, tenant_a, "two", num_nodes=3))
     three = _queries(client, url)
     assert one == three
     page = client.get(url).content.decode()
@@ -65,12 +67,12 @@ def test_the_tenant_request_preview_costs_the_same_queries_for_one_rack_and_thre
 
 def test_the_domain_list_query_count_does_not_grow_with_domains(client, operator, tenant_a, ns_a):
     factories.make_racks("18", ip_prefix="127.13")
-    request_domain(tenant_a, ns_a, "a", 1)
+    request_domain(ns_a, tenant_a, "a", num_nodes=1)
     client.force_login(operator)
     url = reverse("operator:domains")
     one = _queries(client, url)
     for name in ("b", "c", "d"):
-        request_domain(tenant_a, ns_a, name, 1)
+        request_domain(ns_a, tenant_a, name, num_nodes=1)
     assert _queries(client, url) == one
 
 
@@ -222,7 +224,7 @@ def test_an_admin_edits_a_quota_and_bad_values_name_the_field(client, admin, ns_
 
 def test_the_approval_queue_previews_placement_and_approves(client, admin, topology, tenant_a):
     Quota.objects.filter(namespace__name="team-a").update(approval_above_nodes=4)
-    domain = request_domain(tenant_a, tenant_a.memberships.get().namespace, "huge", 6)
+    domain = request_domain(tenant_a.memberships.get().namespace, tenant_a, "huge", num_nodes=6)
     assert domain.phase == "Pending"
     client.force_login(admin)
     body = client.get(reverse("admin_ui:approvals")).content.decode()
@@ -237,14 +239,14 @@ def test_the_approval_queue_costs_the_same_queries_for_one_pending_request_and_t
 ):
     factories.make_racks("18", "9,9", ip_prefix="127.13")
     Quota.objects.filter(namespace=ns_a).update(approval_above_nodes=2, max_nodes=24, max_gpus=96)
-    request_domain(tenant_a, ns_a, "big-1", 3)
+    request_domain(ns_a, tenant_a, "big-1", num_nodes=3)
     client.force_login(admin)
     url = reverse("admin_ui:approvals")
     one = _queries(client, url)
     request_domain(
-        tenant_a, ns_a, "big-2", 9, placement_constraint="rack", placement_target="gb-r02"
+        ns_a, tenant_a, "big-2", num_nodes=9, placement_constraint="rack", placement_target="gb-r02"
     )
-    request_domain(tenant_a, ns_a, "big-3", 4)
+    request_domain(ns_a, tenant_a, "big-3", num_nodes=4)
     three = _queries(client, url)
     assert one == three
     body = client.get(url).content.decode()
@@ -302,7 +304,7 @@ def test_admin_lists_cost_the_same_queries_for_one_namespace_and_four(
         ns = factories.make_namespace(name, max_gpus=8)
         user = factories.make_user(f"{name}-user")
         factories.add_member(user, ns, "member")
-        request_domain(user, ns, "d", 1)
+        request_domain(ns, user, "d", num_nodes=1)
 
     client.force_login(admin)
     populate("ns-one")
@@ -313,8 +315,6 @@ def test_admin_lists_cost_the_same_queries_for_one_namespace_and_four(
 
 
 def test_a_cordoned_tray_that_serves_a_domain_shows_both(client, operator, ready_domain):
-    from domains.inventory.services import node_cordon
-
     member = ready_domain.members.select_related("node").first()
     node_cordon(actor=Actor.for_user(operator), node=member.node, reason="")
     client.force_login(operator)
@@ -354,10 +354,6 @@ def test_trays_without_a_rack_position_are_listed_on_the_fabric(client, operator
 def test_manifests_refresh_on_a_phase_change_and_are_withdrawn_once_released(
     client, tenant_a, ready_domain
 ):
-    from domains.audit.events import Actor
-    from domains.computedomains.services import domain_release
-    from tests.domains.helpers import all_clean
-
     client.force_login(tenant_a)
     url = reverse("tenant:domain", args=["team-a", ready_domain.uid]) + "?partial=manifests"
     live = client.get(url).content.decode()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import redis
 from django.conf import settings
@@ -248,7 +248,7 @@ class QueueCollector(Collector):
         )
         try:
             for queue in self.queues:
-                depth.add_metric([queue], client.llen(queue))
+                depth.add_metric([queue], cast(int, client.llen(queue)))  # sync client: an int
             up = 1
         except redis.RedisError:  # a dead broker is a metric, not an error page
             up = 0

@@ -21,14 +21,14 @@ from domains.agents.report import Step
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain, DomainMember, Phase
-from domains.computedomains.placing import domain_place
 from domains.computedomains.services import domain_deny, domain_request
 from domains.computedomains.specs import DomainSpec
 from domains.inventory.models import Node, NodeState
 from domains.tenancy.services import quota_set
 from tests import factories
-from tests.domains.helpers import all_ready, report
 from tests.observability.exposition import PROMTOOL, families, needs_promtool, scrape, value
+from tests.support import lifecycle
+from tests.support.lifecycle import report
 
 pytestmark = pytest.mark.django_db
 
@@ -42,12 +42,7 @@ def staff(operator) -> Client:
 
 def form(ns, user, name: str, nodes: int) -> ComputeDomain:
     """Request, place and bring every tray ready through the services, as agents would."""
-    domain = domain_request(
-        actor=Actor.for_user(user), namespace=ns, spec=DomainSpec(name=name, num_nodes=nodes)
-    )
-    domain = domain_place(domain_id=domain.pk)
-    all_ready(domain)
-    domain.refresh_from_db()
+    domain = lifecycle.form(lifecycle.request_domain(ns, user, name, num_nodes=nodes))
     assert domain.phase == Phase.READY
     return domain
 

@@ -14,7 +14,7 @@ from domains.computedomains.models import ComputeDomain, Phase
 from domains.inventory.models import Node
 
 CD = "/api/v1/namespaces/team-a/computedomains/"
-REFERENCE = Path("/work/shared/reference/nvidia-channel-injection.yaml")
+REFERENCE = Path(__file__).resolve().parents[1] / "fixtures/nvidia/nvidia-channel-injection.yaml"
 NVIDIA_MANIFEST = {  # the first document of NVIDIA's channel-injection example
     "apiVersion": "resource.nvidia.com/v1beta1",
     "kind": "ComputeDomain",
@@ -29,8 +29,7 @@ def member(clients):
 
 
 def test_a_nvidia_manifest_converted_to_json_creates_a_domain(member, fabric) -> None:
-    if REFERENCE.exists():  # the reference file NVIDIA ships, when it is at hand
-        assert next(yaml.safe_load_all(REFERENCE.read_text())) == NVIDIA_MANIFEST
+    assert next(yaml.safe_load_all(REFERENCE.read_text())) == NVIDIA_MANIFEST
     response = member.post(CD, NVIDIA_MANIFEST, format="json")
     assert response.status_code == 201, response.json()
     body = response.json()

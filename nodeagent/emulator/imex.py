@@ -1,204 +1,428 @@
 # SPDX-License-Identifier: Apache-2.0
 """Emulated `nvidia-imex`: one per tray, really talking to its peers over TCP.
 
-Usage: `nvidia-imex -c <config>` (this file runs as a script or `python -m`). Stdlib only and
-single-threaded (one `selectors` loop), so that a fleet of 144 emulated trays starts fast on a
-small machine.
+Usage: `nvidia-imex -c <config>` (run as a script by `bin/nvidia-imex`). It behaves as
+NVIDIA documents its daemon (reference/IMEX-FACTS.md and the IMEX guide), the unkind parts
+included, and costs what a native daemon costs: lean stdlib modules only (no `socket`,
+`json`, `signal` or `selectors` wrappers: their imports were most of a start), one epoll
+loop, no timers while nothing happens, and status gathered only when someone asks.
 
-What it does, as documented for NVIDIA's daemon (reference/IMEX-FACTS.md):
-- reads `KEY=VALUE` config (SERVER_PORT, BIND_INTERFACE_IP, IMEX_CMD_ENABLED, IMEX_CMD_PORT,
-  IMEX_CMD_BIND_INTERFACE_IP, IMEX_NODE_CONFIG_FILE, LOG_FILE_NAME, ...) once at start, and
-  the nodes file (line number = node index);
-- walks INITIALIZING → STARTING_AUTH_SERVER → [WAITING_FOR_RECOVERY] → WAITING_FOR_PEERS →
-  INIT_GPU → READY, and SHUTTING_DOWN on SIGTERM/SIGINT;
-- connects to every peer's SERVER_PORT from its own BIND_INTERFACE_IP, exchanges the node map
-  (a hash of the nodes file) and its version; a peer whose map or version differs is shown as
-  `!M!` / `!V!` and never talked to;
-- READY once connected to every peer (the whole domain serves one workload);
-- serves IMEX_CMD_PORT: the emulated `nvidia-imex-ctl` sends its flags on one line and prints
-  the reply (`-q` one word, `-N` legend + matrix + "Domain State", `-j` JSON, `-H` host names);
-- SIGUSR1 drops and re-opens every peer connection; SIGHUP is ignored (no reload);
-- a second daemon on the same tray exits with NV_ERR_IN_USE.
+Start. The config is read once (`KEY=VALUE`, `#` comments). Only one daemon per tray: a
+second exits with NV_ERR_IN_USE. The daemon refuses to start (exit 1, message on stderr and
+in its log) when its own version differs from the loaded driver's, which it reads from the
+tray's `proc/driver/nvidia/version` as the real one reads `/proc/driver/nvidia/version`
+(no file: no driver loaded, same refusal). Every instance that takes the tray appends a
+line to `run/nvidia-emu/starts`, so a test can prove that a daemon never restarted.
+States: INITIALIZING → STARTING_AUTH_SERVER → [WAITING_FOR_RECOVERY] → INIT_GPU → READY,
+SHUTTING_DOWN on SIGTERM/SIGINT/SIGQUIT. READY is per node: a daemon serves as soon as it
+is initialised, whether or not its peers are there (`-q`); the domain's health is `-N`'s
+business (UP / DEGRADED / DOWN).
 
-Fault knobs (JSON), from env IMEX_EMU_FAULTS or `<tray root>/run/nvidia-emu/faults.json`:
-`start_delay_s`, `crash_after_s` (exit uncleanly N s after start), `refuse_peers` (list of
-IPs whose connections are dropped), `version` (report this version instead),
-`stale_node_map` (an extra nodes-file entry, as if this tray kept an old nodes file).
+Recovery quorum. The daemon keeps `var/run/nvidia-imex/persist.dat`: a key made from the
+nodes file and a `Node #k: host` line per importer. Any peer it has been connected to counts
+as an importer (a job across the domain imports from every member). A clean shutdown leaves
+only the key. After an unclean exit, with `IMEX_WAIT_FOR_QUORUM=RECOVERY` (the default) and
+an unchanged nodes file, the new instance waits in WAITING_FOR_RECOVERY until every former
+importer has reconnected; `IMEX_WAIT_FOR_QUORUM=NONE` or a changed nodes file skips that.
+Our assumption (NVIDIA documents no limit): the wait ends after
+`IMEX_NODE_DISCONNECTED_GRACE_TIME` seconds, cleaning up for those that did not return,
+and never ends when the grace time is -1.
+
+Peers. The nodes file lists one IP or host name per line (line number = index). Names are
+resolved through the tray's `etc/hosts` (the emulated tray's stand-in for the resolver;
+the tray's own host name resolves to its IP) at start and on SIGUSR1 only. A name that
+does not resolve is a node that cannot be reached: its cell stays N (never connected), or
+keeps its R/D history, and its row in `-N` is all I. Each daemon connects to every peer
+from its own BIND_INTERFACE_IP (empty: the tray's IP) and exchanges a hello (index, node
+map key, version, instance id); a differing map or version is `!M!` / `!V!` and never
+talked to. Connection cells: C connected; N never connected; R recovering — lost, clean up
+not yet triggered; D disconnected — clean up triggered. A lost peer is R until the grace
+time passes (`IMEX_NODE_DISCONNECTED_GRACE_TIME`; 0 at once, -1 never), then D. A peer
+that shuts down gracefully says so (D at once: what it shared is gone); a peer that comes
+back as a new instance (a restart) is cleaned up at once, whatever the grace time; the
+same instance coming back within the grace time is C again with nothing cleaned up.
+
+Status exchange. Nothing is broadcast. `-N` asks each connected peer for its row once
+(one message out, one back per peer) and answers when all have replied (2 s at most), so
+what a query costs grows linearly with the peers, and an idle domain exchanges nothing.
+
+Command service (IMEX_CMD_ENABLED=1): TCP on IMEX_CMD_BIND_INTERFACE_IP:IMEX_CMD_PORT
+and/or the unix socket IMEX_CMD_UNIX_DOMAIN_PATH. `nvidia-imex-ctl` sends its flags on one
+line; `-q` is one word, `-N` the legend, nodes, matrix and "Domain State", `-j` JSON, `-H`
+host names.
+
+Signals. SIGUSR1 re-reads the hosts file, re-resolves every name and reconnects to peers
+whose address changed or appeared; established connections to unchanged addresses stay as
+they are (no restart, nothing cleaned up). As NVIDIA documents, SIGUSR1 is processed at
+most once every 5 seconds: one arriving within 5 s of the last processed one is ignored
+(and logged as such). SIGHUP does not reload anything: it dumps the buffered messages
+above LOG_LEVEL to the log (as the real one does; the buffer is also dumped at shutdown).
+LOG_LEVEL: 0 nothing, 1 critical, 2 error, 3 warning, 4 info (default).
+
+Fault knobs (the world, not our code), JSON in `run/nvidia-emu/faults.json` (plus env
+IMEX_EMU_FAULTS at start). Read at start; re-read when the daemon gets SIGUSR2 (an
+emulator-only signal; `tray.set_faults` sends it to a running daemon):
+  start_delay_s   initialise this much slower (at start)
+  crash_after_s   exit uncleanly this long after start
+  refuse_peers    [IP, ...]: connections from these addresses are dropped on arrival
+  cut_peers       [IP, ...]: all traffic with these addresses is cut — established
+                  connections drop without a goodbye, none are made (live: a cut for N
+                  seconds then restored is a network blip)
+  version         this tray runs another driver release (driver and IMEX alike): peers
+                  see !V!
+  imex_version    the installed nvidia-imex is of another release than the loaded driver:
+                  the daemon refuses to start
+  stale_node_map  an extra nodes-file entry, as if this tray kept an old nodes file (!M!)
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime
+import _signal
+import _socket
 import errno
 import fcntl
-import hashlib
-import json
 import os
-import selectors
-import signal
-import socket
+import select
 import sys
 import time
+import zlib
+
+from nodeagent.emulator.imexfiles import (
+    Fatal,
+    driver_version,
+    is_ip,
+    read_config,
+    read_hosts,
+    read_json,
+    read_json_text,
+    read_nodes,
+    read_text,
+    tray_root,
+    write_atomic,
+)
+from nodeagent.emulator.imexview import CELL_WORDS, render_json, render_text
 
 DEFAULT_VERSION = "580.82.07"
-CELL_WORDS = {
-    "C": "CONNECTED",
-    "N": "NEVER_CONNECTED",
-    "R": "RECOVERING",
-    "D": "DISCONNECTED",
-    "I": "INVALID",
-    "!V!": "VERSION_MISMATCH",
-    "!M!": "NODE_MAP_MISMATCH",
-}
-LEGEND = """Connectivity Table Legend:
-I - Invalid - Node wasn't reachable, no connection status available
-N - Never Connected
-R - Recovering - Connection was lost, but clean up has not yet been triggered.
-D - Disconnected - Connection was lost, and clean up has been triggered.
-A - Authenticating - If GSSAPI enabled, client has initiated mutual authentication.
-!V! - Version mismatch, communication disabled.
-!M! - Node map mismatch, communication disabled.
-C - Connected - Ready for operation
-"""
-RETRY_FIRST_S = 0.02
-RETRY_MAX_S = 0.5
-KEEPALIVE_S = 5.0
-
-
-def read_config(path: str) -> dict[str, str]:
-    """`KEY=VALUE` lines; `#` starts a comment; later keys win, like the real parser."""
-    values: dict[str, str] = {}
-    with open(path, encoding="utf-8") as fh:
-        for raw in fh:
-            line = raw.split("#", 1)[0].strip()
-            if "=" in line:
-                key, _, value = line.partition("=")
-                values[key.strip()] = value.strip()
-    return values
-
-
-def read_nodes(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as fh:
-        return [line.strip() for line in fh if line.strip() and not line.startswith("#")]
-
-
-def tray_root(config_path: str) -> str:
-    """The emulated tray's root: IMEX_EMU_ROOT, or the dir above `etc/nvidia-imex/`."""
-    if os.environ.get("IMEX_EMU_ROOT"):
-        return os.environ["IMEX_EMU_ROOT"]
-    cfg_dir = os.path.dirname(os.path.abspath(config_path))
-    if cfg_dir.endswith(os.path.join("etc", "nvidia-imex")):
-        return os.path.dirname(os.path.dirname(cfg_dir))
-    return cfg_dir
-
-
-def load_json(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        return {}
+LEVELS = {1: "CRITICAL", 2: "ERROR", 3: "WARNING", 4: "INFO"}
+USR1_INTERVAL_S = 5.0  # NVIDIA: SIGUSR1 is processed at most once every 5 seconds
+RETRY_FIRST_S = 0.1  # a peer that comes up calls us, and we call back at once: retries
+RETRY_MAX_S = 2.0  # only matter for peers that are up but have not called
+QUERY_TIMEOUT_S = 2.0
+VERBOSE_BUFFER = 2000  # lines kept for SIGHUP
+EPOLLIN, EPOLLOUT = select.EPOLLIN, select.EPOLLOUT
+EPOLLERR = select.EPOLLERR | select.EPOLLHUP
+SHUTDOWN_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGQUIT)
 
 
 class Link:
-    """One TCP connection: outbound to a peer, inbound from a peer, or a ctl client."""
+    """One connection: outbound to a peer, inbound from a peer, or a ctl client."""
 
-    def __init__(self, sock: socket.socket, kind: str, peer: int | None = None) -> None:
+    __slots__ = (
+        "addr", "closing", "connecting", "fd", "kind", "peer", "rbuf", "sock", "up", "wbuf"
+    )  # fmt: skip
+
+    def __init__(self, sock: _socket.socket, kind: str, peer: int = -1, addr: str = "") -> None:
         self.sock = sock
+        self.fd = sock.fileno()
         self.kind = kind  # "out" | "in" | "cmd"
         self.peer = peer
+        self.addr = addr
         self.rbuf = b""
         self.wbuf = b""
-        self.stage = "connecting" if kind == "out" else "open"
-        self.close_after_write = False
-        self.host_name = ""
+        self.up = False  # out: handshake done; in: hello received
+        self.connecting = kind == "out"  # out: the TCP connect has not completed yet
+        self.closing = False
+
+
+class Query:
+    """A `-N` waiting for its peers' rows."""
+
+    __slots__ = ("deadline", "flags", "link", "qid", "rows", "waiting")
+
+    def __init__(self, qid: int, link: Link, flags: list[str], waiting: set[int]) -> None:
+        self.qid, self.link, self.flags, self.waiting = qid, link, flags, waiting
+        self.deadline = time.monotonic() + QUERY_TIMEOUT_S
+        self.rows: dict[int, list[str]] = {}
 
 
 class Daemon:
-    def __init__(self, config_path: str) -> None:
+    def __init__(self, config_path: str, cfg: dict[str, str]) -> None:
         self.config_path = config_path
-        self.cfg = read_config(config_path)
+        self.cfg = cfg
         self.root = tray_root(config_path)
-        emu_dir = os.path.join(self.root, "run", "nvidia-emu")
-        self.emu_dir = emu_dir
-        faults = load_json(os.path.join(emu_dir, "faults.json"))
+        self.emu_dir = os.path.join(self.root, "run", "nvidia-emu")
+        self.faults = read_json(os.path.join(self.emu_dir, "faults.json"))
         if os.environ.get("IMEX_EMU_FAULTS"):
-            faults.update(json.loads(os.environ["IMEX_EMU_FAULTS"]))
-        self.faults = faults
-        facts = load_json(os.path.join(emu_dir, "fabric.json"))
-        self.hostname = facts.get("hostname") or socket.gethostname()
-        self.version = str(faults.get("version") or facts.get("driver_version") or DEFAULT_VERSION)
-        self.ip = self.cfg.get("BIND_INTERFACE_IP", "127.0.0.1")
-        self.port = int(self.cfg.get("SERVER_PORT", "50000"))
-        self.nodes = read_nodes(
-            self.cfg.get("IMEX_NODE_CONFIG_FILE", "/etc/nvidia-imex/nodes_config.cfg")
-        )
-        if faults.get("stale_node_map"):
-            # as if this tray kept an old nodes file with one more entry: peers see !M!
-            self.nodes.append(str(faults["stale_node_map"]))
-        self.map_hash = hashlib.sha256("\n".join(self.nodes).encode()).hexdigest()[:16]
-        self.index = self._own_index()
-        self.state = "INITIALIZING"
-        self.sel = selectors.DefaultSelector()
-        self.links: set[Link] = set()
-        self.out: dict[int, Link | None] = {}
-        self.retry_at: dict[int, float] = {}
-        self.retry_delay: dict[int, float] = {}
-        self.cells: dict[int, str] = {}  # this node's row of the matrix
-        self.remote: dict[int, dict] = {}  # what each peer last told us about itself
-        self.last_seen_status: dict[int, str] = {}
-        self.stop = False
+            self.faults.update(read_json_text(os.environ["IMEX_EMU_FAULTS"], "IMEX_EMU_FAULTS"))
         self.log_fh = sys.stderr
+        self.log_level = int(cfg.get("LOG_LEVEL") or 4)
+        self.verbose: list[str] = []
+        self.state = "INITIALIZING"
         self.started = time.monotonic()
-        self.last_keepalive = 0.0
-        self.dirty = False
+        self.inst = os.urandom(6).hex()
+        self.grace = float(cfg.get("IMEX_NODE_DISCONNECTED_GRACE_TIME") or -1)
+        self.ep = select.epoll()
+        self.links: dict[int, Link] = {}
+        self.queries: dict[int, Query] = {}
+        self.next_query = 1
+        self.stop = False
+        self.usr1_at: float | None = None
+        self.persist_dirty = False
+        self.recovery_deadline: float | None = None
+        self.recovering: set[int] = set()
+        self.importers: set[int] = set()
+        self.seen_status: dict[int, str] = {}
+        self.listeners: dict[int, tuple[_socket.socket, str]] = {}
+        self.unix_path = ""
+        self.out: dict[int, Link | None] = {}  # peer index → our connection to it
+        self.apply_faults()
 
-    # --- small helpers ------------------------------------------------------------------
-    def log(self, message: str) -> None:
-        stamp = datetime.datetime.now().strftime("%m/%d/%Y %H:%M:%S.%f")[:-3]
-        print(f"[{stamp}] [INFO] [tid {os.getpid()}] {message}", file=self.log_fh, flush=True)
+    # --- log ----------------------------------------------------------------------------
+    def log(self, message: str, level: int = 4) -> None:
+        now = time.time()
+        stamp = time.strftime("%m/%d/%Y %H:%M:%S", time.localtime(now))
+        line = f"[{stamp}.{int(now * 1000) % 1000:03d}] [{LEVELS[level]}] [tid {os.getpid()}] "
+        line += message + "\n"
+        if level <= self.log_level:
+            self.log_fh.write(line)
+            self.log_fh.flush()
+        else:
+            self.verbose.append(line)
+            del self.verbose[:-VERBOSE_BUFFER]
 
-    def _own_index(self) -> int:
-        for i, entry in enumerate(self.nodes):
-            if entry in (self.ip, self.hostname):
-                return i
-        return -1
+    def dump_verbose(self) -> None:
+        self.log_fh.write("".join(self.verbose))
+        self.log_fh.flush()
+        self.verbose.clear()
 
     def set_state(self, state: str) -> None:
         if state != self.state:
             self.log(f"IMEX daemon state {self.state} -> {state}")
             self.state = state
-            self.broadcast()
 
     def set_cell(self, peer: int, cell: str) -> None:
         if self.cells.get(peer) != cell:
-            self.log(f"connection to node {peer} ({self.nodes[peer]}): {CELL_WORDS[cell]}")
+            self.log(f"connection to node {peer} ({self.entries[peer]}): {CELL_WORDS[cell]}")
             self.cells[peer] = cell
-            self.broadcast()
-            self.check_ready()
 
-    def hello(self) -> dict:
-        return {
-            "t": "hello",
-            "index": self.index,
-            "host": self.ip,
-            "hostName": self.hostname,
-            "version": self.version,
-            "map": self.map_hash,
-        }
+    def apply_faults(self) -> None:
+        self.refuse = set(self.faults.get("refuse_peers") or ())
+        self.cut = set(self.faults.get("cut_peers") or ())
+        crash = float(self.faults.get("crash_after_s") or 0)
+        self.crash_at = self.started + crash if crash else None
 
-    def status_msg(self) -> dict:
-        return {
-            "t": "status",
-            "index": self.index,
-            "state": self.state,
-            "version": self.version,
-            "row": {str(k): v for k, v in self.cells.items()},
-        }
+    # --- start ----------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.cfg.get("LOG_FILE_NAME"):
+            self.log_fh = open(self.cfg["LOG_FILE_NAME"], "a", encoding="utf-8")  # noqa: SIM115
+        self.take_tray_lock()
+        self.count_start()
+        facts = read_json(os.path.join(self.emu_dir, "fabric.json"))
+        self.hostname = facts.get("hostname") or os.uname().nodename
+        installed = str(facts.get("driver_version") or DEFAULT_VERSION)
+        self.version = str(
+            self.faults.get("imex_version") or self.faults.get("version") or installed
+        )
+        self.log(f"IMEX version {self.version} starting, config {self.config_path}")
+        self.check_driver()
+        self.ip = self.cfg.get("BIND_INTERFACE_IP") or str(facts.get("ip") or "")
+        if not self.ip:
+            raise Fatal("BIND_INTERFACE_IP is empty and this node's IP is not known")
+        self.port = int(self.cfg.get("SERVER_PORT") or 50000)
+        self.read_node_map()
+        delay = float(self.faults.get("start_delay_s") or 0)
+        if delay:
+            self.sleep(delay)  # a slow initialisation (fault knob); SIGTERM still stops it
+            if self.stop:
+                return
+        self.set_state("STARTING_AUTH_SERVER")
+        self.server = self.listen_tcp(self.ip, self.port, "peer")
+        self.open_command_service()
+        self.decide_recovery()
+        if not self.recovering:
+            self.become_ready()
 
-    def send(self, link: Link, message: dict) -> None:
-        link.wbuf += (json.dumps(message) + "\n").encode()
+    def take_tray_lock(self) -> None:
+        os.makedirs(self.emu_dir, exist_ok=True)
+        self.lock_fh = open(os.path.join(self.emu_dir, "imex.lock"), "a+")  # noqa: SIM115
+        try:
+            fcntl.flock(self.lock_fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise Fatal("another IMEX daemon is running on this node: NV_ERR_IN_USE")
+        self.lock_fh.seek(0)
+        self.lock_fh.truncate()
+        self.lock_fh.write(f"running {os.getpid()}\n")
+        self.lock_fh.flush()
+
+    def count_start(self) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        with open(os.path.join(self.emu_dir, "starts"), "a", encoding="utf-8") as fh:
+            fh.write(f"{os.getpid()} {stamp}\n")
+
+    def check_driver(self) -> None:
+        loaded = self.faults.get("version") or driver_version(self.root)
+        path = os.path.join(self.root, "proc/driver/nvidia/version")
+        if loaded is None:
+            raise Fatal(f"no NVIDIA kernel driver loaded ({path} not found); cannot start")
+        if loaded != self.version:
+            raise Fatal(
+                f"IMEX version {self.version} does not match the loaded NVIDIA driver "
+                f"version {loaded} ({path}); aborting"
+            )
+
+    def read_node_map(self) -> None:
+        path = self.cfg.get("IMEX_NODE_CONFIG_FILE") or "/etc/nvidia-imex/nodes_config.cfg"
+        try:
+            self.entries = read_nodes(path)
+        except OSError as exc:
+            raise Fatal(f"cannot read the node config file {path}: {exc}")
+        # The recovery key is the nodes file as written; the map this daemon shows its
+        # peers includes a stale entry when the fault knob asks for one.
+        self.persist_key = f"{zlib.crc32(chr(10).join(self.entries).encode()):08x}"
+        if self.faults.get("stale_node_map"):
+            self.entries.append(str(self.faults["stale_node_map"]))
+        self.map_key = f"{zlib.crc32(chr(10).join(self.entries).encode()):08x}"
+        self.addrs = self.resolve_all()
+        self.index = -1
+        for k, entry in enumerate(self.entries):
+            if self.ip in (entry, self.addrs[k]) or entry.lower() == self.hostname.lower():
+                self.index = k
+                break
+        if self.index < 0:
+            raise Fatal(f"this node ({self.ip}) is not in the node config file {path}")
+        peers = [k for k in range(len(self.entries)) if k != self.index]
+        self.out = dict.fromkeys(peers)
+        self.cells: dict[int, str] = dict.fromkeys(peers, "N")
+        self.retry_at: dict[int, float] = dict.fromkeys(peers, 0.0)
+        self.retry_delay: dict[int, float] = dict.fromkeys(peers, RETRY_FIRST_S)
+        self.lost_until: dict[int, float] = {}
+        self.peer_inst: dict[int, str] = {}
+
+    def resolve_all(self) -> list[str | None]:
+        """Each entry's address: an IP as is, a name through the tray's hosts file."""
+        hosts: dict[str, str] | None = None
+        addrs: list[str | None] = []
+        for entry in self.entries:
+            if is_ip(entry):
+                addrs.append(entry)
+                continue
+            if hosts is None:
+                hosts = read_hosts(os.path.join(self.root, "etc/hosts"))
+            addr = hosts.get(entry.lower())
+            if addr is None and entry.lower() == self.hostname.lower():
+                addr = self.ip  # a host resolves its own name
+            addrs.append(addr)
+        return addrs
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stop and time.monotonic() < deadline:
+            for _fd, _ev in self.ep.poll(max(0.0, deadline - time.monotonic())):
+                self.on_signals()
+
+    def listen_tcp(self, ip: str, port: int, what: str) -> _socket.socket:
+        sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((ip, port))
+        except OSError as exc:
+            raise Fatal(f"cannot listen for {what} connections on {ip}:{port}: {exc}")
+        return self.listening(sock, what)
+
+    def listening(self, sock: _socket.socket, what: str) -> _socket.socket:
+        sock.listen(256)
+        sock.setblocking(False)
+        self.ep.register(sock.fileno(), EPOLLIN)
+        self.listeners[sock.fileno()] = (sock, what)
+        return sock
+
+    def open_command_service(self) -> None:
+        if self.cfg.get("IMEX_CMD_ENABLED", "0") != "1":
+            return
+        port = self.cfg.get("IMEX_CMD_PORT", "50005")
+        if port:
+            ip = self.cfg.get("IMEX_CMD_BIND_INTERFACE_IP") or "127.0.0.1"
+            self.listen_tcp(ip, int(port), "command")
+        path = self.cfg.get("IMEX_CMD_UNIX_DOMAIN_PATH", "")
+        if path:
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            if os.path.exists(path):
+                os.unlink(path)  # left by an instance that did not shut down cleanly
+            try:
+                sock.bind(path)
+            except OSError as exc:
+                raise Fatal(f"cannot listen for commands on {path}: {exc}")
+            self.unix_path = path
+            self.listening(sock, "command")
+
+    # --- recovery quorum ----------------------------------------------------------------------
+    @property
+    def persist_path(self) -> str:
+        return os.path.join(self.root, "var/run/nvidia-imex/persist.dat")
+
+    def decide_recovery(self) -> None:
+        text = read_text(self.persist_path)
+        lines = text.splitlines() if text else []
+        if not lines:
+            return
+        if lines[0] != self.persist_key:
+            self.log("the node config changed since the last run: persist.dat discarded")
+            return
+        importers = {int(line.split("#", 1)[1].split(":", 1)[0]) for line in lines[1:] if line}
+        importers &= set(self.out)
+        if not importers:
+            return
+        if self.cfg.get("IMEX_WAIT_FOR_QUORUM", "RECOVERY").upper() == "NONE":
+            self.log("unclean shutdown before; IMEX_WAIT_FOR_QUORUM=NONE: not waiting")
+            return
+        self.recovering = importers
+        self.log(
+            f"unclean shutdown before: waiting for {len(importers)} former importer(s) "
+            f"to reconnect ({', '.join(f'#{k}' for k in sorted(importers))})",
+            3,
+        )
+        if self.grace >= 0:
+            self.recovery_deadline = time.monotonic() + self.grace
+        self.set_state("WAITING_FOR_RECOVERY")
+
+    def recovered(self, peer: int) -> None:
+        if peer in self.recovering:
+            self.recovering.discard(peer)
+            self.persist_dirty = True
+            if not self.recovering:
+                self.log("every former importer reconnected: recovery done")
+                self.become_ready()
+
+    def give_up_recovery(self) -> None:
+        for peer in sorted(self.recovering):
+            self.log(f"node {peer} did not return within the grace time: clean up triggered", 3)
+        self.recovering.clear()
+        self.persist_dirty = True
+        self.become_ready()
+
+    def become_ready(self) -> None:
+        self.recovery_deadline = None
+        self.set_state("INIT_GPU")
+        self.set_state("READY")
+        self.persist_dirty = True
+
+    def write_persist(self) -> None:
+        self.persist_dirty = False
+        lines = [self.persist_key]
+        for k in sorted(self.importers | self.recovering):
+            lines.append(f"Node #{k}: {self.entries[k]}")
+        os.makedirs(os.path.dirname(self.persist_path), exist_ok=True)
+        write_atomic(self.persist_path, "\n".join(lines) + "\n")
+
+    # --- peer links ---------------------------------------------------------------------------
+    def hello(self) -> bytes:
+        name = self.hostname or "-"
+        return (
+            f"H {self.index} {self.ip} {name} {self.version} {self.map_key} {self.inst}\n"
+        ).encode()
+
+    def send(self, link: Link, data: bytes) -> None:
+        link.wbuf += data
         self.flush(link)
 
     def flush(self, link: Link) -> None:
@@ -211,183 +435,369 @@ class Daemon:
             except OSError:
                 self.drop(link)
                 return
-        if link.close_after_write and not link.wbuf:
+        if link.closing and not link.wbuf:
             self.drop(link)
             return
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if link.wbuf else 0)
-        with contextlib.suppress(KeyError, ValueError):
-            self.sel.modify(link.sock, events, link)
+        if link.fd in self.links:
+            self.ep.modify(link.fd, EPOLLIN | (EPOLLOUT if link.wbuf else 0))
 
-    def broadcast(self) -> None:
-        """Peers hear about a change once per loop pass, however many cells changed in it."""
-        self.dirty = True
+    def add_link(self, link: Link, events: int) -> None:
+        self.links[link.fd] = link
+        self.ep.register(link.fd, events)
 
-    def flush_status(self) -> None:
-        self.dirty = False
-        message = self.status_msg()
-        for link in list(self.links):
-            if link.kind == "out" and link.stage == "up":
-                self.send(link, message)
-
-    # --- start ------------------------------------------------------------------------------
-    def take_tray_lock(self) -> None:
-        os.makedirs(self.emu_dir, exist_ok=True)
-        self.lock_fh = open(os.path.join(self.emu_dir, "imex.lock"), "a+")  # noqa: SIM115
-        try:
-            fcntl.flock(self.lock_fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            print(
-                "nvidia-imex: another IMEX daemon is running on this node: NV_ERR_IN_USE",
-                file=sys.stderr,
-                flush=True,
-            )
-            sys.exit(1)
-        self.lock_fh.seek(0)
-        previous = self.lock_fh.read().strip()
-        self.unclean_before = previous.startswith("running")
-        self.lock_fh.seek(0)
-        self.lock_fh.truncate()
-        self.lock_fh.write(f"running {os.getpid()}\n")
-        self.lock_fh.flush()
-
-    def listen(self, ip: str, port: int) -> socket.socket:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((ip, port))
-        sock.listen(256)
-        sock.setblocking(False)
-        return sock
-
-    def start(self) -> None:
-        if self.cfg.get("LOG_FILE_NAME"):
-            self.log_fh = open(self.cfg["LOG_FILE_NAME"], "a", encoding="utf-8")  # noqa: SIM115
-        self.take_tray_lock()
-        self.log(f"IMEX version {self.version} starting, config {self.config_path}")
-        if self.index < 0:
-            self.log(f"this node ({self.ip}) is not in the node config file; exiting")
-            sys.exit(1)
-        delay = float(self.faults.get("start_delay_s", 0) or 0)
-        if delay:
-            time.sleep(delay)
-        self.set_state("STARTING_AUTH_SERVER")
-        try:
-            self.server = self.listen(self.ip, self.port)
-        except OSError as exc:
-            self.log(f"cannot listen on {self.ip}:{self.port}: {exc}")
-            sys.exit(1)
-        self.sel.register(self.server, selectors.EVENT_READ, "server")
-        if self.cfg.get("IMEX_CMD_ENABLED", "0") == "1":
-            cmd_ip = self.cfg.get("IMEX_CMD_BIND_INTERFACE_IP") or "127.0.0.1"
-            cmd_port = int(self.cfg.get("IMEX_CMD_PORT", "50005"))
-            try:
-                self.cmd_server = self.listen(cmd_ip, cmd_port)
-            except OSError as exc:
-                self.log(f"cannot listen for commands on {cmd_ip}:{cmd_port}: {exc}")
-                sys.exit(1)
-            self.sel.register(self.cmd_server, selectors.EVENT_READ, "cmd")
-        if self.unclean_before:
-            self.set_state("WAITING_FOR_RECOVERY")
-        for peer in range(len(self.nodes)):
-            if peer != self.index:
-                self.cells[peer] = "N"
-                self.out[peer] = None
-                self.retry_at[peer] = 0.0
-                self.retry_delay[peer] = RETRY_FIRST_S
-        self.set_state("WAITING_FOR_PEERS")
-        self.check_ready()
-
-    def check_ready(self) -> None:
-        if self.state == "WAITING_FOR_PEERS" and all(c == "C" for c in self.cells.values()):
-            self.set_state("INIT_GPU")
-            self.set_state("READY")
-
-    # --- peers ----------------------------------------------------------------------------
     def connect(self, peer: int) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        addr = self.addrs[peer]
+        if addr is None or addr in self.cut:
+            return
+        sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
         sock.setblocking(False)
         # Linux lets a listener take a port held by a TIME_WAIT socket only when both set
-        # SO_REUSEADDR. Outbound sockets take ephemeral ports on this tray's IP, which a
-        # (re)starting daemon on the same IP may want as its SERVER_PORT or IMEX_CMD_PORT.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # SO_REUSEADDR; outbound sockets take ports on this tray's IP, which a restarting
+        # daemon on the same IP may want as its SERVER_PORT or IMEX_CMD_PORT.
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         try:
             sock.bind((self.ip, 0))  # peers see which tray is calling
-            err = sock.connect_ex((self.nodes[peer], self.port))
+            err = sock.connect_ex((addr, self.port))
         except OSError as exc:
             err = exc.errno or errno.EINVAL
         if err not in (0, errno.EINPROGRESS):
             sock.close()
             self.schedule_retry(peer)
             return
-        link = Link(sock, "out", peer)
-        self.links.add(link)
+        link = Link(sock, "out", peer, addr)
         self.out[peer] = link
-        self.sel.register(sock, selectors.EVENT_WRITE, link)
+        self.add_link(link, EPOLLOUT)
 
     def schedule_retry(self, peer: int) -> None:
-        delay = self.retry_delay.get(peer, RETRY_FIRST_S)
+        delay = self.retry_delay[peer]
         self.retry_at[peer] = time.monotonic() + delay
-        self.retry_delay[peer] = min(delay * 1.5, RETRY_MAX_S)
+        self.retry_delay[peer] = min(delay * 2, RETRY_MAX_S)
 
-    def drop(self, link: Link) -> None:
-        if link not in self.links:
+    def call_now(self, peer: int) -> None:
+        self.retry_at[peer] = 0.0
+        self.retry_delay[peer] = RETRY_FIRST_S
+
+    def drop(self, link: Link, *, lost: bool = True) -> None:
+        if self.links.pop(link.fd, None) is None:
             return
-        self.links.discard(link)
-        with contextlib.suppress(KeyError, ValueError):
-            self.sel.unregister(link.sock)
+        self.ep.unregister(link.fd)
         link.sock.close()
-        if link.kind == "out" and link.peer is not None and self.out.get(link.peer) is link:
-            self.out[link.peer] = None
-            cell = self.cells.get(link.peer, "N")
-            if cell == "C":
-                self.set_cell(link.peer, "D")
-            self.schedule_retry(link.peer)
-        elif link.kind == "in" and link.peer is not None:
-            self.remote.pop(link.peer, None)
+        if link.kind != "out" or self.out.get(link.peer) is not link:
+            return
+        peer = link.peer
+        self.out[peer] = None
+        for query in list(self.queries.values()):
+            if peer in query.waiting:
+                query.waiting.discard(peer)
+                self.maybe_answer(query)
+        if link.up and lost and self.cells[peer] == "C":
+            self.peer_lost(peer)
+        self.schedule_retry(peer)
 
-    def mismatch(self, message: dict) -> str | None:
-        if message.get("map") != self.map_hash:
+    def peer_lost(self, peer: int) -> None:
+        """The connection to a peer's instance broke without a goodbye."""
+        if self.grace == 0:
+            self.clean_up(peer, "connection lost, grace time 0")
+            return
+        self.set_cell(peer, "R")
+        if self.grace > 0:
+            self.lost_until[peer] = time.monotonic() + self.grace
+
+    def clean_up(self, peer: int, why: str) -> None:
+        self.log(f"clean up triggered for node {peer} ({self.entries[peer]}): {why}", 3)
+        self.lost_until.pop(peer, None)
+        if peer in self.importers:
+            self.importers.discard(peer)
+            self.persist_dirty = True
+        self.set_cell(peer, "D")
+
+    def note_instance(self, peer: int, inst: str) -> None:
+        """A hello names the peer's instance: a new one means the old one is gone."""
+        old = self.peer_inst.get(peer)
+        self.peer_inst[peer] = inst
+        if old is None or old == inst:
+            return
+        if self.cells[peer] in ("C", "R"):
+            self.clean_up(peer, "it restarted (a new IMEX instance)")
+        link = self.out[peer]
+        if link is not None and link.up:
+            self.drop(link, lost=False)  # it was talking to the instance that died
+
+    def mismatch(self, words: list[str]) -> str | None:
+        if words[5] != self.map_key:
             return "!M!"
-        if message.get("version") != self.version:
+        if words[4] != self.version:
             return "!V!"
         return None
 
-    def refused(self, host: str) -> bool:
-        return host in (self.faults.get("refuse_peers") or [])
+    def on_hello_out(self, link: Link, words: list[str]) -> None:
+        peer = link.peer
+        bad = self.mismatch(words)
+        if bad:
+            self.set_cell(peer, bad)
+            self.retry_delay[peer] = RETRY_MAX_S
+            link.closing = True
+            self.flush(link)
+            return
+        self.note_instance(peer, words[6])
+        link.up = True
+        self.retry_delay[peer] = RETRY_FIRST_S
+        self.lost_until.pop(peer, None)
+        if self.cells[peer] == "R":
+            self.log(f"node {peer} reconnected (same instance): nothing to clean up")
+        self.set_cell(peer, "C")
+        if peer not in self.importers:
+            self.importers.add(peer)
+            self.persist_dirty = True
+        self.recovered(peer)
 
-    def on_message(self, link: Link, message: dict) -> None:
-        kind = message.get("t")
-        if link.kind == "out" and kind == "hello" and link.peer is not None:
-            bad = self.mismatch(message)
+    def on_hello_in(self, link: Link, words: list[str]) -> None:
+        peer, host = int(words[1]), words[2]
+        if host in self.refuse or host in self.cut:
+            self.log(f"dropping a connection from {host} (fault knob)")
+            self.drop(link)
+            return
+        link.peer, link.addr, link.up = peer, host, True
+        bad = self.mismatch(words)
+        link.closing = bad is not None
+        if peer in self.out:
             if bad:
-                self.set_cell(link.peer, bad)
-                link.close_after_write = True
-                self.flush(link)
-                return
-            link.stage = "up"
-            self.retry_delay[link.peer] = RETRY_FIRST_S
-            self.broadcast()
-            self.set_cell(link.peer, "C")
-        elif link.kind == "in" and kind == "hello":
-            peer = message.get("index")
-            host = str(message.get("host", ""))
-            if self.refused(host):
-                self.log(f"refusing connection from {host} (fault knob)")
-                self.drop(link)
-                return
-            link.close_after_write = self.mismatch(message) is not None
-            link.host_name = str(message.get("hostName", ""))
-            if isinstance(peer, int) and 0 <= peer < len(self.nodes) and peer != self.index:
-                link.peer = peer
-                if self.out.get(peer) is None and self.cells.get(peer) != "C":
-                    # the peer is up (it called us): call back now rather than at the next retry
-                    self.retry_at[peer] = 0.0
-                    self.retry_delay[peer] = RETRY_FIRST_S
-                bad = self.mismatch(message)
-                if bad:
+                if self.cells[peer] != "C":
                     self.set_cell(peer, bad)
-            self.send(link, self.hello())
-        elif link.kind == "in" and kind == "status" and link.peer is not None:
-            self.remote[link.peer] = message
+            else:
+                self.note_instance(peer, words[6])
+                if self.out[peer] is None:
+                    self.call_now(peer)  # it is up (it called us): call back now
+                self.recovered(peer)
+        self.send(link, self.hello())
+
+    def on_peer_line(self, link: Link, line: str) -> None:
+        words = line.split()
+        if not words:
+            return
+        kind = words[0]
+        if kind == "H" and len(words) == 7:
+            if link.kind == "out":
+                self.on_hello_out(link, words)
+            else:
+                self.on_hello_in(link, words)
+        elif kind == "A" and link.kind == "in" and link.up:
+            self.send(link, self.row_reply(words[1]))
+        elif kind == "R" and link.kind == "out":
+            query = self.queries.get(int(words[1]))
+            if query is not None and link.peer in query.waiting:
+                query.rows[link.peer] = words[2:]
+                query.waiting.discard(link.peer)
+                self.maybe_answer(query)
+        elif kind == "B" and link.peer in self.out:
+            self.peer_said_goodbye(link.peer)
+            self.drop(link, lost=False)
+
+    def peer_said_goodbye(self, peer: int) -> None:
+        if self.cells[peer] in ("C", "R"):
+            self.clean_up(peer, "it shut down")
+        self.peer_inst.pop(peer, None)
+        link = self.out[peer]
+        if link is not None:
+            self.drop(link, lost=False)
+
+    def row_reply(self, qid: str) -> bytes:
+        cells = " ".join(f"{k}:{c}" for k, c in self.cells.items())
+        name = self.hostname or "-"
+        return f"R {qid} {self.state} {self.version} {name} {cells}\n".encode()
+
+    # --- the command service ------------------------------------------------------------------
+    def on_command(self, link: Link, line: str) -> None:
+        flags = line.split()
+        if "-q" in flags:
+            self.reply(link, self.state + "\n")
+            return
+        up = [(k, out) for k, out in self.out.items() if out is not None and out.up]
+        query = Query(self.next_query, link, flags, {k for k, _ in up})
+        self.next_query += 1
+        self.queries[query.qid] = query
+        ask = f"A {query.qid}\n".encode()
+        for _, out in up:
+            self.send(out, ask)  # a failed send drops the link, which stops the wait for it
+        self.maybe_answer(query)
+
+    def maybe_answer(self, query: Query, *, timed_out: bool = False) -> None:
+        if (query.waiting and not timed_out) or self.queries.pop(query.qid, None) is None:
+            return
+        if self.links.get(query.link.fd) is query.link:  # the client may have gone
+            self.reply(query.link, self.render(query))
+
+    def reply(self, link: Link, text: str) -> None:
+        link.closing = True
+        self.send(link, text.encode())
+
+    def domain_view(self, query: Query) -> tuple[str, list[dict]]:
+        """(domain state, one dict per node) as this daemon sees the domain right now."""
+        nodes = []
+        all_up = self.state == "READY"
+        for k, host in enumerate(self.entries):
+            if k == self.index:
+                status, version, name, row = self.state, self.version, self.hostname, self.cells
+            elif k in query.rows:
+                words = query.rows[k]
+                status, version, name = words[0], words[1], "" if words[2] == "-" else words[2]
+                row = {int(j): c for j, _, c in (w.partition(":") for w in words[3:])}
+            else:
+                status, version, name, row = "UNAVAILABLE", "", "", {}
+            cells = [(j, "C" if j == k else row.get(j, "I")) for j in range(len(self.entries))]
+            all_up = all_up and status == "READY" and all(c == "C" for _, c in cells)
+            changed = self.seen_status.get(k) != status
+            self.seen_status[k] = status
+            nodes.append({"status": status, "host": host, "version": version, "name": name,
+                          "changed": changed, "cells": cells})  # fmt: skip
+        if all_up:
+            return "UP", nodes
+        return ("DEGRADED" if self.state == "READY" else "DOWN"), nodes
+
+    def render(self, query: Query) -> str:
+        domain, nodes = self.domain_view(query)
+        if "-j" in query.flags:
+            return render_json(domain, nodes, self.entries, "-H" in query.flags)
+        return render_text(domain, nodes, "-H" in query.flags)
+
+    # --- signals ------------------------------------------------------------------------------
+    def on_signals(self) -> None:
+        try:
+            data = os.read(self.signal_fd, 64)
+        except BlockingIOError:
+            return
+        for signum in data:
+            if signum in SHUTDOWN_SIGNALS:
+                self.stop = True
+            elif signum == _signal.SIGUSR1:
+                self.on_usr1()
+            elif signum == _signal.SIGUSR2:
+                self.faults = read_json(os.path.join(self.emu_dir, "faults.json"))
+                self.apply_faults()
+                self.log(f"SIGUSR2 (emulator): fault knobs re-read: {sorted(self.faults)}")
+                self.apply_cuts()
+            elif signum == _signal.SIGHUP:
+                self.log("SIGHUP: dumping the verbose log buffer (configuration not reloaded)")
+                self.dump_verbose()
+
+    def on_usr1(self) -> None:
+        now = time.monotonic()
+        if self.usr1_at is not None and now - self.usr1_at < USR1_INTERVAL_S:
+            self.log(
+                f"SIGUSR1 ignored: the last one was processed {now - self.usr1_at:.1f} s ago "
+                f"(at most one every {USR1_INTERVAL_S:.0f} s)",
+                3,
+            )
+            return
+        self.usr1_at = now
+        if not self.out:
+            return  # still initialising (names are resolved next), or no peers at all
+        fresh = self.resolve_all()
+        changed = 0
+        for peer in self.out:
+            if fresh[peer] != self.addrs[peer]:
+                changed += 1
+                self.log(f"node {peer} ({self.entries[peer]}): {self.addrs[peer]} -> {fresh[peer]}")
+                self.addrs[peer] = fresh[peer]
+                link = self.out[peer]
+                if link is not None:
+                    self.drop(link)  # that address is no longer this node
+                self.call_now(peer)
+            elif self.out[peer] is None:
+                self.call_now(peer)
+        self.log(f"SIGUSR1: names re-resolved, {changed} address(es) changed; reconnecting")
+
+    def apply_cuts(self) -> None:
+        for link in list(self.links.values()):
+            cut = link.addr in self.cut or (link.kind == "in" and link.addr in self.refuse)
+            if cut and link.kind != "cmd":
+                self.drop(link)  # silently: a cut network says no goodbye
+        for peer, link in self.out.items():
+            if link is None and self.addrs[peer] not in self.cut:
+                self.call_now(peer)
+
+    # --- loop -----------------------------------------------------------------------------
+    def run(self) -> int:
+        rfd, wfd = os.pipe()
+        os.set_blocking(rfd, False)
+        os.set_blocking(wfd, False)
+        self.signal_fd = rfd
+        _signal.set_wakeup_fd(wfd)
+        for sig in (*SHUTDOWN_SIGNALS, _signal.SIGUSR1, _signal.SIGUSR2, _signal.SIGHUP):
+            _signal.signal(sig, _ignore)
+        self.ep.register(rfd, EPOLLIN)
+        try:
+            self.start()
+        except (Fatal, OSError) as exc:
+            self.log(str(exc), 1)
+            if self.log_fh is not sys.stderr or self.log_level < 1:
+                print(f"nvidia-imex: {exc}", file=sys.stderr, flush=True)
+            return 1
+        while not self.stop:
+            timeout = self.timers(time.monotonic())
+            if self.persist_dirty:
+                self.write_persist()
+            for fd, events in self.ep.poll(timeout):
+                self.dispatch(fd, events)
+        return self.shutdown()
+
+    def timers(self, now: float) -> float:
+        """Run what is due; returns how long the loop may sleep (-1: until something happens)."""
+        if self.crash_at is not None and now >= self.crash_at:
+            self.log("crashing (fault knob crash_after_s)", 1)
+            os._exit(1)
+        due = [self.crash_at] if self.crash_at is not None else []
+        for peer, link in self.out.items():
+            if link is None and self.addrs[peer] is not None and self.addrs[peer] not in self.cut:
+                if self.retry_at[peer] <= now:
+                    self.connect(peer)
+                if self.out[peer] is None:
+                    due.append(self.retry_at[peer])
+        for peer, until in list(self.lost_until.items()):
+            if until <= now:
+                self.clean_up(peer, f"not back within the grace time ({self.grace:g} s)")
+            else:
+                due.append(until)
+        if self.recovery_deadline is not None:
+            if self.recovery_deadline <= now:
+                self.give_up_recovery()
+            else:
+                due.append(self.recovery_deadline)
+        for query in list(self.queries.values()):
+            if query.deadline <= now:
+                self.maybe_answer(query, timed_out=True)
+            else:
+                due.append(query.deadline)
+        return max(0.0, min(due) - now) if due else -1
+
+    def dispatch(self, fd: int, events: int) -> None:
+        if fd == self.signal_fd:
+            self.on_signals()
+            return
+        if fd in self.listeners:
+            sock, what = self.listeners[fd]
+            try:
+                new_fd, _ = sock._accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            conn = _socket.socket(fileno=new_fd)
+            conn.setblocking(False)
+            self.add_link(Link(conn, "in" if what == "peer" else "cmd"), EPOLLIN)
+            return
+        link = self.links.get(fd)
+        if link is None:
+            return
+        if link.connecting:
+            if link.sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR):
+                self.drop(link)
+            else:
+                link.connecting = False
+                self.send(link, self.hello())
+            return
+        if events & EPOLLOUT:
+            self.flush(link)
+        if events & (EPOLLIN | EPOLLERR) and link.fd in self.links:
+            self.on_readable(link)
 
     def on_readable(self, link: Link) -> None:
         try:
@@ -400,188 +810,39 @@ class Daemon:
             self.drop(link)
             return
         link.rbuf += data
-        while b"\n" in link.rbuf and link in self.links:
-            line, _, link.rbuf = link.rbuf.partition(b"\n")
+        while b"\n" in link.rbuf and link.fd in self.links:
+            raw, _, link.rbuf = link.rbuf.partition(b"\n")
+            line = raw.decode("ascii", "replace")
             if link.kind == "cmd":
-                self.on_command(link, line.decode(errors="replace"))
+                self.on_command(link, line)
                 return
-            try:
-                message = json.loads(line)
-            except ValueError:
-                self.drop(link)
-                return
-            self.on_message(link, message)
-
-    def on_connected(self, link: Link) -> None:
-        err = link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err:
-            self.drop(link)
-            return
-        link.stage = "handshake"
-        self.send(link, self.hello())
-
-    # --- the command port -------------------------------------------------------------------
-    def domain_view(self) -> dict:
-        """The `-N -j` document: the domain as this daemon sees it."""
-        nodes: dict[str, dict] = {}
-        all_up = self.state == "READY"
-        for k, host in enumerate(self.nodes):
-            if k == self.index:
-                status, version, row, name = self.state, self.version, self.cells, self.hostname
-            else:
-                seen = self.remote.get(k) if self.cells.get(k) == "C" else None
-                status = seen.get("state", "UNAVAILABLE") if seen else "UNAVAILABLE"
-                version = seen.get("version", "") if seen else ""
-                row = {int(j): c for j, c in (seen or {}).get("row", {}).items()}
-                name = self._peer_name(k) if seen is not None else ""
-            all_up = all_up and status == "READY"
-            connections = {}
-            for j, peer_host in enumerate(self.nodes):
-                if j == k:
-                    continue
-                cell = row.get(j, "I") if k != self.index else self.cells.get(j, "N")
-                connections[str(j)] = {"host": peer_host, "status": CELL_WORDS[cell], "cell": cell}
-                all_up = all_up and cell == "C"
-            changed = self.last_seen_status.get(str(k)) != status
-            self.last_seen_status[str(k)] = status
-            node = {"status": status, "host": host, "version": version, "changed": changed}
-            if name:
-                node["hostName"] = name
-            node["connections"] = connections
-            nodes[str(k)] = node
-        if all_up:
-            domain = "UP"
-        elif self.state == "READY":
-            domain = "DEGRADED"
-        else:
-            domain = "DOWN"
-        return {"status": domain, "nodes": nodes}
-
-    def _peer_name(self, k: int) -> str:
-        for link in self.links:
-            if link.kind == "in" and link.peer == k:
-                return link.host_name
-        return ""
-
-    def render(self, flags: list[str]) -> str:
-        if "-q" in flags:
-            return self.state + "\n"
-        view = self.domain_view()
-        if "-j" in flags:
-            if "-H" not in flags:
-                for node in view["nodes"].values():
-                    node.pop("hostName", None)
-            for node in view["nodes"].values():
-                for conn in node["connections"].values():
-                    conn.pop("cell", None)
-            return json.dumps(view, indent=2) + "\n"
-        return self.render_text(view, "-H" in flags)
-
-    def render_text(self, view: dict, hostnames: bool) -> str:
-        now = datetime.datetime.now()
-        lines = [LEGEND, f"{now.month}/{now.day}/{now.year} {now:%H:%M:%S.%f}"[:-3], "Nodes:"]
-        for k, node in view["nodes"].items():
-            host = node["host"] + (
-                f" ({node['hostName']})" if hostnames and "hostName" in node else ""
-            )
-            lines.append(
-                f"Node #{k:<3} - {host:<15} - {node['status']:<20} - Version: {node['version']}"
-            )
-        size = len(self.nodes)
-        lines.append("")
-        lines.append(" Nodes From\\To  " + "".join(f"{j:<4}" for j in range(size)))
-        for k in range(size):
-            node = view["nodes"][str(k)]
-            cells = []
-            for j in range(size):
-                cells.append("C" if j == k else node["connections"][str(j)]["cell"])
-            lines.append(f"       {k:<8} " + "".join(f"{c:<4}" for c in cells))
-        lines.append(f"Domain State: {view['status']}")
-        return "\n".join(lines) + "\n"
-
-    def on_command(self, link: Link, line: str) -> None:
-        link.wbuf += self.render(line.split()).encode()
-        link.close_after_write = True
-        self.flush(link)
-
-    # --- loop -----------------------------------------------------------------------------
-    def on_signal(self, signum: int) -> None:
-        if signum in (signal.SIGTERM, signal.SIGINT):
-            self.stop = True
-        elif signum == signal.SIGUSR1:
-            self.log("SIGUSR1: re-resolving peers and reconnecting")
-            for link in list(self.links):
-                if link.kind == "out":
-                    self.drop(link)
-            for peer in self.retry_at:
-                self.retry_at[peer] = 0.0
-                self.retry_delay[peer] = RETRY_FIRST_S
-        elif signum == signal.SIGHUP:
-            self.log("SIGHUP ignored: the configuration is read only at start")
-
-    def run(self) -> int:
-        rpipe, wpipe = os.pipe()
-        os.set_blocking(rpipe, False)
-        os.set_blocking(wpipe, False)
-        signal.set_wakeup_fd(wpipe)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
-            signal.signal(sig, lambda *_: None)
-        self.start()
-        self.sel.register(rpipe, selectors.EVENT_READ, "signal")
-        crash_after = float(self.faults.get("crash_after_s", 0) or 0)
-        while not self.stop:
-            now = time.monotonic()
-            if crash_after and now - self.started >= crash_after:
-                self.log("crashing (fault knob crash_after_s)")
-                os._exit(1)
-            for peer, link in self.out.items():
-                if link is None and self.retry_at[peer] <= now:
-                    self.connect(peer)
-            if now - self.last_keepalive >= KEEPALIVE_S:
-                self.last_keepalive = now
-                self.broadcast()
-            waits = [self.retry_at[p] - now for p, lk in self.out.items() if lk is None]
-            timeout = max(0.0, min([KEEPALIVE_S, *waits]))
-            for key, events in self.sel.select(0 if self.dirty else timeout):
-                self.dispatch(key, events, rpipe)
-            if self.dirty:
-                self.flush_status()
-        return self.shutdown()
-
-    def dispatch(self, key: selectors.SelectorKey, events: int, rpipe: int) -> None:
-        data = key.data
-        if data == "signal":
-            with contextlib.suppress(OSError):
-                for signum in os.read(rpipe, 64):
-                    self.on_signal(signum)
-        elif data in ("server", "cmd"):
-            with contextlib.suppress(BlockingIOError, InterruptedError):
-                sock, _ = key.fileobj.accept()  # type: ignore[union-attr]
-                sock.setblocking(False)
-                link = Link(sock, "in" if data == "server" else "cmd")
-                self.links.add(link)
-                self.sel.register(sock, selectors.EVENT_READ, link)
-        elif isinstance(data, Link):
-            if data.kind == "out" and data.stage == "connecting":
-                if events & selectors.EVENT_WRITE:
-                    self.on_connected(data)
-                return
-            if events & selectors.EVENT_WRITE:
-                self.flush(data)
-            if events & selectors.EVENT_READ and data in self.links:
-                self.on_readable(data)
+            self.on_peer_line(link, line)
 
     def shutdown(self) -> int:
         self.set_state("SHUTTING_DOWN")
-        self.flush_status()
-        for link in list(self.links):
-            self.drop(link)
+        for link in list(self.links.values()):
+            if link.kind != "cmd" and (link.kind == "in" or link.up):
+                try:  # noqa: SIM105 - contextlib costs a daemon start more than this
+                    link.sock.send(link.wbuf + b"B\n")  # peers drop what we shared at once
+                except OSError:
+                    pass
+            self.drop(link, lost=False)
+        self.importers.clear()
+        self.recovering.clear()
+        self.write_persist()  # a clean shutdown leaves only the key: no recovery wait
+        if self.unix_path:
+            os.unlink(self.unix_path)
         self.lock_fh.seek(0)
         self.lock_fh.truncate()
         self.lock_fh.write("stopped\n")
         self.lock_fh.flush()
         self.log("IMEX daemon stopped")
+        self.dump_verbose()
         return 0
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """The wakeup fd carries the signal to the loop; the handler itself does nothing."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -593,16 +854,17 @@ def main(argv: list[str] | None = None) -> int:
             print("nvidia-imex: -c needs a config file path", file=sys.stderr)
             return 2
         config = args[at + 1]
-    if not os.path.exists(config):
-        print(f"nvidia-imex: config file {config} not found", file=sys.stderr)
+    try:
+        cfg = read_config(config)
+    except OSError as exc:
+        print(f"nvidia-imex: cannot read the config file {config}: {exc}", file=sys.stderr)
         return 1
-    daemon = Daemon(config)
-    if daemon.cfg.get("DAEMONIZE", "0") == "1":
-        # The real daemon forks into the background; an agent always sets DAEMONIZE=0.
+    if cfg.get("DAEMONIZE", "1") == "1":
+        # The real daemon forks into the background by default; an agent sets DAEMONIZE=0.
         if os.fork():
             return 0
         os.setsid()
-    return daemon.run()
+    return Daemon(config, cfg).run()
 
 
 if __name__ == "__main__":

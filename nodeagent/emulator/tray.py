@@ -1,14 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
-"""An emulated tray's hardware facts under its root: /proc/devices and NVML fabric facts.
+"""An emulated tray's world under its root: /proc/devices, the loaded driver's version, NVML
+fabric facts, fault knobs, and what its emulated IMEX daemon leaves for tests to read.
 
 The agent reads `<root>/proc/devices` exactly as on a real tray and, with `--fabric-facts`,
-takes the GPUs and clique from `run/nvidia-emu/fabric.json` instead of NVML.
+takes the GPUs and clique from `run/nvidia-emu/fabric.json` instead of NVML. The emulated
+`nvidia-imex` reads `<root>/proc/driver/nvidia/version` (it refuses to start on a
+mismatch) and resolves host names through `<root>/etc/hosts`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -75,19 +80,63 @@ def prepare_tray(root: Path, facts: TrayFacts, faults: dict | None = None) -> Pa
     emu.mkdir(parents=True, exist_ok=True)
     document = asdict(facts) | {"channel_major": major}
     write_atomic(emu / "fabric.json", json.dumps(document, indent=2) + "\n")
+    write_driver_version(root, facts.driver_version)
     if faults is not None:
         set_faults(root, faults)
     return root
 
 
+def write_driver_version(root: Path, version: str) -> None:
+    """`proc/driver/nvidia/version` as the loaded kernel module words it (GB200: aarch64)."""
+    path = Path(root) / "proc/driver/nvidia/version"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(
+        path,
+        f"NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  {version}  Release Build  "
+        "(dvs-builder@U22-I3-AM25-27-2)  Wed Aug 27 20:18:35 UTC 2025\n"
+        "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n",
+    )
+
+
 def set_faults(root: Path, faults: dict) -> None:
-    """Fault knobs the emulated daemon reads when it starts (see imex.py)."""
+    """Fault knobs (see imex.py). A daemon already running re-reads them at once (SIGUSR2)."""
     path = Path(root) / EMU_DIR / "faults.json"
     if faults:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(faults) + "\n")
     elif path.exists():
         path.unlink()
+    pid = daemon_pid(root)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR2)
+
+
+def daemon_pid(root: Path) -> int | None:
+    """The emulated daemon holding this tray, or None when none runs.
+
+    Read from the pid it wrote into its lock file, and checked against /proc rather than by
+    trying the lock: a probe holding the lock even briefly could make a daemon starting at
+    that moment fail with NV_ERR_IN_USE."""
+    try:
+        words = (Path(root) / EMU_DIR / "imex.lock").read_text().split()
+    except FileNotFoundError:
+        return None
+    if len(words) != 2 or words[0] != "running" or not words[1].isdigit():
+        return None
+    pid = int(words[1])
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return pid if b"nodeagent.emulator.imex" in cmdline and state != "Z" else None
+
+
+def daemon_starts(root: Path) -> int:
+    """How many daemon instances have taken this tray (one line each in `starts`)."""
+    path = Path(root) / EMU_DIR / "starts"
+    return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -1,99 +1,33 @@
-"""The emulated nvidia-imex / nvidia-imex-ctl behave as IMEX-FACTS.md documents."""
+"""The emulated nvidia-imex / nvidia-imex-ctl behave as IMEX-FACTS.md and NVIDIA document."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from nodeagent.emulator.tray import IMEX_BIN, IMEX_CTL_BIN, set_faults
-from tests.factories import tray_ip_prefix
-from tests.support.processes import free_port
-
-NET = f"{tray_ip_prefix(12)}.250"  # moved by TEST_TRAY_IP_BASE like every suite's trays
-
-
-class Tray:
-    def __init__(self, root: Path, ip: str, nodes: list[str], port: int, cmd_port: int) -> None:
-        self.root, self.ip = root, ip
-        self.config = root / "etc/nvidia-imex/config.cfg"
-        self.config.parent.mkdir(parents=True, exist_ok=True)
-        nodes_file = self.config.parent / "nodes_config.cfg"
-        nodes_file.write_text("".join(f"{n}\n" for n in nodes))
-        self.config.write_text(
-            "DAEMONIZE=0\n"
-            f"SERVER_PORT={port}\nBIND_INTERFACE_IP={ip}\n"
-            f"IMEX_CMD_ENABLED=1\nIMEX_CMD_PORT={cmd_port}\nIMEX_CMD_BIND_INTERFACE_IP={ip}\n"
-            f"IMEX_NODE_CONFIG_FILE={nodes_file}  # comments are ignored\n"
-        )
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> subprocess.Popen:
-        self.proc = subprocess.Popen(
-            [IMEX_BIN, "-c", str(self.config)], stderr=subprocess.PIPE, text=True
-        )
-        return self.proc
-
-    def ctl(self, *flags: str) -> str:
-        done = subprocess.run(
-            [IMEX_CTL_BIN, "-c", str(self.config), *flags],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        return done.stdout
-
-    def wait_state(self, state: str, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.ctl("-q").strip() == state:
-                return
-            time.sleep(0.05)
-        raise AssertionError(
-            f"{self.ip} never reached {state}: {self.ctl('-q')!r}\n{self.ctl('-N')}\n{self.log()}"
-        )
-
-    def wait_domain(self, status: str, timeout: float = 5) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if json.loads(self.ctl("-N", "-j") or "{}").get("status") == status:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"{self.ip}: domain never {status}: {self.ctl('-N')}")
-
-    def log(self) -> str:
-        """What the daemon printed, once it has exited (a live one keeps its pipe)."""
-        if self.proc is None or self.proc.poll() is None:
-            return "(still running)"
-        return self.proc.stderr.read() if self.proc.stderr else ""
+from nodeagent.emulator.tray import IMEX_BIN, IMEX_CTL_BIN, set_faults, write_driver_version
+from tests.nodeagent.emulated import NET
 
 
 @pytest.fixture
-def domain(tmp_path) -> Iterator[list[Tray]]:
+def domain(emulated_trays):
     """Three trays on their own loopback IPs, one shared port pair, not started yet."""
-    ips = [f"{NET}.{i}" for i in (1, 2, 3)]
-    port, cmd_port = free_port(), free_port()
-    trays = [Tray(tmp_path / f"t{i}", ip, ips, port, cmd_port) for i, ip in enumerate(ips)]
-    yield trays
+    return emulated_trays(3)
+
+
+def start_all(trays, state: str = "READY") -> None:
     for tray in trays:
-        if tray.proc and tray.proc.poll() is None:
-            tray.proc.kill()
-            tray.proc.wait(5)
-
-
-def test_daemons_connect_to_every_peer_and_become_ready(domain):
-    for tray in domain:
         tray.start()
-    for tray in domain:
-        tray.wait_state("READY")
+    for tray in trays:
+        tray.wait_state(state)
+
+
+def test_daemons_connect_to_every_peer_and_the_domain_is_up(domain):
+    start_all(domain)
     assert domain[0].ctl("-q") == "READY\n"  # exactly one word
-    # Each node's row of the matrix reaches the others in its next status message.
     for tray in domain:
         tray.wait_domain("UP")
 
@@ -102,112 +36,154 @@ def test_daemons_connect_to_every_peer_and_become_ready(domain):
     assert f"Node #0   - {NET}.1" in text and "READY" in text
     assert text.rstrip().endswith("Domain State: UP")
 
-    doc = json.loads(domain[1].ctl("-N", "-j"))
+    doc = domain[1].domain()
     assert doc["status"] == "UP"
     assert set(doc["nodes"]) == {"0", "1", "2"}
     node = doc["nodes"]["1"]
     assert {"status", "host", "version", "changed", "connections"} <= set(node)
     assert node["connections"]["0"] == {"host": f"{NET}.1", "status": "CONNECTED"}
-    assert (
-        "hostName" not in node
-        and "hostName" in json.loads(domain[1].ctl("-N", "-j", "-H"))["nodes"]["1"]
-    )
+    assert "hostName" not in node
+    with_names = domain[1].ctl("-N", "-j", "-H")
+    assert '"hostName": "tray-1"' in with_names and '"hostName": "tray-2"' in with_names
 
 
-def test_a_lost_peer_shows_as_disconnected_and_the_domain_degraded(domain):
-    for tray in domain:
-        tray.start()
-    for tray in domain:
-        tray.wait_state("READY")
-    domain[2].proc.send_signal(signal.SIGTERM)  # graceful
-    assert domain[2].proc.wait(5) == 0
-    time.sleep(0.3)
-    doc = json.loads(domain[0].ctl("-N", "-j"))
-    assert doc["status"] == "DEGRADED"
-    assert doc["nodes"]["0"]["connections"]["2"]["status"] == "DISCONNECTED"
+def test_ready_is_per_node_even_while_a_peer_never_connected(domain):
+    """`-q` is the local daemon: READY once it serves, whatever its peers do."""
+    start_all(domain[:2])
+    doc = domain[0].domain()
+    assert domain[0].state() == "READY"
+    assert doc["status"] == "DEGRADED"  # the domain is -N's business
+    assert doc["nodes"]["0"]["connections"]["2"]["status"] == "NEVER_CONNECTED"
     assert doc["nodes"]["2"]["status"] == "UNAVAILABLE"
-    assert domain[0].ctl("-q") == "READY\n"  # still serving the peers it has
+    # a node nobody can reach has no row: every cell Invalid
+    assert {c["status"] for c in doc["nodes"]["2"]["connections"].values()} == {"INVALID"}
+    domain[2].start()
+    domain[0].wait_domain("UP")
+
+
+def test_a_gracefully_stopped_peer_is_disconnected_at_once(domain):
+    start_all(domain)
+    domain[0].wait_domain("UP")
+    assert domain[2].stop() == 0  # SIGTERM: it tells its peers, who clean up at once
+    domain[0].wait_cell(2, "DISCONNECTED", timeout=5)
+    doc = domain[0].domain()
+    assert doc["status"] == "DEGRADED"
+    assert doc["nodes"]["2"]["status"] == "UNAVAILABLE"
+    assert domain[0].state() == "READY"  # still serving the peers it has
+    assert "clean up triggered for node 2" in domain[0].log()
+    assert "SHUTTING_DOWN" in domain[2].log()
 
 
 def test_a_node_map_mismatch_is_reported_as_such(domain):
-    domain[2].config.parent.joinpath("nodes_config.cfg").write_text(
-        f"{NET}.3\n{NET}.2\n{NET}.1\n"  # same trays, other order: indexes differ
-    )
-    for tray in domain:
-        tray.start()
-    time.sleep(1.0)
-    assert domain[0].ctl("-q").strip() == "WAITING_FOR_PEERS"
-    doc = json.loads(domain[0].ctl("-N", "-j"))
-    assert doc["nodes"]["0"]["connections"]["2"]["status"] == "NODE_MAP_MISMATCH"
+    domain[2].write_nodes([f"{NET}.3", f"{NET}.2", f"{NET}.1"])  # same trays, other order
+    start_all(domain)
+    domain[0].wait_cell(2, "NODE_MAP_MISMATCH")
+    assert domain[0].domain()["status"] == "DEGRADED"
     assert "!M!" in domain[0].ctl("-N")
 
 
-def test_a_version_mismatch_is_reported_as_such(domain):
-    set_faults(domain[1].root, {"version": "570.1.1"})
-    for tray in domain:
-        tray.start()
-    time.sleep(1.0)
-    doc = json.loads(domain[0].ctl("-N", "-j"))
-    assert doc["nodes"]["0"]["connections"]["1"]["status"] == "VERSION_MISMATCH"
-    assert domain[0].ctl("-q").strip() == "WAITING_FOR_PEERS"
+def test_a_version_mismatch_between_trays_is_reported_as_such(domain):
+    set_faults(domain[1].root, {"version": "570.86.10"})  # a tray on another driver release
+    start_all(domain)
+    domain[0].wait_cell(1, "VERSION_MISMATCH")
+    assert domain[0].domain()["status"] == "DEGRADED"
+    assert "Version: 570.86.10" in domain[1].ctl("-N")
 
 
 def test_a_refused_peer_never_connects(domain):
     set_faults(domain[0].root, {"refuse_peers": [f"{NET}.2"]})
-    for tray in domain:
-        tray.start()
-    domain[2].wait_state("READY")
+    start_all(domain)
+    domain[2].wait_domain("DEGRADED")
     time.sleep(0.5)
-    doc = json.loads(domain[1].ctl("-N", "-j"))
-    assert doc["nodes"]["1"]["connections"]["0"]["status"] == "NEVER_CONNECTED"
-    assert domain[1].ctl("-q").strip() == "WAITING_FOR_PEERS"
+    assert domain[1].cell(0) == "NEVER_CONNECTED"
+    assert domain[0].cell(1) == "CONNECTED"  # only its incoming side is refused
 
 
 def test_a_second_daemon_on_the_same_tray_fails_in_use(domain):
     domain[0].start()
-    domain[0].wait_state("WAITING_FOR_PEERS")
-    second = subprocess.run(
-        [IMEX_BIN, "-c", str(domain[0].config)], capture_output=True, text=True, timeout=10
-    )
+    domain[0].wait_state("READY")
+    second = domain[0].run_to_exit()
     assert second.returncode != 0 and "NV_ERR_IN_USE" in second.stderr
+    assert domain[0].alive() and domain[0].starts() == 1
 
 
-def test_sighup_does_not_reload_and_sigusr1_reconnects(domain):
-    for tray in domain:
-        tray.start()
-    for tray in domain:
-        tray.wait_state("READY")
-    domain[0].proc.send_signal(signal.SIGHUP)
-    domain[0].proc.send_signal(signal.SIGUSR1)
-    time.sleep(0.5)
-    assert domain[0].proc.poll() is None
-    assert json.loads(domain[0].ctl("-N", "-j"))["status"] == "UP"
-    domain[0].proc.send_signal(signal.SIGTERM)
-    domain[0].proc.wait(5)
-    log = domain[0].proc.stderr.read()
-    assert "SIGHUP ignored" in log and "SIGUSR1" in log and "SHUTTING_DOWN" in log
+def test_sighup_reloads_nothing_and_dumps_the_verbose_log(emulated_trays):
+    (tray,) = emulated_trays(1, LOG_LEVEL=2)  # errors only, as the agent configures it
+    tray.start()
+    tray.wait_state("READY")
+    assert "INIT_GPU -> READY" not in tray.log()  # INFO is kept in memory, not logged
+    old = tray.config.read_text()
+    tray.config.write_text(old.replace("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=0"))
+    tray.signal(signal.SIGHUP)
+    tray.wait("the verbose buffer in the log", lambda: "INIT_GPU -> READY" in tray.log(), True)
+    tray.config.write_text(old)
+    assert tray.alive() and tray.state() == "READY"  # still serving commands: not reloaded
+    assert "configuration not reloaded" in tray.log()
 
 
 def test_fault_knobs_delay_the_start_and_crash_the_daemon(domain):
-    set_faults(domain[0].root, {"start_delay_s": 0.6, "crash_after_s": 1.2})
+    set_faults(domain[0].root, {"start_delay_s": 0.6, "crash_after_s": 1.5})
     started = time.monotonic()
     proc = domain[0].start()
-    assert domain[0].ctl("-q").strip() == "UNAVAILABLE"
-    domain[0].wait_state("WAITING_FOR_PEERS")
+    assert domain[0].state() == "UNAVAILABLE"  # not answering while it initialises
+    domain[0].wait_state("READY")
     assert time.monotonic() - started >= 0.6
-    assert proc.wait(5) != 0  # crashed, uncleanly
-    # the next instance notices the unclean exit and passes through recovery
-    set_faults(domain[0].root, {})
-    domain[0].start()
-    domain[0].wait_state("WAITING_FOR_PEERS")
-    domain[0].proc.send_signal(signal.SIGTERM)
-    domain[0].proc.wait(5)
-    assert "WAITING_FOR_RECOVERY" in domain[0].proc.stderr.read()
+    assert proc.wait(10) != 0  # crashed, uncleanly
+    assert "crash_after_s" in domain[0].log()
 
 
-def test_the_ctl_explains_what_it_cannot_do(domain):
+@pytest.mark.parametrize(
+    ("world", "words"),
+    [
+        ("driver", ["570.86.10", "580.82.07", "does not match"]),
+        ("imex_version", ["590.1.1", "580.82.07", "does not match"]),
+        ("no driver", ["no NVIDIA kernel driver loaded"]),
+    ],
+)
+def test_the_daemon_refuses_to_start_on_another_driver_version(domain, world, words):
     tray = domain[0]
-    assert tray.ctl("-q").strip() == "UNAVAILABLE"  # no daemon yet
-    done = subprocess.run([IMEX_CTL_BIN, "-u", "/run/x.sock", "-q"], capture_output=True, text=True)
-    assert done.returncode == 2 and "not emulated" in done.stderr
-    assert "usage" in subprocess.run([IMEX_CTL_BIN, "-h"], capture_output=True, text=True).stdout
+    if world == "driver":  # the driver was upgraded, the nvidia-imex package was not
+        write_driver_version(tray.root, "570.86.10")
+    elif world == "imex_version":
+        set_faults(tray.root, {"imex_version": "590.1.1"})
+    else:
+        (tray.root / "proc/driver/nvidia/version").unlink()
+    done = tray.run_to_exit()
+    assert done.returncode == 1
+    assert all(word in done.stderr for word in words), done.stderr
+    assert "CRITICAL" in tray.log() and tray.state() == "UNAVAILABLE"
+
+
+def test_the_ctl_speaks_tcp_and_unix_sockets_and_explains_what_it_cannot_do(
+    emulated_trays, tmp_path
+):
+    sock = tmp_path / "imex.sock"
+    (tray,) = emulated_trays(1, IMEX_CMD_UNIX_DOMAIN_PATH=sock)
+    assert tray.state() == "UNAVAILABLE"  # no daemon yet
+    tray.start()
+    tray.wait_state("READY")
+
+    def ctl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([IMEX_CTL_BIN, *args], capture_output=True, text=True, timeout=20)
+
+    assert ctl("-u", str(sock), "-q").stdout == "READY\n"
+    assert '"status": "UP"' in ctl("-u", str(sock), "-N", "-j").stdout
+    assert ctl("-i", tray.ip, str(tray.ports[1]), "-q").stdout == "READY\n"
+    # a config whose command service is only the unix socket: -c goes there too
+    text = tray.config.read_text()
+    port_line = next(line for line in text.splitlines() if line.startswith("IMEX_CMD_PORT="))
+    tray.config.write_text(text.replace(port_line, "IMEX_CMD_PORT="))
+    assert ctl("-c", str(tray.config), "-q").stdout == "READY\n"
+    tray.stop()
+    assert not sock.exists()  # removed at shutdown
+    gone = ctl("-u", str(sock), "-q")
+    assert gone.returncode == 1 and gone.stdout == "UNAVAILABLE\n" and str(sock) in gone.stderr
+    assert "usage" in ctl("-h").stdout
+    assert ctl("-x").returncode == 2
+
+
+def test_without_a_config_file_the_daemon_says_so(tmp_path):
+    done = subprocess.run(
+        [IMEX_BIN, "-c", str(tmp_path / "missing.cfg")], capture_output=True, text=True
+    )
+    assert done.returncode == 1 and "missing.cfg" in done.stderr

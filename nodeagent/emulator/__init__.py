@@ -3,7 +3,7 @@
 per-tray /proc files and NVML fabric facts, and a fleet runner for many emulated trays.
 
 Everything here follows `reference/IMEX-FACTS.md` and NVIDIA's IMEX guide, the unkind parts
-included (see imex.py); the node agent drives these exactly as it drives NVIDIA's binaries,
+included (see imexd.py); the node agent drives these exactly as it drives NVIDIA's binaries,
 only the paths differ.
 
 Per-tray layout under a tray root (the agent's `--root`):

@@ -33,25 +33,27 @@ C - Connected - Ready for operation
 
 
 def render_json(domain: str, nodes: list[dict], entries: list[str], hostnames: bool) -> str:
-    """The `-N -j` document (NVIDIA's shape: status, nodes keyed by index strings)."""
-    parts = []
+    """The `-N -j` document (NVIDIA's shape: status, nodes keyed by index strings).
+
+    One node per line rather than indented: the ctl (bash) copies the reply character by
+    character, so an 18-node document at half the size is half a millisecond less."""
+    quoted = [_quote(entry) for entry in entries]
+    lines = []
     for k, node in enumerate(nodes):
-        conns = ",\n".join(
-            f'        "{j}": {{\n          "host": {_quote(entries[j])},\n'
-            f'          "status": "{CELL_WORDS[cell]}"\n        }}'
+        conns = ", ".join(
+            f'"{j}": {{"host": {quoted[j]}, "status": "{CELL_WORDS[cell]}"}}'
             for j, cell in node["cells"]
             if j != k
         )
-        name = f'      "hostName": {_quote(node["name"])},\n' if hostnames and node["name"] else ""
-        parts.append(
-            f'    "{k}": {{\n      "status": {_quote(node["status"])},\n'
-            f'      "host": {_quote(node["host"])},\n'
-            f'      "version": {_quote(node["version"])},\n'
-            f'      "changed": {"true" if node["changed"] else "false"},\n{name}'
-            f'      "connections": {{\n{conns}\n      }}\n    }}'
+        name = f'"hostName": {_quote(node["name"])}, ' if hostnames and node["name"] else ""
+        lines.append(
+            f'  "{k}": {{"status": {_quote(node["status"])}, "host": {quoted[k]}, '
+            f'"version": {_quote(node["version"])}, '
+            f'"changed": {"true" if node["changed"] else "false"}, {name}'
+            f'"connections": {{{conns}}}}}'
         )
-    body = ",\n".join(parts)
-    return f'{{\n  "status": "{domain}",\n  "nodes": {{\n{body}\n  }}\n}}\n'
+    body = ",\n".join(lines)
+    return f'{{"status": "{domain}", "nodes": {{\n{body}\n}}}}\n'
 
 
 def render_text(domain: str, nodes: list[dict], hostnames: bool) -> str:

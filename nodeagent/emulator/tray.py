@@ -99,7 +99,7 @@ def write_driver_version(root: Path, version: str) -> None:
 
 
 def set_faults(root: Path, faults: dict) -> None:
-    """Fault knobs (see imex.py). A daemon already running re-reads them at once (SIGUSR2)."""
+    """Fault knobs (see imexd.py). A daemon already running re-reads them at once (SIGUSR2)."""
     path = Path(root) / EMU_DIR / "faults.json"
     if faults:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,7 +130,7 @@ def daemon_pid(root: Path) -> int | None:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return None
-    return pid if b"nodeagent.emulator.imex" in cmdline and state != "Z" else None
+    return pid if b"imex.py" in cmdline and state != "Z" else None
 
 
 def daemon_starts(root: Path) -> int:

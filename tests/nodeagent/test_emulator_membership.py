@@ -23,12 +23,18 @@ def named(emulated_trays):
     return trays
 
 
-def test_names_resolve_through_the_trays_hosts_file_and_an_unmapped_one_is_unreachable(named):
+def start_mapped(named) -> None:
+    """Start the three mapped trays and wait until each is connected to the other two."""
     for tray in named[:3]:
         tray.start()
     for tray in named[:3]:
-        tray.wait_state("READY")
-    named[0].wait_cell(2, "CONNECTED")
+        for other in named[:3]:
+            if other is not tray:
+                tray.wait_cell(other.index, "CONNECTED")
+
+
+def test_names_resolve_through_the_trays_hosts_file_and_an_unmapped_one_is_unreachable(named):
+    start_mapped(named)
     doc = named[0].domain()
     assert doc["nodes"]["1"]["host"] == SLOTS[1]  # shown as the nodes file names it
     assert doc["nodes"]["0"]["connections"]["3"]["status"] == "NEVER_CONNECTED"
@@ -38,9 +44,7 @@ def test_names_resolve_through_the_trays_hosts_file_and_an_unmapped_one_is_unrea
 
 
 def test_sigusr1_adds_a_member_without_restarting_the_others(named):
-    for tray in named[:3]:
-        tray.start()
-    named[0].wait_cell(2, "CONNECTED")
+    start_mapped(named)
     mapping = {SLOTS[i]: named[i].ip for i in range(4)}
     for tray in named:
         tray.write_hosts(mapping)
@@ -62,9 +66,7 @@ def test_sigusr1_adds_a_member_without_restarting_the_others(named):
 
 
 def test_a_member_leaves_and_another_tray_takes_its_name(named):
-    for tray in named[:3]:
-        tray.start()
-    named[0].wait_cell(2, "CONNECTED")
+    start_mapped(named)
     named[2].stop()  # its workload is gone: graceful stop, peers clean up at once
     named[0].wait_cell(2, "DISCONNECTED")
     # slot 2 now maps to tray 3; only trays 0 and 1 are told (SIGUSR1)
@@ -84,9 +86,7 @@ def test_a_member_leaves_and_another_tray_takes_its_name(named):
 
 
 def test_sigusr1_is_processed_at_most_once_every_five_seconds(named):
-    for tray in named[:3]:
-        tray.start()
-    named[0].wait_cell(2, "CONNECTED")
+    start_mapped(named)
     for _ in range(20):  # a storm
         named[0].signal(signal.SIGUSR1)
         time.sleep(0.02)

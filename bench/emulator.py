@@ -14,7 +14,8 @@ the agent drives them. Figures:
   idle      CPU per daemon per minute of a formed 18-tray domain that nobody asks anything
   messages  lines the daemons send each other (not ctl traffic), counted by a wrapper around
             the socket's send: per daemon while n daemons form a full mesh (and 2 s after),
-            for one `-N -j` on one member, and per daemon per minute idle; n = 4, 18, 72
+            per daemon per minute idle, and for one `-N -j` on one member (what the domain
+            sent in the half second after it, less the idle rate); n = 4, 18, 72
 
     .venv/bin/python bench/emulator.py [--before main] [--sizes 4,18,72] [--idle-s 30]
 """
@@ -285,19 +286,21 @@ def measure(name: str, emulator: Path, work: Path, args: argparse.Namespace) -> 
             formed = time.monotonic() - t0
             time.sleep(2)  # let what forming set off settle
             forming = trays.sent()
+            t1 = time.monotonic()
+            time.sleep(args.idle_s)
+            per_s = (trays.sent() - forming) / (time.monotonic() - t1)
+            before, t2 = trays.sent(), time.monotonic()
             trays.ctl(0, "-N", "-j")
             time.sleep(0.5)
-            query = trays.sent() - forming
-            before, t1 = trays.sent(), time.monotonic()
-            time.sleep(args.idle_s)
-            idle = (trays.sent() - before) / n / (time.monotonic() - t1) * 60
+            query = trays.sent() - before - per_s * (time.monotonic() - t2)
         finally:
             trays.stop()
         print(
             f"messages, n={n:<3} forming (full mesh in {formed:5.1f} s): "
-            f"{forming / n:8.0f} per daemon ({forming} in all); one -N: {query}; "
-            f"idle: {idle:.1f} per daemon per minute"
+            f"{forming / n:8.0f} per daemon ({forming} in all); idle: "
+            f"{per_s / n * 60:6.1f} per daemon per minute; one -N -j: {query:.0f} beyond idle"
         )
+        idle = per_s / n * 60
         out[f"messages {n}"] = (forming / n, query, idle)
     return out
 

@@ -67,7 +67,8 @@ emulator-only signal; `tray.set_faults` sends it to a running daemon):
   refuse_peers    [IP, ...]: connections from these addresses are dropped on arrival
   cut_peers       [IP, ...]: all traffic with these addresses is cut — established
                   connections drop without a goodbye, none are made (live: a cut for N
-                  seconds then restored is a network blip)
+                  seconds then restored is a network blip). Both ends notice at once;
+                  a real daemon would notice a silent network at its keepalive timeout.
   version         this tray runs another driver release (driver and IMEX alike): peers
                   see !V!
   imex_version    the installed nvidia-imex is of another release than the loaded driver:

@@ -14,8 +14,8 @@ the agent drives them. Figures:
   idle      CPU per daemon per minute of a formed 18-tray domain that nobody asks anything
   messages  lines the daemons send each other (not ctl traffic), counted by a wrapper around
             the socket's send: per daemon while n daemons form a full mesh (and 2 s after),
-            per daemon per minute idle, and for one `-N -j` on one member (what the domain
-            sent in the half second after it, less the idle rate); n = 4, 18, 72
+            per daemon per minute idle, and per `-N -j` on one member (what the domain sent
+            during ten of them, one a second, less the idle rate); n = 4, 18, 72
 
     .venv/bin/python bench/emulator.py [--before main] [--sizes 4,18,72] [--idle-s 30]
 """
@@ -289,10 +289,13 @@ def measure(name: str, emulator: Path, work: Path, args: argparse.Namespace) -> 
             t1 = time.monotonic()
             time.sleep(args.idle_s)
             per_s = (trays.sent() - forming) / (time.monotonic() - t1)
+            # ten queries, one a second: the old daemons' keepalives come in bursts every
+            # 5 s, so a longer window averages them out before the idle rate is taken off
             before, t2 = trays.sent(), time.monotonic()
-            trays.ctl(0, "-N", "-j")
-            time.sleep(0.5)
-            query = trays.sent() - before - per_s * (time.monotonic() - t2)
+            for _ in range(10):
+                trays.ctl(0, "-N", "-j")
+                time.sleep(1)
+            query = (trays.sent() - before - per_s * (time.monotonic() - t2)) / 10
         finally:
             trays.stop()
         print(

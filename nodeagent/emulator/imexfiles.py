@@ -12,6 +12,10 @@ import _socket
 import os
 from _json import make_scanner
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at every start
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class Fatal(Exception):
     """The daemon cannot start; the message says why."""
@@ -49,17 +53,17 @@ class _JsonContext:
     strict = True
     object_hook = object_pairs_hook = parse_constant = None
     parse_float, parse_int = float, int
-    memo: dict = {}
+    memo: dict[str, str] = {}
 
 
-_scan = make_scanner(_JsonContext())
+_scan = make_scanner(_JsonContext())  # type: ignore[arg-type]  # its stub wants a decoder
 
 
-def read_json(path: str) -> dict:
+def read_json(path: str) -> dict[str, Any]:
     return read_json_text(read_text(path) or "", path)
 
 
-def read_json_text(text: str, where: str) -> dict:
+def read_json_text(text: str, where: str) -> dict[str, Any]:
     text = text.strip()
     if not text:
         return {}

@@ -32,7 +32,20 @@ C - Connected - Ready for operation
 """
 
 
-def render_json(domain: str, nodes: list[dict], entries: list[str], hostnames: bool) -> str:
+class NodeView:
+    """One node of `-N` as the asking daemon sees it; `cells` is its row, (peer, cell)."""
+
+    __slots__ = ("cells", "changed", "host", "name", "status", "version")
+
+    def __init__(
+        self, status: str, host: str, version: str, name: str, changed: bool,
+        cells: list[tuple[int, str]],
+    ) -> None:  # fmt: skip
+        self.status, self.host, self.version, self.name = status, host, version, name
+        self.changed, self.cells = changed, cells
+
+
+def render_json(domain: str, nodes: list[NodeView], entries: list[str], hostnames: bool) -> str:
     """The `-N -j` document (NVIDIA's shape: status, nodes keyed by index strings).
 
     One node per line rather than indented: the ctl (bash) copies the reply character by
@@ -42,33 +55,31 @@ def render_json(domain: str, nodes: list[dict], entries: list[str], hostnames: b
     for k, node in enumerate(nodes):
         conns = ", ".join(
             f'"{j}": {{"host": {quoted[j]}, "status": "{CELL_WORDS[cell]}"}}'
-            for j, cell in node["cells"]
+            for j, cell in node.cells
             if j != k
         )
-        name = f'"hostName": {_quote(node["name"])}, ' if hostnames and node["name"] else ""
+        name = f'"hostName": {_quote(node.name)}, ' if hostnames and node.name else ""
         lines.append(
-            f'  "{k}": {{"status": {_quote(node["status"])}, "host": {quoted[k]}, '
-            f'"version": {_quote(node["version"])}, '
-            f'"changed": {"true" if node["changed"] else "false"}, {name}'
+            f'  "{k}": {{"status": {_quote(node.status)}, "host": {quoted[k]}, '
+            f'"version": {_quote(node.version)}, '
+            f'"changed": {"true" if node.changed else "false"}, {name}'
             f'"connections": {{{conns}}}}}'
         )
     body = ",\n".join(lines)
     return f'{{"status": "{domain}", "nodes": {{\n{body}\n}}}}\n'
 
 
-def render_text(domain: str, nodes: list[dict], hostnames: bool) -> str:
+def render_text(domain: str, nodes: list[NodeView], hostnames: bool) -> str:
     now = time.time()
     lt = time.localtime(now)
     stamp = f"{lt.tm_mon}/{lt.tm_mday}/{lt.tm_year} {time.strftime('%H:%M:%S', lt)}"
     lines = [LEGEND, f"{stamp}.{int(now * 1000) % 1000:03d}", "Nodes:"]
     for k, node in enumerate(nodes):
-        host = node["host"] + (f" ({node['name']})" if hostnames and node["name"] else "")
-        lines.append(
-            f"Node #{k:<3} - {host:<15} - {node['status']:<20} - Version: {node['version']}"
-        )
+        host = node.host + (f" ({node.name})" if hostnames and node.name else "")
+        lines.append(f"Node #{k:<3} - {host:<15} - {node.status:<20} - Version: {node.version}")
     lines.append("")
     lines.append(" Nodes From\\To  " + "".join(f"{j:<4}" for j in range(len(nodes))))
     for k, node in enumerate(nodes):
-        lines.append(f"       {k:<8} " + "".join(f"{c:<4}" for _, c in node["cells"]))
+        lines.append(f"       {k:<8} " + "".join(f"{c:<4}" for _, c in node.cells))
     lines.append(f"Domain State: {domain}")
     return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ import signal
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 BIN_DIR = Path(__file__).resolve().parent / "bin"
 IMEX_BIN = str(BIN_DIR / "nvidia-imex")
@@ -65,7 +66,7 @@ def channel_major_for(hostname: str) -> int:
     return 234 + zlib.crc32(hostname.encode()) % 20
 
 
-def prepare_tray(root: Path, facts: TrayFacts, faults: dict | None = None) -> Path:
+def prepare_tray(root: Path, facts: TrayFacts, faults: dict[str, Any] | None = None) -> Path:
     """Write the tray's /proc/devices and fabric facts (and fault knobs); returns the root."""
     root = Path(root)
     major = facts.channel_major or channel_major_for(facts.hostname)
@@ -98,7 +99,7 @@ def write_driver_version(root: Path, version: str) -> None:
     )
 
 
-def set_faults(root: Path, faults: dict) -> None:
+def set_faults(root: Path, faults: dict[str, Any]) -> None:
     """Fault knobs (see imexd.py). A daemon already running re-reads them at once (SIGUSR2)."""
     path = Path(root) / EMU_DIR / "faults.json"
     if faults:

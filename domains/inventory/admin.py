@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from domains.audit.admin import ReadOnlyAdmin, ReadOnlyInline
 from domains.audit.events import Actor
 from domains.errors import DomainError
-from domains.inventory.models import Clique, Gpu, Node, Rack
+from domains.inventory.models import Clique, Gpu, Node, PowerShelf, Rack, SwitchTray
 from domains.inventory.services import node_cordon, node_drain, node_mark_down, node_uncordon
 
 
@@ -88,3 +88,21 @@ class GpuAdmin(ReadOnlyAdmin[Gpu]):
     list_filter = ["fabric_state", "health"]
     list_select_related = ["node"]
     search_fields = ["uuid", "node__hostname"]
+
+
+@admin.register(SwitchTray)
+class SwitchTrayAdmin(ReadOnlyAdmin[SwitchTray]):
+    """State changes go through the operator's impact page or the API (an event each)."""
+
+    list_display = ["name", "rack", "slot", "state", "state_reason"]
+    list_filter = ["state"]
+    list_select_related = ["rack"]
+
+
+@admin.register(PowerShelf)
+class PowerShelfAdmin(ReadOnlyAdmin[PowerShelf]):
+    """State changes go through the operator's impact page or the API (an event each)."""
+
+    list_display = ["name", "rack", "position", "psu_count", "psu_watts", "state", "state_reason"]
+    list_filter = ["state"]
+    list_select_related = ["rack"]

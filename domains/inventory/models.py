@@ -149,3 +149,72 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.hostname}/gpu{self.index}"
+
+
+class PartState(models.TextChoices):
+    """Health of a rack part that runs no agent (a switch tray, a power shelf)."""
+
+    OK = "ok", "OK"
+    DOWN = "down", "Down"
+
+
+class SwitchTray(models.Model):
+    """One NVLink switch tray of a rack (a GB200 NVL72 has nine, two NVLink switch chips each).
+
+    Every GPU of the rack has 18 NVLink links, two to each switch tray, so every clique of
+    the rack runs over every switch tray: losing one costs each GPU a ninth of its NVLink
+    bandwidth rather than any tray (see `domains.foresight.blast`).
+    """
+
+    rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="switch_trays")
+    slot = models.PositiveSmallIntegerField(help_text="1-based switch tray slot")
+    name = models.CharField(max_length=80, unique=True)
+    state = models.CharField(max_length=8, choices=PartState.choices, default=PartState.OK)
+    state_reason = models.CharField(max_length=300, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["rack__position", "rack__name", "slot"]
+        constraints = [
+            models.UniqueConstraint(fields=["rack", "slot"], name="switch_tray_unique_slot"),
+            models.CheckConstraint(condition=Q(slot__gte=1), name="switch_tray_slot_gte_1"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PowerShelf(models.Model):
+    """One power shelf of a rack: PSUs feeding the rack's shared DC busbar.
+
+    NVIDIA's GB200 reference rack has eight shelves of six 5.5 kW PSUs (33 kW each). All
+    of them feed one busbar that every compute and switch tray draws from, so a shelf feeds
+    no particular tray: losing one lowers the rack's capacity, and only when what is left
+    cannot carry the rack's load does any tray go down (see `domains.foresight.blast`).
+    """
+
+    rack = models.ForeignKey(Rack, on_delete=models.CASCADE, related_name="power_shelves")
+    position = models.PositiveSmallIntegerField(help_text="1-based, top to bottom")
+    name = models.CharField(max_length=80, unique=True)
+    psu_count = models.PositiveSmallIntegerField(default=6)
+    psu_watts = models.PositiveIntegerField(default=5500)
+    state = models.CharField(max_length=8, choices=PartState.choices, default=PartState.OK)
+    state_reason = models.CharField(max_length=300, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["rack__position", "rack__name", "position"]
+        verbose_name_plural = "power shelves"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rack", "position"], name="power_shelf_unique_position"
+            ),
+            models.CheckConstraint(condition=Q(position__gte=1), name="power_shelf_position_gte_1"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def capacity_watts(self) -> int:
+        return self.psu_count * self.psu_watts

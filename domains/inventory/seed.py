@@ -11,12 +11,26 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from domains.inventory.models import Clique, FabricState, Gpu, Node, NodeSource, NodeState, Rack
+from domains.inventory.models import (
+    Clique,
+    FabricState,
+    Gpu,
+    Node,
+    NodeSource,
+    NodeState,
+    PowerShelf,
+    Rack,
+    SwitchTray,
+)
 
 GB200_PRODUCT = "NVIDIA GB200"
 TRAYS_PER_RACK = 18
 GPUS_PER_TRAY = 4
 SWITCH_TRAYS = 9
+# NVIDIA's GB200 reference rack: eight power shelves of six 5.5 kW PSUs each.
+POWER_SHELVES = 8
+PSUS_PER_SHELF = 6
+PSU_WATTS = 5500
 DRIVER_VERSION = "580.82.07"
 _SEED_NS = uuid.UUID("6f1c9b52-8f0e-4c1e-9a51-2d3b1f0c7a10")
 
@@ -128,4 +142,23 @@ def _build_rack(
         )
         for node in nodes
         for i in range(GPUS_PER_TRAY)
+    )
+    build_rack_parts(rack)
+
+
+def build_rack_parts(rack: Rack) -> None:
+    """The rack's NVLink switch trays and power shelves, as a GB200 NVL72 has them."""
+    SwitchTray.objects.bulk_create(
+        SwitchTray(rack=rack, slot=slot, name=f"{rack.name}-s{slot:02d}")
+        for slot in range(1, rack.switch_slots + 1)
+    )
+    PowerShelf.objects.bulk_create(
+        PowerShelf(
+            rack=rack,
+            position=position,
+            name=f"{rack.name}-p{position}",
+            psu_count=PSUS_PER_SHELF,
+            psu_watts=PSU_WATTS,
+        )
+        for position in range(1, POWER_SHELVES + 1)
     )

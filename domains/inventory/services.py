@@ -10,15 +10,19 @@ inside the same transaction).
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from django.db import transaction
 
 from domains import signals
 from domains.audit.announce import announce_capacity_freed, announce_nodes
 from domains.audit.events import Actor, record_event
-from domains.errors import InvalidTransition
-from domains.inventory.models import Node, NodeState
+from domains.errors import InvalidInput, InvalidTransition
+from domains.inventory.models import Node, NodeState, PartState, PowerShelf, SwitchTray
 
 REASON_MAX = 300
+
+_Part = TypeVar("_Part", SwitchTray, PowerShelf)
 
 
 def node_cordon(*, actor: Actor, node: Node, reason: str = "") -> Node:
@@ -101,4 +105,50 @@ def _transition(
             details={"from": old, "to": new},
         )
         announce_nodes([locked.pk])
+        return locked
+
+
+# --- rack parts without an agent: NVLink switch trays and power shelves -------------------
+
+
+def switch_tray_set_state(
+    *, actor: Actor, tray: SwitchTray, state: str, reason: str = ""
+) -> SwitchTray:
+    """An operator says a switch tray is down (failed, or out for service) or back."""
+    return _part_set_state(actor, SwitchTray, tray.pk, state, reason, "switch_tray")
+
+
+def power_shelf_set_state(
+    *, actor: Actor, shelf: PowerShelf, state: str, reason: str = ""
+) -> PowerShelf:
+    """An operator says a power shelf is down (failed, or out for service) or back."""
+    return _part_set_state(actor, PowerShelf, shelf.pk, state, reason, "power_shelf")
+
+
+def _part_set_state(
+    actor: Actor,
+    model: type[_Part],
+    pk: int,
+    state: str,
+    reason: str,
+    noun: str,
+) -> _Part:
+    if state not in PartState.values:
+        raise InvalidInput(f"must be one of {', '.join(PartState.values)}", field="state")
+    with transaction.atomic():
+        locked = model.objects.select_for_update().get(pk=pk)
+        old = locked.state
+        if old == state and locked.state_reason == reason[:REASON_MAX]:
+            return locked  # idempotent
+        locked.state, locked.state_reason = state, reason[:REASON_MAX]
+        locked.save(update_fields=["state", "state_reason", "updated_at"])
+        record_event(
+            actor=actor,
+            verb=f"{noun}.{'down' if state == PartState.DOWN else 'up'}",
+            obj=locked,
+            message=reason[:500],
+            details={"from": old, "to": state, "rack": locked.rack.name},
+        )
+        # The rack's drawings and what its trays' loss would mean changed.
+        announce_nodes(Node.objects.filter(rack_id=locked.rack_id).values_list("pk", flat=True))
         return locked

@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "domains.computedomains",
     "domains.agents",
     "domains.kube",
+    "domains.foresight",
     "domains.demo",
     "portal.web",
     "portal.api",

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from domains.computedomains.admission import smallest_request
 from domains.computedomains.models import DomainMember
-from domains.inventory.models import Clique, Gpu, Node, NodeState, Rack
+from domains.inventory.models import Clique, Gpu, Node, NodeState, PowerShelf, Rack, SwitchTray
 from domains.placement.algorithm import clique_summaries
 from domains.placement.model import CliqueSummary, CliqueView, Topology, Tray, TrayStatus
 from domains.tenancy.selectors import Viewer
@@ -156,6 +156,25 @@ def nodes_with_holders(user: Viewer) -> QuerySet[Node]:
     live = DomainMember.objects.filter(active=True).select_related("domain__namespace")
     return Node.objects.select_related("rack", "clique").prefetch_related(
         Prefetch("memberships", queryset=live, to_attr="live_memberships")
+    )
+
+
+def switch_trays_visible_to(user: Viewer) -> QuerySet[SwitchTray]:
+    """Every NVLink switch tray with its rack, by rack and slot (the fabric is visible to
+    every signed-in user)."""
+    if not user.is_authenticated:
+        return SwitchTray.objects.none()
+    return SwitchTray.objects.select_related("rack").order_by(
+        "rack__position", "rack__name", "slot"
+    )
+
+
+def power_shelves_visible_to(user: Viewer) -> QuerySet[PowerShelf]:
+    """Every power shelf with its rack, by rack and position."""
+    if not user.is_authenticated:
+        return PowerShelf.objects.none()
+    return PowerShelf.objects.select_related("rack").order_by(
+        "rack__position", "rack__name", "position"
     )
 
 

@@ -6,7 +6,13 @@ from rest_framework.routers import SimpleRouter
 
 from portal.api.errors import not_found
 from portal.api.views.domains import ApprovalViewSet, ComputeDomainViewSet
-from portal.api.views.fabric import CliqueViewSet, NodeViewSet, RackViewSet
+from portal.api.views.fabric import (
+    CliqueViewSet,
+    NodeViewSet,
+    PowerShelfViewSet,
+    RackViewSet,
+    SwitchTrayViewSet,
+)
 from portal.api.views.members import MemberViewSet
 from portal.api.views.tenancy import EventViewSet, NamespaceViewSet, TokenViewSet
 
@@ -26,6 +32,8 @@ router = OptionalSlashRouter()
 router.register("racks", RackViewSet, basename="rack")
 router.register("cliques", CliqueViewSet, basename="clique")
 router.register("nodes", NodeViewSet, basename="node")
+router.register("switchtrays", SwitchTrayViewSet, basename="switchtray")
+router.register("powershelves", PowerShelfViewSet, basename="powershelf")
 router.register("namespaces", NamespaceViewSet, basename="namespace")
 router.register(
     r"namespaces/(?P<namespace>[^/]+)/computedomains",

@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from domains.computedomains.models import AllocationMode, Phase, PlacementConstraint
 from domains.computedomains.specs import DomainSpec
 from domains.errors import DomainError
+from domains.inventory.models import PartState
 from domains.tenancy.models import Role
 
 # A GB200 compute tray has 4 GPUs; a GPU count asked for is rounded up to whole trays.
@@ -107,6 +108,13 @@ class ExtendLeaseForm(forms.Form):
 class ReasonForm(forms.Form):
     """A confirmation step with an optional reason (release, cordon, drain, deny)."""
 
+    reason = forms.CharField(max_length=300, required=False)
+
+
+class PartStateForm(forms.Form):
+    """An operator records a switch tray or power shelf as down or back (with a reason)."""
+
+    state = forms.ChoiceField(choices=PartState.choices)
     reason = forms.CharField(max_length=300, required=False)
 
 

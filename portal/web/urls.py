@@ -16,6 +16,7 @@ operator_patterns = (
         path("nodes/<str:hostname>/<str:action>/", operator.node_action, name="node_action"),
         path("domains/", operator.domains, name="domains"),
         path("channels/", operator.channels, name="channels"),
+        path("impact/<str:kind>/<str:name>/", operator.impact, name="impact"),
     ],
     "operator",
 )

@@ -11,6 +11,7 @@ from tests import factories
 from tests.api.conftest import IP_PREFIX, make_domain
 
 LISTS = ["/api/v1/racks/", "/api/v1/cliques/", "/api/v1/nodes/", "/api/v1/events/"]
+LISTS += ["/api/v1/switchtrays/", "/api/v1/powershelves/"]
 
 
 def _queries(client, url: str) -> int:

@@ -1,4 +1,6 @@
-"""Racks, cliques and trays: read by everyone signed in; tray actions for operators."""
+"""Racks, cliques, trays, NVLink switch trays and power shelves: read by everyone signed
+in, each with its blast radius (what losing it would hit, as far as the caller may see);
+tray and part actions for operators."""
 
 from __future__ import annotations
 
@@ -16,19 +18,68 @@ from rest_framework.response import Response
 from domains.computedomains.fabric import (
     cliques_with_occupancy,
     nodes_with_holders,
+    power_shelves_visible_to,
     racks_with_occupancy,
+    switch_trays_visible_to,
 )
-from domains.inventory.models import Clique, Node, Rack
-from domains.inventory.services import node_cordon, node_drain, node_uncordon
+from domains.foresight.blast import (
+    Scope,
+    blast_radius_for,
+    clique_scope,
+    power_shelf_scope,
+    rack_scope,
+    switch_tray_scope,
+    tray_scope,
+)
+from domains.inventory.models import Clique, Node, PowerShelf, Rack, SwitchTray
+from domains.inventory.services import (
+    node_cordon,
+    node_drain,
+    node_uncordon,
+    power_shelf_set_state,
+    switch_tray_set_state,
+)
 from domains.tenancy.selectors import Viewer
 from portal.api.base import ScopedViewSet, refreshed
 from portal.api.permissions import IsOperator, TokenScope
-from portal.api.schema import WRITE, errors
+from portal.api.schema import READ, WRITE, errors
 from portal.api.serializers.common import ReasonSerializer
 from portal.api.serializers.fabric import CliqueSerializer, NodeSerializer, RackSerializer
+from portal.api.serializers.foresight import (
+    BlastRadiusSerializer,
+    PartStateInput,
+    PowerShelfSerializer,
+    SwitchTraySerializer,
+)
+
+BLAST_RADIUS = extend_schema(
+    responses={200: BlastRadiusSerializer, **errors(*READ)},
+    summary="What losing it (down, or drained for service) would hit: domains, tenants, GPUs.",
+)
 
 
-class RackViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+class BlastRadiusMixin:
+    """`GET …/<object>/blast-radius`: the object's blast radius as the caller may see it."""
+
+    def scope_of(self, obj: Any) -> Scope:
+        raise NotImplementedError(f"{type(self).__name__} must say what its objects' scope is")
+
+    @BLAST_RADIUS
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="blast-radius",
+        serializer_class=BlastRadiusSerializer,
+    )
+    def blast_radius(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        obj = self.get_object()  # type: ignore[attr-defined]  # the viewset's, after this mixin
+        radius = blast_radius_for(request.user, self.scope_of(obj))
+        return Response(BlastRadiusSerializer(radius).data)
+
+
+class RackViewSet(
+    BlastRadiusMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
+):
     """NVLink racks with tray counts."""
 
     serializer_class = RackSerializer
@@ -38,8 +89,13 @@ class RackViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSe
     def scoped_queryset(self, user: Viewer) -> QuerySet[Rack]:
         return racks_with_occupancy(user)
 
+    def scope_of(self, obj: Rack) -> Scope:
+        return rack_scope(obj)
 
-class CliqueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+
+class CliqueViewSet(
+    BlastRadiusMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
+):
     """NVLink partitions (`<cluster_uuid>.<clique_id>`): a domain never spans two."""
 
     serializer_class = CliqueSerializer
@@ -48,6 +104,9 @@ class CliqueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedView
 
     def scoped_queryset(self, user: Viewer) -> QuerySet[Clique]:
         return cliques_with_occupancy(user)
+
+    def scope_of(self, obj: Clique) -> Scope:
+        return clique_scope(obj)
 
     def get_object(self) -> Clique:
         uuid, _, clique_id = self.kwargs["label"].rpartition(".")
@@ -65,7 +124,9 @@ _NODE_ACTION: dict[str, Any] = {
 }
 
 
-class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet):
+class NodeViewSet(
+    BlastRadiusMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
+):
     """Compute trays. Tenants see which trays are in use, but only their own domains' names."""
 
     serializer_class = NodeSerializer
@@ -74,6 +135,9 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSe
 
     def scoped_queryset(self, user: Viewer) -> QuerySet[Node]:
         return nodes_with_holders(user)
+
+    def scope_of(self, obj: Node) -> Scope:
+        return tray_scope(obj)
 
     def _act(self, request: Request, service: Any) -> Response:
         node = self.get_object()
@@ -109,3 +173,73 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSe
     @action(detail=True, methods=["post"], **_NODE_ACTION)
     def drain(self, request: Request, hostname: str) -> Response:
         return self._act(request, node_drain)
+
+
+_PART_ACTION: dict[str, Any] = {
+    "permission_classes": [IsAuthenticated, TokenScope, IsOperator],
+    "serializer_class": PartStateInput,
+}
+
+
+class SwitchTrayViewSet(
+    BlastRadiusMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
+):
+    """NVLink switch trays (nine per GB200 NVL72 rack). Losing one slows every domain of
+    its rack; operators record when one is down or back."""
+
+    serializer_class = SwitchTraySerializer
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+
+    def scoped_queryset(self, user: Viewer) -> QuerySet[SwitchTray]:
+        return switch_trays_visible_to(user)
+
+    def scope_of(self, obj: SwitchTray) -> Scope:
+        return switch_tray_scope(obj)
+
+    @extend_schema(
+        request=PartStateInput,
+        responses={200: SwitchTraySerializer, **errors(*WRITE)},
+        summary="Record that the switch tray is down (failed or out for service) or back.",
+    )
+    @action(detail=True, methods=["post"], **_PART_ACTION)
+    def state(self, request: Request, name: str) -> Response:
+        body = PartStateInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        tray = switch_tray_set_state(
+            actor=self.actor, tray=self.get_object(), **body.validated_data
+        )
+        tray = refreshed(tray, self.get_queryset())
+        return Response(SwitchTraySerializer(tray, context=self.get_serializer_context()).data)
+
+
+class PowerShelfViewSet(
+    BlastRadiusMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
+):
+    """Power shelves (eight per GB200 NVL72 rack, all feeding its busbar). Losing one costs
+    redundancy until the rest cannot carry the rack; operators record when one is down."""
+
+    serializer_class = PowerShelfSerializer
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+
+    def scoped_queryset(self, user: Viewer) -> QuerySet[PowerShelf]:
+        return power_shelves_visible_to(user)
+
+    def scope_of(self, obj: PowerShelf) -> Scope:
+        return power_shelf_scope(obj)
+
+    @extend_schema(
+        request=PartStateInput,
+        responses={200: PowerShelfSerializer, **errors(*WRITE)},
+        summary="Record that the power shelf is down (failed or out for service) or back.",
+    )
+    @action(detail=True, methods=["post"], **_PART_ACTION)
+    def state(self, request: Request, name: str) -> Response:
+        body = PartStateInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        shelf = power_shelf_set_state(
+            actor=self.actor, shelf=self.get_object(), **body.validated_data
+        )
+        shelf = refreshed(shelf, self.get_queryset())
+        return Response(PowerShelfSerializer(shelf, context=self.get_serializer_context()).data)

@@ -1,6 +1,10 @@
-"""Operator pages: the fabric overview, racks, trays, all domains, the channel ledger."""
+"""Operator pages: the fabric overview, racks, trays, all domains, the channel ledger, and
+what losing a part would hit (its blast radius)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from django.contrib import messages
 from django.db.models import Count, Q
@@ -9,7 +13,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
 from domains.audit.events import Actor
-from domains.computedomains.fabric import unracked_trays
+from domains.computedomains.fabric import (
+    power_shelves_visible_to,
+    switch_trays_visible_to,
+    unracked_trays,
+)
 from domains.computedomains.models import (
     LIVE_PHASES,
 )
@@ -20,11 +28,12 @@ from domains.computedomains.selectors import (
     events_visible_to,
 )
 from domains.errors import DomainError
+from domains.foresight.blast import blast_radius, rack_scope, scope_named, tray_scope
 from domains.inventory import services as inventory
-from domains.inventory.models import Node, Rack
+from domains.inventory.models import Node, PowerShelf, Rack, SwitchTray
 from portal.web.access import SignedInRequest, operator_required
 from portal.web.fabric import fabric_view
-from portal.web.forms import DomainFilterForm, ReasonForm
+from portal.web.forms import DomainFilterForm, PartStateForm, ReasonForm
 
 NODE_ACTIONS = {
     "cordon": (inventory.node_cordon, "Cordon", "No new domain lands here; its domain runs on."),
@@ -55,7 +64,15 @@ def rack(request: SignedInRequest, name: str) -> HttpResponse:
         raise Http404("no such rack")
     template = "operator/_rack.html" if request.GET.get("partial") else "operator/rack.html"
     trays = [views[0].trays[s] for s in sorted(views[0].trays)]
-    return render(request, template, {"rack": views[0], "trays": trays})
+    the_rack = get_object_or_404(Rack, name=name)
+    context = {
+        "rack": views[0],
+        "trays": trays,
+        "blast": blast_radius(rack_scope(the_rack)),
+        "switch_trays": switch_trays_visible_to(request.user).filter(rack=the_rack),
+        "power_shelves": power_shelves_visible_to(request.user).filter(rack=the_rack),
+    }
+    return render(request, template, context)
 
 
 @operator_required
@@ -68,6 +85,7 @@ def node(request: SignedInRequest, hostname: str) -> HttpResponse:
         "report": tray.agent_report or {},
         "events": events_visible_to(request.user).filter(node=tray)[:50],
         "actions": NODE_ACTIONS,
+        "blast": blast_radius(tray_scope(tray)),
     }
     template = "operator/_node.html" if request.GET.get("partial") else "operator/node.html"
     return render(request, template, context)
@@ -92,11 +110,16 @@ def node_action(request: SignedInRequest, hostname: str, action: str) -> HttpRes
         else:
             messages.success(request, f"{tray.hostname}: {title.lower()} done.")
             return redirect("operator:node", tray.hostname)
-    return render(
-        request,
-        "operator/node_action.html",
-        {"node": tray, "form": form, "action": action, "title": title, "explanation": explanation},
-    )
+    context = {
+        "node": tray,
+        "form": form,
+        "action": action,
+        "title": title,
+        "explanation": explanation,
+        # Drain and cordon previews: who is on the tray and must end before any service.
+        "blast": blast_radius(tray_scope(tray)),
+    }
+    return render(request, "operator/node_action.html", context)
 
 
 @operator_required
@@ -125,3 +148,50 @@ def channels(request: SignedInRequest) -> HttpResponse:
     """The IMEX channel ledger per clique: who holds which channel number now."""
     context = {"cliques": channel_ledger(), "rack_count": Rack.objects.count()}
     return render(request, "operator/channels.html", context)
+
+
+SCOPE_WORDS = {
+    "tray": "Tray",
+    "rack": "Rack",
+    "clique": "Clique",
+    "switch_tray": "NVLink switch tray",
+    "power_shelf": "Power shelf",
+}
+PART_SERVICES: dict[str, tuple[Any, str, Callable[..., Any]]] = {
+    "switch_tray": (SwitchTray, "tray", inventory.switch_tray_set_state),
+    "power_shelf": (PowerShelf, "shelf", inventory.power_shelf_set_state),
+}
+
+
+@operator_required
+@require_http_methods(["GET", "POST"])
+def impact(request: SignedInRequest, kind: str, name: str) -> HttpResponse:
+    """What losing a clique, a rack, a tray, a switch tray or a power shelf would hit; for
+    switch trays and power shelves also their state, which operators set here."""
+    try:
+        scope = scope_named(kind, name)
+    except DomainError as exc:
+        raise Http404(exc.message) from exc
+    part, form = None, None
+    if kind in PART_SERVICES:
+        model, argument, service = PART_SERVICES[kind]
+        part = get_object_or_404(model, name=name)
+        form = PartStateForm(request.POST or None, initial={"state": part.state})
+        if request.method == "POST" and form.is_valid():
+            try:
+                service(actor=Actor.for_user(request.user), **{argument: part}, **form.cleaned_data)
+            except DomainError as exc:
+                form.add_error(None, exc.message)
+            else:
+                messages.success(request, f"{name}: now {form.cleaned_data['state']}.")
+                return redirect("operator:impact", kind, name)
+    elif request.method == "POST":
+        raise Http404("nothing to change here")
+    context = {
+        "scope": scope,
+        "what": SCOPE_WORDS[kind],
+        "blast": blast_radius(scope),
+        "part": part,
+        "form": form,
+    }
+    return render(request, "operator/impact.html", context)

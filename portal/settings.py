@@ -249,6 +249,7 @@ SPECTACULAR_SETTINGS = {
         "ActorKindEnum": "domains.audit.models.ActorKind",
         "RoleEnum": "domains.tenancy.models.Role",
         "ObjectKindEnum": ["ComputeDomain"],
+        "PartStateEnum": "domains.inventory.models.PartState",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -57,6 +57,12 @@ class InvalidTransition(Conflict):
     code = "invalid_transition"
 
 
+class MaintenanceConflict(Conflict):
+    """Would run into an operator's maintenance window on the trays."""
+
+    code = "maintenance_conflict"
+
+
 class QuotaExceeded(DomainError):
     code = "quota_exceeded"
     http_status = 422

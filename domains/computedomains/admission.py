@@ -8,14 +8,16 @@ see the last unit of quota as free.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Q, QuerySet
+from django.utils import timezone
 
 from domains.computedomains.models import (
     LIVE_PHASES,
@@ -52,13 +54,26 @@ class CleanSpec:
     def gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
 
-    def placement_request(self) -> PlacementRequest:
+    def placement_request(self, *, at: datetime | None = None) -> PlacementRequest:
+        """Placed `at` (default: now) and held for the lifetime asked for."""
+        at = at or timezone.now()
         return PlacementRequest(
             num_nodes=self.num_nodes,
             gpus_per_node=self.gpus_per_node,
             constraint=self.placement_constraint,
             target=self.placement_target,
+            at=at.timestamp(),
+            until=lease_end(at, self.lifetime),
         )
+
+
+def lease_end(at: datetime, lifetime: timedelta | None) -> float:
+    """When a domain placed `at` would let go of its trays, in placement's clock (seconds
+    since the epoch): its lease runs for `lifetime` from Ready, which follows placement
+    within the formation deadline; without a lifetime, never."""
+    if lifetime is None:
+        return math.inf
+    return (at + lifetime + settings.PORTAL["FORMATION_DEADLINE"]).timestamp()
 
 
 def smallest_request() -> int:
@@ -207,6 +222,11 @@ def _clean_placement(spec: DomainSpec) -> tuple[str, str, int, int]:
             raise InvalidInput("the fabric has no NVLink clique with trays yet", field="num_nodes")
         raise InvalidInput(f"no {constraint} named {target!r} with trays", field="placement_target")
     return constraint, target, largest, max_gpus
+
+
+def cliques_named(target: str) -> QuerySet[Clique]:
+    """The clique a placement constraint names (by operator name or label)."""
+    return Clique.objects.filter(_clique_q(target))
 
 
 def _clique_q(target: str) -> Q:

@@ -27,7 +27,16 @@ from django.utils import timezone
 
 from domains.computedomains.admission import smallest_request
 from domains.computedomains.models import DomainMember
-from domains.inventory.models import Clique, Gpu, Node, NodeState, PowerShelf, Rack, SwitchTray
+from domains.inventory.models import (
+    Clique,
+    Gpu,
+    MaintenanceWindow,
+    Node,
+    NodeState,
+    PowerShelf,
+    Rack,
+    SwitchTray,
+)
 from domains.placement.algorithm import clique_summaries
 from domains.placement.model import CliqueSummary, CliqueView, Topology, Tray, TrayStatus
 from domains.tenancy.selectors import Viewer
@@ -41,7 +50,8 @@ _STATE_STATUS: dict[str, str] = {
 
 
 def topology_snapshot(*, now: datetime | None = None) -> Topology:
-    """Every clique with its trays and why each is (not) free, in two queries.
+    """Every clique with its trays, why each is (not) free and its maintenance windows not
+    yet over, in three queries.
 
     A tray is free when it is `ready`, not gone, heard from within HEARTBEAT_STALE_AFTER
     and not held by an active DomainMember (held until its agent confirmed a clean node).
@@ -74,10 +84,11 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
         )
     )
     trays: dict[int, list[Tray]] = {}
+    windows = maintenance_by_tray(now)
     for node_id, hostname, slot, ip, gpus, state, gone, busy, fresh, clique_id in rows:
         status = _status(busy, state, gone, bool(fresh), bool(ip))
         trays.setdefault(clique_id, []).append(
-            Tray(node_id, hostname, slot or 0, ip or "", gpus, status)
+            Tray(node_id, hostname, slot or 0, ip or "", gpus, status, windows.get(node_id, ()))
         )
     cliques = Clique.objects.order_by(
         "rack__position", "rack__name", "cluster_uuid", "clique_id"
@@ -95,6 +106,18 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
             if pk in trays
         )
     )
+
+
+def maintenance_by_tray(now: datetime) -> dict[int, tuple[tuple[float, float], ...]]:
+    """Each tray's maintenance windows not yet over and not cancelled, as (start, end) in
+    seconds since the epoch (placement's clock), in one query."""
+    rows = MaintenanceWindow.nodes.through.objects.filter(
+        maintenancewindow__cancelled_at__isnull=True, maintenancewindow__ends_at__gt=now
+    ).values_list("node_id", "maintenancewindow__starts_at", "maintenancewindow__ends_at")
+    windows: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for node_id, start, end in rows:
+        windows[node_id].append((start.timestamp(), end.timestamp()))
+    return {node_id: tuple(sorted(spans)) for node_id, spans in windows.items()}
 
 
 def _status(busy: bool, state: str, gone: bool, fresh: bool, has_ip: bool) -> str:

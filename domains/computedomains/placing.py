@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from datetime import datetime
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -18,6 +19,7 @@ from django.utils import timezone
 
 from domains.audit.announce import announce_desired_state, announce_domain, announce_nodes
 from domains.audit.events import CONTROLLER, record_event
+from domains.computedomains.admission import lease_end
 from domains.computedomains.fabric import topology_snapshot
 from domains.computedomains.models import (
     AllocationMode,
@@ -39,13 +41,17 @@ PLACEMENT_LOCK_KEY = 7_301_955  # pg_advisory_xact_lock key: "one placement at a
 PLACE_ATTEMPTS = 3
 
 
-def placement_request(domain: ComputeDomain) -> PlacementRequest:
-    """What placement needs to know of a domain's spec."""
+def placement_request(domain: ComputeDomain, *, at: datetime | None = None) -> PlacementRequest:
+    """What placement needs to know of a domain's spec, placed `at` (default: now) and held
+    for its lifetime (trays with maintenance in that time are not taken)."""
+    at = at or timezone.now()
     return PlacementRequest(
         num_nodes=domain.num_nodes,
         gpus_per_node=domain.gpus_per_node,
         constraint=domain.placement_constraint,
         target=domain.placement_target,
+        at=at.timestamp(),
+        until=lease_end(at, domain.lifetime),
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -31,13 +32,20 @@ from domains.computedomains.models import (
     DomainSource,
     MemberState,
     Phase,
+    PlacementConstraint,
 )
 from domains.computedomains.phases import finish_release, lock_domain, release_member, set_phase
 from domains.computedomains.selectors import quota_usage
 from domains.computedomains.specs import DomainSpec, DryRunResult
 from domains.context import get_request_id
-from domains.errors import InvalidInput, InvalidTransition, NameTaken, QuotaExceeded
-from domains.inventory.models import NodeState
+from domains.errors import (
+    InvalidInput,
+    InvalidTransition,
+    MaintenanceConflict,
+    NameTaken,
+    QuotaExceeded,
+)
+from domains.inventory.models import MaintenanceWindow, NodeState
 from domains.placement.algorithm import place
 from domains.placement.model import Rejection
 from domains.tenancy.models import Namespace
@@ -146,6 +154,7 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
     except QuotaExceeded as exc:
         problems.insert(0, exc.message)
     approval = admission.needs_approval(quota=quota, spec=clean)
+    now = timezone.now()
     verdict = DryRunResult(
         placeable=False,
         quota_ok=not problems,
@@ -153,8 +162,9 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
         message="",
         quota_problems=problems,
         quota_impact=admission.quota_impact(quota=quota, usage=usage, spec=clean),
+        maintenance=_maintenance_in_the_way(clean, now),
     )
-    result = place(clean.placement_request(), topology_snapshot())
+    result = place(clean.placement_request(at=now), topology_snapshot(now=now))
     if isinstance(result, Rejection):
         return replace(verdict, message=result.message, reasons=list(result.reasons))
     message = f"would be placed on {result.describe()}"
@@ -172,6 +182,24 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
         nodes=result.hostnames,
         node_ids=result.node_ids,
     )
+
+
+def _maintenance_in_the_way(clean: admission.CleanSpec, now: datetime) -> list[str]:
+    """Windows on the trays a request may use that its lease would reach into, in words."""
+    until = now + clean.lifetime + settings.PORTAL["FORMATION_DEADLINE"]
+    windows = MaintenanceWindow.objects.filter(
+        cancelled_at__isnull=True, ends_at__gt=now, starts_at__lt=until
+    )
+    if clean.placement_constraint == PlacementConstraint.RACK:
+        windows = windows.filter(nodes__rack__name=clean.placement_target)
+    elif clean.placement_constraint == PlacementConstraint.CLIQUE:
+        windows = windows.filter(nodes__clique__in=admission.cliques_named(clean.placement_target))
+    return [
+        f"maintenance of {w.get_scope_display().lower()} {w.target} from "
+        f"{w.starts_at:%Y-%m-%d %H:%M} to {w.ends_at:%Y-%m-%d %H:%M} UTC ({w.reason}) starts "
+        "before the lease would end: its trays are left out"
+        for w in windows.distinct().order_by("starts_at")[:5]
+    ]
 
 
 def domain_approve(*, actor: Actor, domain: ComputeDomain) -> ComputeDomain:
@@ -293,6 +321,7 @@ def domain_extend_lease(*, actor: Actor, domain: ComputeDomain, by: timedelta) -
                 f"would run longer than the maximum lifetime of namespace {locked.namespace.name}",
                 field="by",
             )
+        _refuse_maintenance(locked, new_end)
         old_end = locked.lease_expires_at
         locked.lease_expires_at = new_end
         locked.save(update_fields=["lease_expires_at", "updated_at"])
@@ -305,6 +334,29 @@ def domain_extend_lease(*, actor: Actor, domain: ComputeDomain, by: timedelta) -
         )
         announce_domain(locked)
         return locked
+
+
+def _refuse_maintenance(domain: ComputeDomain, new_end: datetime) -> None:
+    """A lease does not run into a maintenance window on the domain's trays."""
+    window = (
+        MaintenanceWindow.objects.filter(
+            nodes__memberships__domain=domain,
+            nodes__memberships__active=True,
+            cancelled_at__isnull=True,
+            ends_at__gt=timezone.now(),
+            starts_at__lt=new_end,
+        )
+        .order_by("starts_at")
+        .first()
+    )
+    if window is not None:
+        raise MaintenanceConflict(
+            f"would run into maintenance of {window.get_scope_display().lower()} "
+            f"{window.target} from {window.starts_at:%Y-%m-%d %H:%M} UTC ({window.reason}); "
+            f"the lease can end at {window.starts_at:%Y-%m-%d %H:%M} UTC at the latest",
+            field="by",
+            details={"window": window.pk, "startsAt": window.starts_at.isoformat()},
+        )
 
 
 def _locked(domain: ComputeDomain) -> ComputeDomain:

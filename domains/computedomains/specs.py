@@ -39,3 +39,5 @@ class DryRunResult:
     node_ids: list[int] = field(default_factory=list)
     quota_impact: dict[str, dict[str, int | None]] = field(default_factory=dict)
     # e.g. {"gpus": {"used": 8, "requested": 8, "limit": 32}, ...}
+    # Maintenance windows the lease would reach into: their trays are left out.
+    maintenance: list[str] = field(default_factory=list)

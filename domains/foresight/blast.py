@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from domains.computedomains.models import DomainMember
 from domains.computedomains.selectors import RUNNING_PHASES
@@ -235,7 +236,7 @@ def redact(radius: BlastRadius, visible: set[int] | None) -> BlastRadius:
 def _down(scope: Scope, node_ids: Iterable[int], *, why: str = "") -> BlastRadius:
     ids = list(node_ids)
     trays = list(Node.objects.filter(pk__in=ids).values_list("hostname", "gpu_count"))
-    domains = _domains_on(ids, hit=DOWN)
+    domains = domains_on(ids, hit=DOWN)
     summary = why or _down_summary(scope, len(trays), domains)
     return BlastRadius(
         scope=scope,
@@ -277,7 +278,7 @@ def _switch_tray(scope: Scope) -> BlastRadius:
         why = "no NVLink switch tray would be left in the rack: no tray reaches another"
         return _down(scope, rack_trays, why=why)
     loss = down_after / total
-    domains = _domains_on(rack_trays, hit=BANDWIDTH)
+    domains = domains_on(rack_trays, hit=BANDWIDTH)
     summary = (
         f"every GPU of the rack loses {loss:.0%} of its NVLink bandwidth "
         f"({down_after} of {total} switch trays out); no tray stops"
@@ -346,21 +347,34 @@ def _spare_shelves(capacities: list[int], capacity: int, load: int) -> int:
     return spare
 
 
-def _domains_on(node_ids: list[int], *, hit: str) -> tuple[DomainHit, ...]:
+def domains_on(node_ids: Iterable[int], *, hit: str = DOWN) -> tuple[DomainHit, ...]:
     """The live domains holding any of these trays, with the trays each would lose."""
-    rows = (
+    return hits_from(member_rows(node_ids), hit=hit)
+
+
+MemberRow = tuple[int, str, Any, str, int, str, str, int, int, datetime | None]
+
+
+def member_rows(node_ids: Iterable[int]) -> list[MemberRow]:
+    """One row per tray of these held by a live domain: (tray id, hostname, domain uid,
+    name, namespace id and name, phase, trays, GPUs per tray, lease end), in one query."""
+    return list(
         DomainMember.objects.filter(
-            active=True, node_id__in=node_ids, domain__phase__in=RUNNING_PHASES
+            active=True, node_id__in=list(node_ids), domain__phase__in=RUNNING_PHASES
         )
         .order_by("domain__namespace__name", "domain__name", "index")
         .values_list(
-            "node__hostname", "domain__uid", "domain__name", "domain__namespace_id",
+            "node_id", "node__hostname", "domain__uid", "domain__name", "domain__namespace_id",
             "domain__namespace__name", "domain__phase", "domain__num_nodes",
             "domain__gpus_per_node", "domain__lease_expires_at",
         )
     )  # fmt: skip
+
+
+def hits_from(rows: Iterable[MemberRow], *, hit: str = DOWN) -> tuple[DomainHit, ...]:
+    """`member_rows` folded into one DomainHit per domain."""
     hits: dict[str, DomainHit] = {}
-    for host, uid, name, ns_id, ns, phase, num_nodes, gpus, lease in rows:
+    for _, host, uid, name, ns_id, ns, phase, num_nodes, gpus, lease in rows:
         key = str(uid)
         found = hits.get(key)
         trays = (*found.trays, host) if found else (host,)

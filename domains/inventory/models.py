@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -218,3 +219,43 @@ class PowerShelf(models.Model):
     @property
     def capacity_watts(self) -> int:
         return self.psu_count * self.psu_watts
+
+
+class MaintenanceScope(models.TextChoices):
+    TRAYS = "trays", "Trays"
+    CLIQUE = "clique", "Clique"
+    RACK = "rack", "Rack"
+
+
+class MaintenanceWindow(models.Model):
+    """Operators' planned work on trays, a clique or a rack, with a reason.
+
+    Placement keeps a new domain off the trays when the window starts before the domain's
+    lease would end; a lease is not extended into one. The trays are resolved when the
+    window is scheduled (`nodes`); `target` keeps what the operator named.
+    """
+
+    scope = models.CharField(max_length=8, choices=MaintenanceScope.choices)
+    target = models.CharField(max_length=500, help_text="Hostnames, clique label or rack name.")
+    reason = models.CharField(max_length=300)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    nodes = models.ManyToManyField(Node, related_name="maintenance_windows")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["starts_at", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ends_at__gt=models.F("starts_at")), name="maintenance_ends_after_start"
+            ),
+        ]
+        indexes = [models.Index(fields=["ends_at", "starts_at"], name="maintenance_time")]
+
+    def __str__(self) -> str:
+        what = self.get_scope_display().lower()
+        return f"maintenance of {what} {self.target} from {self.starts_at:%Y-%m-%d %H:%M}"

@@ -39,7 +39,7 @@ def place(request: PlacementRequest, topology: Topology) -> Placement | Rejectio
         return Rejection((problem,))
     best: tuple[int, int, CliqueView, list[Tray]] | None = None
     for order, clique in enumerate(candidates):
-        free = clique.free_trays(request.gpus_per_node)
+        free = clique.trays_for(request)
         if len(free) >= request.num_nodes and (best is None or len(free) < best[0]):
             best = (len(free), order, clique, free)
     if best is None:
@@ -58,7 +58,7 @@ def place_first_fit(request: PlacementRequest, topology: Topology) -> Placement 
     if problem:
         return Rejection((problem,))
     for clique in candidates:
-        free = clique.free_trays(request.gpus_per_node)
+        free = clique.trays_for(request)
         if len(free) >= request.num_nodes:
             return _placement(clique, free[: request.num_nodes], len(free))
     return _rejection(request, candidates)
@@ -183,14 +183,14 @@ def _rejection(request: PlacementRequest, candidates: list[CliqueView]) -> Rejec
             )
         )
     # Most free first; on ties the first in topology order (max keeps the first).
-    best = max(candidates, key=lambda c: len(c.free_trays(request.gpus_per_node)))
-    free = len(best.free_trays(request.gpus_per_node))
+    best = max(candidates, key=lambda c: len(c.trays_for(request)))
+    free = len(best.trays_for(request))
     reasons = [
         f"needs {n} free trays in one clique; best is {where(best)} with {free} free",
-        _breakdown(best, request.gpus_per_node),
+        _breakdown(best, request),
     ]
     if len(candidates) > 1:
-        total_free = sum(len(c.free_trays(request.gpus_per_node)) for c in candidates)
+        total_free = sum(len(c.trays_for(request)) for c in candidates)
         reasons.append(
             f"{total_free} free trays in {len(candidates)} cliques, but a domain cannot span "
             "cliques (NVLink reaches only inside one)"
@@ -198,9 +198,10 @@ def _rejection(request: PlacementRequest, candidates: list[CliqueView]) -> Rejec
     return Rejection(tuple(reasons))
 
 
-def _breakdown(clique: CliqueView, gpus_per_node: int) -> str:
+def _breakdown(clique: CliqueView, request: PlacementRequest) -> str:
     """'gb-r02-c0: 7 free, 9 in use, 2 cordoned (gb-r02-t03, gb-r02-t04)'."""
-    parts = [f"{len(clique.free_trays(gpus_per_node))} free"]
+    gpus_per_node = request.gpus_per_node
+    parts = [f"{len(clique.trays_for(request))} free"]
     by_status: dict[str, list[str]] = {}
     for tray in clique.trays:
         if not tray.free:
@@ -212,4 +213,15 @@ def _breakdown(clique: CliqueView, gpus_per_node: int) -> str:
     small = [t for t in clique.trays if t.free and t.gpu_count < gpus_per_node]
     if small:
         parts.append(f"{len(small)} with fewer than {gpus_per_node} GPUs")
+    serviced = [
+        t.hostname
+        for t in clique.trays
+        if t.free and not t.clear_of_maintenance(request.at, request.until)
+    ]
+    if serviced:
+        more = ", …" if len(serviced) > 4 else ""
+        parts.append(
+            f"{len(serviced)} with maintenance before the lease would end "
+            f"({', '.join(serviced[:4])}{more})"
+        )
     return f"{clique.name}: " + ", ".join(parts)

@@ -43,10 +43,27 @@ class Tray:
     ip: str
     gpu_count: int
     status: str = TrayStatus.FREE
+    # Maintenance windows (start, end), in seconds since the epoch, not yet over.
+    maintenance: tuple[tuple[float, float], ...] = ()
 
     @property
     def free(self) -> bool:
         return self.status == TrayStatus.FREE
+
+    def clear_of_maintenance(self, at: float | None, until: float | None) -> bool:
+        """No window overlaps [at, until): the time a domain placed at `at` would hold it.
+        Without a time (None) no window is checked."""
+        if at is None or until is None:
+            return True
+        return all(start >= until or end <= at for start, end in self.maintenance)
+
+    def fits(self, request: PlacementRequest) -> bool:
+        """Free now, big enough, and clear of maintenance for the request's lease."""
+        return (
+            self.free
+            and self.gpu_count >= request.gpus_per_node
+            and self.clear_of_maintenance(request.at, request.until)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +82,10 @@ class CliqueView:
 
     def free_trays(self, gpus_per_node: int = 0) -> list[Tray]:
         return [t for t in self.trays if t.free and t.gpu_count >= gpus_per_node]
+
+    def trays_for(self, request: PlacementRequest) -> list[Tray]:
+        """The trays a request could take: free, big enough, no maintenance in its lease."""
+        return [t for t in self.trays if t.fits(request)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +106,11 @@ class PlacementRequest:
     gpus_per_node: int = 0  # 0: any tray will do
     constraint: str = "any"  # any | clique | rack
     target: str = ""  # clique label or name / rack name
+    # When the domain would be placed and until when it would hold its trays (seconds since
+    # the epoch; `until` may be inf for a domain without a lease). Trays with a maintenance
+    # window inside that time are not taken. None: windows are not considered.
+    at: float | None = None
+    until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

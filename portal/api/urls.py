@@ -8,6 +8,7 @@ from portal.api.errors import not_found
 from portal.api.views.domains import ApprovalViewSet, ComputeDomainViewSet
 from portal.api.views.fabric import (
     CliqueViewSet,
+    MaintenanceWindowViewSet,
     NodeViewSet,
     PowerShelfViewSet,
     RackViewSet,
@@ -34,6 +35,7 @@ router.register("cliques", CliqueViewSet, basename="clique")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("switchtrays", SwitchTrayViewSet, basename="switchtray")
 router.register("powershelves", PowerShelfViewSet, basename="powershelf")
+router.register("maintenance", MaintenanceWindowViewSet, basename="maintenance")
 router.register("namespaces", NamespaceViewSet, basename="namespace")
 router.register(
     r"namespaces/(?P<namespace>[^/]+)/computedomains",

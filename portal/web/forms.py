@@ -19,7 +19,14 @@ from domains.tenancy.models import Role
 GPUS_PER_TRAY = 4
 
 # Service field names → form field names, where they differ.
-SERVICE_FIELDS = {"lifetime": "lifetime_hours", "by": "hours", "expiresIn": "expires_in_days"}
+SERVICE_FIELDS = {
+    "lifetime": "lifetime_hours",
+    "by": "hours",
+    "expiresIn": "expires_in_days",
+    "trays": "target",
+    "clique": "target",
+    "rack": "target",
+}
 
 
 def apply_error(form: forms.Form, error: DomainError) -> None:
@@ -116,6 +123,31 @@ class PartStateForm(forms.Form):
 
     state = forms.ChoiceField(choices=PartState.choices)
     reason = forms.CharField(max_length=300, required=False)
+
+
+class MaintenanceForm(forms.Form):
+    """Schedule maintenance: trays (comma-separated hostnames), a clique or a rack."""
+
+    scope = forms.ChoiceField(
+        choices=[("trays", "Trays"), ("clique", "Clique"), ("rack", "Rack")], initial="rack"
+    )
+    target = forms.CharField(
+        max_length=2000,
+        help_text="Hostnames separated by commas, a clique label or name, or a rack.",
+    )
+    starts_at = forms.DateTimeField(
+        label="Starts (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    ends_at = forms.DateTimeField(
+        label="Ends (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    reason = forms.CharField(max_length=300)
+
+    def scope_arguments(self) -> dict[str, Any]:
+        scope, target = self.cleaned_data["scope"], self.cleaned_data["target"].strip()
+        if scope == "trays":
+            return {"trays": [t.strip() for t in target.split(",") if t.strip()]}
+        return {scope: target}
 
 
 class QuotaForm(forms.Form):

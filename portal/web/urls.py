@@ -17,6 +17,12 @@ operator_patterns = (
         path("domains/", operator.domains, name="domains"),
         path("channels/", operator.channels, name="channels"),
         path("impact/<str:kind>/<str:name>/", operator.impact, name="impact"),
+        path("maintenance/", operator.maintenance, name="maintenance"),
+        path(
+            "maintenance/<int:pk>/cancel/",
+            operator.maintenance_cancel_view,
+            name="maintenance_cancel",
+        ),
     ],
     "operator",
 )

@@ -4,10 +4,14 @@ namespace it cannot see, so names never leak."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
+from domains.audit.events import Actor
+from domains.foresight.maintenance import maintenance_schedule
 from domains.inventory.models import Node
 from tests.api.conftest import ROLES
 
@@ -39,6 +43,12 @@ def admins(ok: int) -> dict[str, int]:
 NS = "/api/v1/namespaces/team-a"
 CD = f"{NS}/computedomains"
 CREATE_BODY = {"metadata": {"name": "new-one"}, "spec": {"numNodes": 2}}
+WINDOW_BODY = {
+    "rack": "gb-r01",
+    "startsAt": "2099-01-01T00:00:00Z",
+    "endsAt": "2099-01-01T04:00:00Z",
+    "reason": "busbar inspection",
+}
 
 # (method, path, body, expected per role)
 MATRIX: list[tuple[str, str, Any, dict[str, int]]] = [
@@ -80,6 +90,10 @@ MATRIX: list[tuple[str, str, Any, dict[str, int]]] = [
     ("get", f"{CD}/train-a/manifests/", None, NS_READ),
     ("post", f"{CD}/train-a/extend/", {"by": "2h"}, ns_write(200)),
     ("delete", f"{CD}/train-a/", None, ns_write(202)),
+    ("get", "/api/v1/maintenance/", None, SIGNED_IN),
+    ("get", "/api/v1/maintenance/{window}/", None, SIGNED_IN),
+    ("post", "/api/v1/maintenance/", WINDOW_BODY, operators(201)),
+    ("post", "/api/v1/maintenance/{window}/cancel/", None, operators(200)),
     ("get", "/api/v1/events/", None, SIGNED_IN),
     ("get", "/api/v1/approvals/", None, admins(200)),
     ("get", "/api/v1/approvals/{uid}/", None, admins(200)),
@@ -92,10 +106,18 @@ MATRIX: list[tuple[str, str, Any, dict[str, int]]] = [
 
 
 @pytest.fixture
-def places(fabric, domain_a, domain_b, pending_a, clients) -> dict[str, Any]:
+def places(fabric, domain_a, domain_b, pending_a, clients, operator) -> dict[str, Any]:
     free = list(Node.objects.filter(rack=fabric, memberships__isnull=True).order_by("slot"))
     Node.objects.filter(pk=free[1].pk).update(state="cordoned")
+    window = maintenance_schedule(
+        actor=Actor.for_user(operator),
+        starts_at=timezone.now() + timedelta(days=400),
+        ends_at=timezone.now() + timedelta(days=401),
+        reason="planned",
+        trays=[free[2].hostname],
+    )
     return {
+        "window": window.pk,
         "rack": fabric.name,
         "clique": free[0].clique.label,
         "node": free[0].hostname,

@@ -3,10 +3,13 @@ switch tray and a power shelf (whose state operators record there)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from domains.audit.models import Event
 from domains.inventory.models import PowerShelf
@@ -113,3 +116,41 @@ def test_a_rack_without_parts_says_so(client, operator, db):
     client.force_login(operator)
     page = client.get(reverse("operator:rack", args=["gb-r01"])).content.decode()
     assert page.count('data-part="gb-r01-p') == 0 and page.count('data-part="gb-r01-s') == 9
+
+
+def test_an_operator_schedules_maintenance_and_the_tenant_sees_it_ahead(
+    client, operator, tenant_a, domains
+):
+    client.force_login(operator)
+    url = reverse("operator:maintenance")
+    bad = client.post(url, {"scope": "rack", "target": "gb-r09", "starts_at": "2099-01-01T10:00",
+                            "ends_at": "2099-01-01T12:00", "reason": "busbar"})  # fmt: skip
+    assert bad.status_code == 200 and "no rack named" in bad.content.decode()
+    soon = timezone.now() + timedelta(hours=2)
+    response = client.post(url, {"scope": "rack", "target": "gb-r01", "starts_at":
+                                 f"{soon:%Y-%m-%dT%H:%M}", "ends_at": "2099-01-01T12:00",
+                                 "reason": "busbar torque check"})  # fmt: skip
+    assert response.status_code == 302
+    page = client.get(url).content.decode()
+    assert 'data-domain="train"' in page and 'data-domain="infer"' in page
+    client.force_login(tenant_a)
+    assert client.get(url).status_code == 403
+    domain_page = client.get(
+        reverse("tenant:domain", args=["team-a", domains[0].uid])
+    ).content.decode()
+    assert 'id="domain-maintenance"' in domain_page and "busbar torque check" in domain_page
+
+
+def test_the_request_preview_says_which_maintenance_it_avoids(client, operator, tenant_a, domains):
+    client.force_login(operator)
+    client.post(reverse("operator:maintenance"), {"scope": "trays", "target":
+                "gb-r01-t17, gb-r01-t18", "starts_at": "2000-01-01T10:00",
+                "ends_at": "2099-01-01T12:00", "reason": "GPU swap"})  # fmt: skip
+    client.force_login(tenant_a)
+    preview = client.post(
+        reverse("tenant:preview", args=["team-a"]),
+        {"name": "next", "num_nodes": 2, "allocation_mode": "Single",
+         "placement_constraint": "any"},
+    ).content.decode()  # fmt: skip
+    assert 'class="maintenance-notes"' in preview and "GPU swap" in preview
+    assert "gb-r01-t17" in preview

@@ -331,6 +331,10 @@ class DryRunSerializer(serializers.Serializer):
     quotaProblems = serializers.ListField(source="quota_problems", child=serializers.CharField())
     placement = serializers.SerializerMethodField()
     quotaImpact = serializers.DictField(source="quota_impact", child=QuotaImpactSerializer())
+    maintenance = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Maintenance windows the lease would reach into: their trays are left out.",
+    )
 
     @extend_schema_field(serializers.ChoiceField(choices=["All"]))
     def get_dryRun(self, result: DryRunResult) -> str:

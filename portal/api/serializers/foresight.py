@@ -115,3 +115,39 @@ class PowerShelfSerializer(OperatorReasonMixin, serializers.ModelSerializer):
 class PartStateInput(StrictSerializer):
     state = serializers.ChoiceField(choices=PartState.choices)
     reason = StrictCharField(required=False, allow_blank=True, max_length=300, default="")
+
+
+# --- maintenance windows ----------------------------------------------------------------
+
+
+class MaintenanceWindowSerializer(serializers.Serializer):
+    """A window with the live domains already on its trays (whose lease reaches into it),
+    as the caller may see them (a `WindowView`)."""
+
+    id = serializers.IntegerField(source="window.pk")
+    scope = serializers.CharField(source="window.scope")
+    target = serializers.CharField(source="window.target")
+    reason = serializers.CharField(source="window.reason")
+    startsAt = serializers.DateTimeField(source="window.starts_at")
+    endsAt = serializers.DateTimeField(source="window.ends_at")
+    cancelledAt = serializers.DateTimeField(source="window.cancelled_at", allow_null=True)
+    createdAt = serializers.DateTimeField(source="window.created_at")
+    trays = serializers.ListField(child=serializers.CharField())
+    domains = DomainHitSerializer(many=True)
+    tenants = serializers.ListField(child=serializers.CharField())
+    otherDomains = serializers.IntegerField(
+        source="hidden_domains", help_text="Domains of namespaces you cannot see (a count)."
+    )
+
+
+class MaintenanceWindowInput(StrictSerializer):
+    """Exactly one of `trays`, `clique` or `rack`."""
+
+    trays = serializers.ListField(
+        child=StrictCharField(max_length=253), required=False, max_length=1000, default=list
+    )
+    clique = StrictCharField(required=False, allow_blank=True, max_length=120, default="")
+    rack = StrictCharField(required=False, allow_blank=True, max_length=63, default="")
+    startsAt = serializers.DateTimeField()
+    endsAt = serializers.DateTimeField()
+    reason = StrictCharField(max_length=300)

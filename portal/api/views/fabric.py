@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins
+from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.permissions import IsAuthenticated
@@ -22,6 +22,7 @@ from domains.computedomains.fabric import (
     racks_with_occupancy,
     switch_trays_visible_to,
 )
+from domains.errors import DomainError
 from domains.foresight.blast import (
     Scope,
     blast_radius_for,
@@ -31,7 +32,14 @@ from domains.foresight.blast import (
     switch_tray_scope,
     tray_scope,
 )
-from domains.inventory.models import Clique, Node, PowerShelf, Rack, SwitchTray
+from domains.foresight.maintenance import (
+    maintenance_cancel,
+    maintenance_schedule,
+    window_for,
+    window_views,
+    windows_visible_to,
+)
+from domains.inventory.models import Clique, MaintenanceWindow, Node, PowerShelf, Rack, SwitchTray
 from domains.inventory.services import (
     node_cordon,
     node_drain,
@@ -47,6 +55,8 @@ from portal.api.serializers.common import ReasonSerializer
 from portal.api.serializers.fabric import CliqueSerializer, NodeSerializer, RackSerializer
 from portal.api.serializers.foresight import (
     BlastRadiusSerializer,
+    MaintenanceWindowInput,
+    MaintenanceWindowSerializer,
     PartStateInput,
     PowerShelfSerializer,
     SwitchTraySerializer,
@@ -243,3 +253,80 @@ class PowerShelfViewSet(
         )
         shelf = refreshed(shelf, self.get_queryset())
         return Response(PowerShelfSerializer(shelf, context=self.get_serializer_context()).data)
+
+
+# Service field names → API names, for errors that name a field.
+WINDOW_FIELDS = {"starts_at": "startsAt", "ends_at": "endsAt"}
+
+
+class MaintenanceWindowViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, ScopedViewSet
+):
+    """Planned maintenance of trays, a clique or a rack. Everyone signed in reads them (with
+    the domains already there, other tenants' only counted); operators schedule and cancel.
+    Placement keeps new domains whose lease would reach into a window off its trays, and a
+    lease is not extended into one."""
+
+    serializer_class = MaintenanceWindowSerializer
+    permission_classes = [IsAuthenticated, TokenScope]
+
+    def get_permissions(self) -> list[Any]:
+        if self.action in ("create", "cancel"):
+            return [IsAuthenticated(), TokenScope(), IsOperator()]
+        return list(super().get_permissions())
+
+    def scoped_queryset(self, user: Viewer) -> QuerySet[MaintenanceWindow]:
+        past = self.request.query_params.get("past") == "true"
+        return windows_visible_to(user, include_past=past)
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        views = window_views(request.user, page or [])
+        return self.get_paginated_response(MaintenanceWindowSerializer(views, many=True).data)
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        window = window_for(request.user, self._pk())
+        return Response(MaintenanceWindowSerializer(window_views(request.user, [window])[0]).data)
+
+    def _pk(self) -> int:
+        raw = str(self.kwargs.get("pk", ""))
+        if not raw.isdigit():
+            raise NotFound(f"no maintenance window {raw!r}")
+        return int(raw)
+
+    @extend_schema(
+        request=MaintenanceWindowInput,
+        responses={201: MaintenanceWindowSerializer, **errors(*WRITE)},
+        summary="Schedule maintenance of trays, a clique or a rack (operators).",
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = MaintenanceWindowInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        try:
+            window = maintenance_schedule(
+                actor=self.actor,
+                starts_at=data["startsAt"],
+                ends_at=data["endsAt"],
+                reason=data["reason"],
+                trays=data["trays"],
+                clique=data["clique"],
+                rack=data["rack"],
+            )
+        except DomainError as exc:
+            exc.field = WINDOW_FIELDS.get(exc.field or "", exc.field)
+            raise
+        window = window_for(request.user, window.pk)
+        body_out = MaintenanceWindowSerializer(window_views(request.user, [window])[0]).data
+        return Response(body_out, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=None,
+        responses={200: MaintenanceWindowSerializer, **errors(*WRITE)},
+        summary="Call a window off (operators); its trays are placeable again.",
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        window = maintenance_cancel(actor=self.actor, window=window_for(request.user, self._pk()))
+        window = window_for(request.user, window.pk)
+        return Response(MaintenanceWindowSerializer(window_views(request.user, [window])[0]).data)

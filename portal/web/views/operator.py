@@ -10,7 +10,7 @@ from django.contrib import messages
 from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
 from domains.audit.events import Actor
 from domains.computedomains.fabric import (
@@ -29,11 +29,24 @@ from domains.computedomains.selectors import (
 )
 from domains.errors import DomainError
 from domains.foresight.blast import blast_radius, rack_scope, scope_named, tray_scope
+from domains.foresight.maintenance import (
+    maintenance_cancel,
+    maintenance_schedule,
+    window_for,
+    window_views,
+    windows_visible_to,
+)
 from domains.inventory import services as inventory
 from domains.inventory.models import Node, PowerShelf, Rack, SwitchTray
 from portal.web.access import SignedInRequest, operator_required
 from portal.web.fabric import fabric_view
-from portal.web.forms import DomainFilterForm, PartStateForm, ReasonForm
+from portal.web.forms import (
+    DomainFilterForm,
+    MaintenanceForm,
+    PartStateForm,
+    ReasonForm,
+    apply_error,
+)
 
 NODE_ACTIONS = {
     "cordon": (inventory.node_cordon, "Cordon", "No new domain lands here; its domain runs on."),
@@ -195,3 +208,41 @@ def impact(request: SignedInRequest, kind: str, name: str) -> HttpResponse:
         "form": form,
     }
     return render(request, "operator/impact.html", context)
+
+
+@operator_required
+@require_http_methods(["GET", "POST"])
+def maintenance(request: SignedInRequest) -> HttpResponse:
+    """Windows ahead with the domains already there, and a form to schedule one."""
+    form = MaintenanceForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            window = maintenance_schedule(
+                actor=Actor.for_user(request.user),
+                starts_at=data["starts_at"],
+                ends_at=data["ends_at"],
+                reason=data["reason"],
+                **form.scope_arguments(),
+            )
+        except DomainError as exc:
+            apply_error(form, exc)
+        else:
+            messages.success(request, f"Scheduled {window}.")
+            return redirect("operator:maintenance")
+    views = window_views(request.user, windows_visible_to(request.user))
+    return render(request, "operator/maintenance.html", {"form": form, "windows": views})
+
+
+@operator_required
+@require_POST
+def maintenance_cancel_view(request: SignedInRequest, pk: int) -> HttpResponse:
+    try:
+        window = maintenance_cancel(
+            actor=Actor.for_user(request.user), window=window_for(request.user, pk)
+        )
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Called off {window}.")
+    return redirect("operator:maintenance")

@@ -22,6 +22,7 @@ from domains.computedomains.selectors import (
     quota_usage,
 )
 from domains.errors import DomainError, InvalidInput, InvalidTransition
+from domains.foresight.maintenance import windows_for_domain
 from domains.kube.manifests import workload_manifests
 from domains.tenancy.models import Quota
 from domains.tenancy.selectors import can_request_in
@@ -146,6 +147,7 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "manifests_note": manifests_note,
         "can_change": can_request_in(request.user, namespace) and domain.is_live,
         "can_extend": domain.phase in (Phase.READY, Phase.DEGRADED),
+        "maintenance": list(windows_for_domain(domain)) if domain.is_live else [],
         "extend_form": ExtendLeaseForm(),
     }
     partial = request.GET.get("partial")

@@ -23,6 +23,7 @@ app.autodiscover_tasks(
         "domains.inventory",
         "domains.agents",
         "domains.kube",
+        "domains.foresight",
     ]
 )
 

@@ -280,6 +280,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
         "task": "domains.reap_stale_heartbeats",
         "schedule": 10.0,
     },
+    # Each waiting domain's placement estimate (also refreshed whenever the queue moves).
+    "refresh-estimates": {
+        "task": "foresight.refresh_estimates",
+        "schedule": float(os.environ.get("PORTAL_ESTIMATE_SECONDS", 15)),
+    },
     # Publishes to Kubernetes whatever a lost message or an API outage left (no-op when off).
     "kube-reconcile": {
         "task": "kube.reconcile",

@@ -10,7 +10,7 @@ reports (`members`) and the periodic controller (`reconcile`) sit beside them.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -25,6 +25,7 @@ from domains.audit.announce import (
 from domains.audit.events import CONTROLLER, Actor, record_event
 from domains.computedomains import admission
 from domains.computedomains.fabric import topology_snapshot
+from domains.computedomains.forecast import spec_forecast
 from domains.computedomains.models import (
     ApprovalState,
     ComputeDomain,
@@ -165,6 +166,8 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
         maintenance=_maintenance_in_the_way(clean, now),
     )
     result = place(clean.placement_request(at=now), topology_snapshot(now=now))
+    if isinstance(result, Rejection) or approval:
+        verdict = _with_estimate(verdict, clean, approval, now)
     if isinstance(result, Rejection):
         return replace(verdict, message=result.message, reasons=list(result.reasons))
     message = f"would be placed on {result.describe()}"
@@ -181,6 +184,20 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
         rack=result.rack,
         nodes=result.hostnames,
         node_ids=result.node_ids,
+    )
+
+
+def _with_estimate(
+    verdict: DryRunResult, clean: admission.CleanSpec, approval: bool, now: datetime
+) -> DryRunResult:
+    """When it would be placed if requested now: behind the queue, simulated forward."""
+    estimate = spec_forecast(clean, needs_approval=approval, now=now)
+    at = datetime.fromtimestamp(estimate.at, UTC) if estimate.at is not None else None
+    return replace(
+        verdict,
+        estimated_placement_at=at,
+        estimate_reason=estimate.reason,
+        estimate_message=estimate.message,
     )
 
 

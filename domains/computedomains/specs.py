@@ -4,7 +4,7 @@ the web forms, the API serializers and Kubernetes adoption."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 
 @dataclass(frozen=True)
@@ -41,3 +41,8 @@ class DryRunResult:
     # e.g. {"gpus": {"used": 8, "requested": 8, "limit": 32}, ...}
     # Maintenance windows the lease would reach into: their trays are left out.
     maintenance: list[str] = field(default_factory=list)
+    # When it would be placed if requested now (the queue simulated forward), or why no
+    # time can be given (reason NeverFits / NoLeaseEnds); FitsNow when it fits at once.
+    estimated_placement_at: datetime | None = None
+    estimate_reason: str = ""
+    estimate_message: str = ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -26,6 +27,7 @@ from domains.computedomains.models import (
     PlacementConstraint,
 )
 from domains.computedomains.specs import DomainSpec, DryRunResult
+from domains.foresight.models import EstimateReason, PlacementEstimate
 from domains.validators import DNS1123_LABEL_MAX, validate_dns1123_label
 from portal.api.serializers.common import (
     DurationField,
@@ -126,6 +128,9 @@ class StatusSerializer(serializers.Serializer):
     message = serializers.CharField()
     approval = serializers.ChoiceField(source="approval_state", choices=ApprovalState.choices)
     leaseExpiresAt = serializers.DateTimeField(source="lease_expires_at", allow_null=True)
+    estimatedPlacementAt = serializers.SerializerMethodField()
+    estimateReason = serializers.SerializerMethodField()
+    estimateMessage = serializers.SerializerMethodField()
     conditions = serializers.SerializerMethodField()
     nodes = MemberSerializer(source="members.all", many=True)
 
@@ -133,9 +138,50 @@ class StatusSerializer(serializers.Serializer):
     def get_status(self, domain: ComputeDomain) -> str:
         return READY if domain.phase == Phase.READY else NOT_READY
 
+    @extend_schema_field(
+        serializers.DateTimeField(
+            allow_null=True,
+            help_text="While Pending or Admitted: when it would be placed, from the leases "
+            "and queue ahead simulated forward; null when no time can be given "
+            "(`estimateReason` says why) or when it is not waiting.",
+        )
+    )
+    def get_estimatedPlacementAt(self, domain: ComputeDomain) -> str | None:
+        estimate = _estimate(domain)
+        if estimate is None or estimate.estimated_at is None:
+            return None
+        return serializers.DateTimeField().to_representation(estimate.estimated_at)
+
+    @extend_schema_field(
+        serializers.ChoiceField(
+            choices=["", *EstimateReason.values],
+            help_text="FitsNow, Estimated, NeverFits (not even with every lease ended) or "
+            "NoLeaseEnds (waits on trays held without a lease end); empty when not waiting "
+            "or not estimated yet.",
+        )
+    )
+    def get_estimateReason(self, domain: ComputeDomain) -> str:
+        estimate = _estimate(domain)
+        return estimate.reason if estimate is not None else ""
+
+    @extend_schema_field(serializers.CharField())
+    def get_estimateMessage(self, domain: ComputeDomain) -> str:
+        estimate = _estimate(domain)
+        return estimate.message if estimate is not None else ""
+
     @extend_schema_field(ConditionSerializer(many=True))
     def get_conditions(self, domain: ComputeDomain) -> list[dict[str, Any]]:
         return domain_conditions(domain)
+
+
+def _estimate(domain: ComputeDomain) -> PlacementEstimate | None:
+    """The stored estimate while the domain waits (read with the domain: no query)."""
+    if domain.phase not in (Phase.PENDING, Phase.ADMITTED):
+        return None
+    try:
+        return domain.placement_estimate  # type: ignore[attr-defined]  # reverse one-to-one
+    except ObjectDoesNotExist:
+        return None
 
 
 def _condition(
@@ -335,6 +381,14 @@ class DryRunSerializer(serializers.Serializer):
         child=serializers.CharField(),
         help_text="Maintenance windows the lease would reach into: their trays are left out.",
     )
+    estimatedPlacementAt = serializers.DateTimeField(
+        source="estimated_placement_at",
+        allow_null=True,
+        help_text="When it does not fit now or needs approval: when it would be placed if "
+        "requested now, behind the queue (null: see estimateReason).",
+    )
+    estimateReason = serializers.CharField(source="estimate_reason")
+    estimateMessage = serializers.CharField(source="estimate_message")
 
     @extend_schema_field(serializers.ChoiceField(choices=["All"]))
     def get_dryRun(self, result: DryRunResult) -> str:

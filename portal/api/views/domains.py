@@ -83,7 +83,7 @@ class ComputeDomainViewSet(
     def scoped_queryset(self, user: Viewer) -> QuerySet[ComputeDomain]:
         if getattr(self, "swagger_fake_view", False):
             return ComputeDomain.objects.none()
-        qs = domains_with_members(user, self.namespace)
+        qs = domains_with_members(user, self.namespace).select_related("placement_estimate")
         phase = self.request.query_params.get("phase") if self.action == "list" else None
         return qs.filter(phase=phase) if phase else qs
 
@@ -97,7 +97,7 @@ class ComputeDomainViewSet(
             )
 
     def _render(self, domain: ComputeDomain, status_code: int = 200) -> Response:
-        domain = refreshed(domain, domains_with_members(self.request.user, self.namespace))
+        domain = refreshed(domain, self.get_queryset())
         body = ComputeDomainSerializer(domain, context=self.get_serializer_context()).data
         return Response(body, status=status_code)
 

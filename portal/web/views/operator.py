@@ -139,8 +139,10 @@ def node_action(request: SignedInRequest, hostname: str, action: str) -> HttpRes
 def domains(request: SignedInRequest) -> HttpResponse:
     """Every domain across namespaces, filtered by name, namespace and phase."""
     form = DomainFilterForm(request.GET or None)
-    qs = domains_visible_to(request.user).annotate(
-        trays=Count("members", filter=Q(members__active=True))
+    qs = (
+        domains_visible_to(request.user)
+        .select_related("placement_estimate")
+        .annotate(trays=Count("members", filter=Q(members__active=True)))
     )
     if form.is_valid():
         data = form.cleaned_data

@@ -55,7 +55,11 @@ def dashboard(request: SignedInRequest, ns: str) -> HttpResponse:
         ("Trays", usage["nodes"], quota.max_nodes if quota else None),
         ("Domains", usage["domains"], quota.max_domains if quota else None),
     ]
-    qs = domains_visible_to(request.user).filter(namespace=namespace)
+    qs = (
+        domains_visible_to(request.user)
+        .filter(namespace=namespace)
+        .select_related("placement_estimate")
+    )
     context = {
         "namespace": namespace,
         "bars": bars,

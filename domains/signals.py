@@ -3,8 +3,9 @@
 Services send these through `domains.audit.announce`, which defers each send until the
 surrounding transaction commits, so nobody hears of a change that rolled back (the one
 exception, `node_marked_down`, says so below). Listeners: `portal.realtime` turns the
-first four into websocket messages; `domains.kube` publishes changed domains;
-`domains.computedomains` queues placement and lets go of trays marked down. Everything a
+first four (and new in-app notifications) into websocket messages; `domains.kube`
+publishes changed domains; `domains.computedomains` queues placement and lets go of trays
+marked down; `domains.notifications` turns recorded events into notifications. Everything a
 listener needs is in the keyword arguments; `sender` is the model class of the one object
 a change is about, or None.
 """
@@ -19,12 +20,15 @@ domain_changed = Signal()
 node_changed = Signal()
 # kwargs: node_ids (list[int]) whose agents must re-fetch their desired state
 desired_state_changed = Signal()
-# kwargs: event_id (int), namespace_id (int | None), domain_uid (str | None)
+# kwargs: event_id (int), namespace_id (int | None), domain_uid (str | None), verb (str)
 event_recorded = Signal()
 # kwargs: domain_id (int) of a domain admitted and waiting to be placed
 placement_wanted = Signal()
 # no kwargs: trays or channels came free, so queued domains may fit now
 capacity_freed = Signal()
+# kwargs: notification_id (int), channel (str), user_id (int): a notification was written
+# (in-app ones are delivered by that; e-mail and webhooks still have to be sent)
+notification_created = Signal()
 
 # Sent INSIDE the transaction that marks a tray down (not after commit), so what listeners
 # change is part of it. kwargs: node_id (int), message (str, why)

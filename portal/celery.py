@@ -24,6 +24,7 @@ app.autodiscover_tasks(
         "domains.agents",
         "domains.kube",
         "domains.foresight",
+        "domains.notifications",
     ]
 )
 

@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "domains.agents",
     "domains.kube",
     "domains.foresight",
+    "domains.notifications",
     "domains.demo",
     "portal.web",
     "portal.api",
@@ -285,6 +286,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
         "task": "foresight.refresh_estimates",
         "schedule": float(os.environ.get("PORTAL_ESTIMATE_SECONDS", 15)),
     },
+    # Leases ending soon and maintenance ahead: each subscriber told once.
+    "notify-ahead": {
+        "task": "notifications.scan_ahead",
+        "schedule": float(os.environ.get("PORTAL_NOTIFY_SCAN_SECONDS", 60)),
+    },
     # Publishes to Kubernetes whatever a lost message or an API outage left (no-op when off).
     "kube-reconcile": {
         "task": "kube.reconcile",
@@ -318,7 +324,27 @@ PORTAL: PortalSettings = {
     # Reverse proxies (ingress) in front of the web processes: the client address for the
     # sign-in rate limits is then read from X-Forwarded-For, that many hops from the right.
     "TRUSTED_PROXIES": env_int("PORTAL_TRUSTED_PROXIES", 0),
+    # Notifications: links in e-mail start with BASE_URL; an e-mail or webhook is tried
+    # NOTIFY_ATTEMPTS times, the first retry after NOTIFY_BACKOFF_S seconds, then doubling.
+    "BASE_URL": os.environ.get("PORTAL_BASE_URL", ""),
+    "NOTIFY_ATTEMPTS": env_int("PORTAL_NOTIFY_ATTEMPTS", 6),
+    "NOTIFY_BACKOFF_S": env_int("PORTAL_NOTIFY_BACKOFF_S", 30),
 }
+
+# --- e-mail (notifications) ------------------------------------------------------------------
+# Django's mail settings from the environment. EMAIL_BACKEND may name Django's file-based
+# backend (with EMAIL_FILE_PATH) for a demo without a mail server.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL")
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+if os.environ.get("EMAIL_FILE_PATH"):
+    EMAIL_FILE_PATH = os.environ["EMAIL_FILE_PATH"]
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "domain-portal@localhost")
 
 LOGGING = {
     "version": 1,

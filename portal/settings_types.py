@@ -25,3 +25,6 @@ class PortalSettings(TypedDict):
     METRICS_TOKEN: str
     SMALLEST_REQUEST_NODES: int  # smallest domain a tenant may request, in trays
     TRUSTED_PROXIES: int  # reverse proxies in front of the web processes
+    BASE_URL: str  # the portal's address as users reach it (links in e-mail); "" = none
+    NOTIFY_ATTEMPTS: int  # tries at sending one e-mail or webhook notification
+    NOTIFY_BACKOFF_S: int  # first retry after this, then doubling

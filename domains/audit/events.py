@@ -95,8 +95,9 @@ def _if_target(obj: models.Model, field: str) -> Any:
 def _announce(event: Event, namespace: Namespace | None, domain: ComputeDomain | None) -> None:
     ns_id = namespace.pk if namespace else None
     domain_uid = str(domain.uid) if domain else None
+    verb = event.verb
     transaction.on_commit(
         lambda: signals.event_recorded.send(
-            sender=Event, event_id=event.pk, namespace_id=ns_id, domain_uid=domain_uid
+            sender=Event, event_id=event.pk, namespace_id=ns_id, domain_uid=domain_uid, verb=verb
         )
     )

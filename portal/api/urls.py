@@ -15,6 +15,7 @@ from portal.api.views.fabric import (
     SwitchTrayViewSet,
 )
 from portal.api.views.members import MemberViewSet
+from portal.api.views.notifications import NotificationViewSet, SubscriptionViewSet
 from portal.api.views.tenancy import EventViewSet, NamespaceViewSet, TokenViewSet
 
 
@@ -48,6 +49,8 @@ router.register(
 router.register("events", EventViewSet, basename="event")
 router.register("approvals", ApprovalViewSet, basename="approval")
 router.register("tokens", TokenViewSet, basename="token")
+router.register("subscriptions", SubscriptionViewSet, basename="subscription")
+router.register("notifications", NotificationViewSet, basename="notification")
 
 urlpatterns: list = [
     path("agent/", include("portal.api.agent.urls")),

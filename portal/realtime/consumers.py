@@ -1,4 +1,4 @@
-"""The browsers' live socket: `ws/live/?topics=fabric,namespace:<name>,domain:<uid>`.
+"""The browsers' live socket: `ws/live/?topics=me,fabric,namespace:<name>,domain:<uid>`.
 
 A page names the topics it shows; the consumer joins the Channels group of each topic the
 user may see (others are silently dropped, so a tenant cannot listen to another namespace)
@@ -17,7 +17,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from domains.computedomains.selectors import domains_visible_to
 from domains.tenancy.selectors import Viewer, is_operator, namespaces_visible_to
-from portal.realtime.groups import domain_group, fabric_group, namespace_group
+from portal.realtime.groups import domain_group, fabric_group, namespace_group, user_group
 
 MAX_TOPICS = 20
 
@@ -34,7 +34,9 @@ def groups_for(user: Viewer, topics: list[str]) -> list[str]:
     groups: list[str] = []
     for topic in topics[:MAX_TOPICS]:
         kind, _, value = topic.partition(":")
-        if kind == "fabric" and is_operator(user):
+        if kind == "me":  # the signed-in user's own group, never anybody else's
+            groups.append(user_group(user.pk))
+        elif kind == "fabric" and is_operator(user):
             groups.append(fabric_group())
         elif kind == "namespace":
             pk = namespaces_visible_to(user).filter(name=value).values_list("pk", flat=True).first()

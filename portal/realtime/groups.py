@@ -26,6 +26,11 @@ def fabric_group() -> str:
     return "fabric"
 
 
+def user_group(user_id: int) -> str:
+    """One person's own hints (a new in-app notification), on every page they have open."""
+    return f"user.{user_id}"
+
+
 def agent_group(node_id: int) -> str:
     """One tray's agent: told only that its desired state changed."""
     return f"agent.{node_id}"

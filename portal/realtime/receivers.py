@@ -2,9 +2,9 @@
 
 domain_changed → the domain's, its namespace's and the operators' groups;
 node_changed → the operators' group; event_recorded → the groups of its domain and
-namespace. Each message says only what changed; pages re-fetch what they show. Sending is
-best effort: the change is already committed, and a page that missed a hint catches up on
-its next (re)connect.
+namespace; notification_created (in-app) → its owner's own group. Each message says only
+what changed; pages re-fetch what they show. Sending is best effort: the change is already
+committed, and a page that missed a hint catches up on its next (re)connect.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from portal.realtime.groups import (
     fabric_group,
     namespace_group,
     send_to_groups,
+    user_group,
 )
 
 
@@ -55,3 +56,12 @@ def event_recorded(
     if namespace_id:
         groups.append(namespace_group(namespace_id))
     _send(groups, {"kind": "event", "id": event_id, "uid": domain_uid or ""})
+
+
+@receiver(signals.notification_created, dispatch_uid="portal.realtime.receivers.notification")
+def notification_created(
+    sender: Any, notification_id: int, channel: str, user_id: int, **kwargs: Any
+) -> None:
+    """A new in-app notification: its owner's pages refresh the navbar badge."""
+    if channel == "in_app":
+        _send([user_group(user_id)], {"kind": "notification", "id": notification_id})

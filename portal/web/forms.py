@@ -13,7 +13,9 @@ from domains.computedomains.models import AllocationMode, Phase, PlacementConstr
 from domains.computedomains.specs import DomainSpec
 from domains.errors import DomainError
 from domains.inventory.models import PartState
+from domains.notifications.models import Channel, Kind
 from domains.tenancy.models import Role
+from domains.tenancy.selectors import namespaces_visible_to
 
 # A GB200 compute tray has 4 GPUs; a GPU count asked for is rounded up to whole trays.
 GPUS_PER_TRAY = 4
@@ -148,6 +150,30 @@ class MaintenanceForm(forms.Form):
         if scope == "trays":
             return {"trays": [t.strip() for t in target.split(",") if t.strip()]}
         return {scope: target}
+
+
+class SubscriptionForm(forms.Form):
+    """Subscribe to some kinds of events over one channel."""
+
+    channel = forms.ChoiceField(choices=Channel.choices, initial=Channel.IN_APP)
+    kinds = forms.MultipleChoiceField(
+        choices=Kind.choices, widget=forms.CheckboxSelectMultiple, initial=list(Kind.values)
+    )
+    target = forms.CharField(
+        required=False,
+        max_length=500,
+        help_text="E-mail: an address (empty: your account's). Webhook: an http(s) URL.",
+    )
+    namespace = forms.ChoiceField(required=False, help_text="Empty: every namespace you see.")
+    lease_warning_hours = forms.IntegerField(min_value=1, max_value=336, initial=4)
+    maintenance_warning_hours = forms.IntegerField(min_value=1, max_value=336, initial=24)
+
+    def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = namespaces_visible_to(user).values_list("name", flat=True)
+        field = self.fields["namespace"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [("", "All I can see"), *((n, n) for n in names)]
 
 
 class QuotaForm(forms.Form):

@@ -6,7 +6,7 @@ from django.urls import include, path
 
 from portal.ratelimit import RateLimitedLoginView
 from portal.web import views
-from portal.web.views import account, admin, operator, tenant
+from portal.web.views import account, admin, notifications, operator, tenant
 
 operator_patterns = (
     [
@@ -67,6 +67,19 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.home, name="home"),
     path("tokens/", account.tokens, name="tokens"),
+    path("notifications/", notifications.notifications, name="notifications"),
+    path("notifications/badge/", notifications.badge, name="notifications_badge"),
+    path("notifications/read/", notifications.mark_read, name="notifications_read"),
+    path(
+        "notifications/subscriptions/<int:pk>/",
+        notifications.subscription,
+        name="subscription",
+    ),
+    path(
+        "notifications/subscriptions/<int:pk>/remove/",
+        notifications.subscription_remove,
+        name="subscription_remove",
+    ),
     path("tokens/<int:token_id>/revoke/", account.token_revoke_view, name="token_revoke"),
     path("fabric/", include(operator_patterns)),
     path("ns/<str:ns>/", include(tenant_patterns)),

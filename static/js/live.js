@@ -18,7 +18,12 @@
   }
 
   function fire(detail) {
-    document.body.dispatchEvent(new CustomEvent("live", { detail: detail || {} }));
+    detail = detail || {};
+    document.body.dispatchEvent(new CustomEvent("live", { detail: detail }));
+    // Also by kind ("live-notification"), for elements that care about one kind only.
+    if (detail.kind) {
+      document.body.dispatchEvent(new CustomEvent("live-" + detail.kind, { detail: detail }));
+    }
   }
 
   function connect() {

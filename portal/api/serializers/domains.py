@@ -179,7 +179,7 @@ def _estimate(domain: ComputeDomain) -> PlacementEstimate | None:
     if domain.phase not in (Phase.PENDING, Phase.ADMITTED):
         return None
     try:
-        return domain.placement_estimate  # type: ignore[attr-defined]  # reverse one-to-one
+        return domain.placement_estimate  # the reverse one-to-one
     except ObjectDoesNotExist:
         return None
 

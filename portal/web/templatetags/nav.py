@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import template
 
 from domain_portal import __version__
+from domains.notifications.selectors import unread_count
 from domains.tenancy.models import Membership
 from domains.tenancy.selectors import Viewer
 
@@ -21,6 +22,12 @@ def member_namespaces(user: Viewer) -> list[str]:
         .order_by("namespace__name")
         .values_list("namespace__name", flat=True)
     )
+
+
+@register.simple_tag
+def unread_notifications(user: Viewer) -> int:
+    """The user's unread in-app notifications (the navbar badge; one query)."""
+    return unread_count(user)
 
 
 @register.simple_tag

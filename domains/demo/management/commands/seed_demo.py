@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from domains.agents.models import JoinToken
 from domains.inventory.seed import DEFAULT_LAYOUTS, RackLayout, build_fabric
+from domains.notifications.models import Channel, Kind, Subscription
+from domains.notifications.services import subscription_create
 from domains.security import hash_token
 from domains.tenancy.seed import DEMO_PASSWORD, build_demo_tenants
 
@@ -57,6 +60,7 @@ class Command(BaseCommand):
             self.stdout.write(self.style.WARNING("DEBUG is off: demo logins will be refused."))
         for username, description in build_demo_tenants():
             self.stdout.write(f"  login {username:9} / {DEMO_PASSWORD}   {description}")
+        _subscribe_demo_users()
 
     @staticmethod
     def _layouts(racks: int | None, texts: list[str] | None) -> list[RackLayout]:
@@ -67,3 +71,10 @@ class Command(BaseCommand):
         parsed = [RackLayout.parse(t) for t in texts]
         count = racks or len(parsed)
         return parsed[:count] + [parsed[-1]] * max(0, count - len(parsed))
+
+
+def _subscribe_demo_users() -> None:
+    """Every demo login hears of everything it may see in the portal's navbar (idempotent)."""
+    for user in User.objects.filter(username__in=["operator", "admin", "alice", "bob"]):
+        if not Subscription.objects.filter(user=user, channel=Channel.IN_APP).exists():
+            subscription_create(user=user, channel=Channel.IN_APP, kinds=list(Kind.values))

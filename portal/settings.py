@@ -250,7 +250,10 @@ SPECTACULAR_SETTINGS = {
         "ActorKindEnum": "domains.audit.models.ActorKind",
         "RoleEnum": "domains.tenancy.models.Role",
         "ObjectKindEnum": ["ComputeDomain"],
+        "NotificationKindEnum": "domains.notifications.models.Kind",
+        "NotificationStatusEnum": "domains.notifications.models.Status",
         "PartStateEnum": "domains.inventory.models.PartState",
+        "BlastScopeKindEnum": ["tray", "trays", "switch_tray", "rack", "clique", "power_shelf"],
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -10,13 +10,17 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
+from domains.audit.events import Actor
 from domains.audit.models import Event
+from domains.foresight.maintenance import maintenance_schedule
 from domains.foresight.models import PlacementEstimate
 from domains.notifications.delivery import sign
 from domains.notifications.models import Notification
@@ -201,3 +205,27 @@ def test_the_worker_refreshes_estimates_when_the_queue_moves(world):
         timeout=30,
         what="the estimate",
     )
+
+
+def test_tenants_are_told_of_maintenance_on_their_trays_by_webhook(world, hooks):
+    ns, tenant, other = world
+    hook = subscription_create(user=tenant, channel="webhook", kinds=["maintenance"],
+                               target=f"{hooks.url}/maintenance")  # fmt: skip
+    subscription_create(user=other, channel="webhook", kinds=["maintenance"],
+                        target=f"{hooks.url}/other")  # fmt: skip
+    domain = formed(request_domain(ns, tenant, "train", num_nodes=2, lifetime=timedelta(hours=8)))
+    operator = factories.make_user("notify-operator", staff=True)
+    maintenance_schedule(
+        actor=Actor.for_user(operator),
+        starts_at=timezone.now() + timedelta(hours=1),
+        ends_at=timezone.now() + timedelta(hours=3),
+        reason="busbar torque check",
+        rack="gb-r01",
+    )
+    wait_until(lambda: hooks.on("/maintenance"), timeout=30, what="the maintenance webhook")
+    ((headers, body),) = hooks.on("/maintenance")
+    payload = json.loads(body)
+    assert payload["kind"] == "maintenance" and payload["domain"]["uid"] == str(domain.uid)
+    assert "busbar torque check" in payload["body"]
+    assert headers["X-Portal-Signature"] == sign(hook.secret, headers["X-Portal-Timestamp"], body)
+    assert hooks.on("/other") == []

@@ -13,30 +13,34 @@ import contextlib
 import json
 import logging
 import random
+import shutil
 import threading
 import time
+from collections.abc import MutableMapping
 from typing import Any
 
 from nodeagent import imex
 from nodeagent.channels import ChannelError, Channels, cdi_spec, channel_numbers, remove_cdi
-from nodeagent.client import Nudger, PortalClient, PortalError, Unauthorized
+from nodeagent.client import MalformedDocument, Nudger, PortalClient, PortalError, Unauthorized
 from nodeagent.config import AGENT_VERSION, AgentConfig
-from nodeagent.fabric import Facts, ProbeError, channel_major, probe
+from nodeagent.driver import BINARY_DIRS, DriverRoot
+from nodeagent.fabric import Facts, channel_major, probe
 from nodeagent.files import read_json, remove, write_atomic
+from nodeagent.host import foreign_daemons, host_service_condition
+from nodeagent.protocol import (
+    ChannelSpec,
+    Condition,
+    ConditionType,
+    DesiredDomain,
+    DesiredState,
+    NodeFacts,
+    PeerStatus,
+    StatusReport,
+    Step,
+)
+from nodeagent.runner import RunnerDaemon
 
 logger = logging.getLogger("nodeagent")
-
-
-class Step:
-    """Mirrors `domains.agents.report.Step` (the portal's side of the contract)."""
-
-    IDLE = "idle"
-    CONFIGURING = "configuring"
-    STARTING_DAEMON = "starting_daemon"
-    WAITING_PEERS = "waiting_peers"
-    READY = "ready"
-    RELEASING = "releasing"
-    FAILED = "failed"
 
 
 STARTING_STATES = {"", "UNAVAILABLE", "INITIALIZING", "STARTING_AUTH_SERVER"}
@@ -46,7 +50,7 @@ MISMATCHES = {"NODE_MAP_MISMATCH": "node map", "VERSION_MISMATCH": "version"}
 MAX_BACKOFF_S = 10.0
 
 
-class TrayLog(logging.LoggerAdapter):
+class TrayLog(logging.LoggerAdapter[logging.Logger]):
     """Every line names the tray and the request id of the domain it is working for."""
 
     def __init__(self, tray: str) -> None:
@@ -54,7 +58,9 @@ class TrayLog(logging.LoggerAdapter):
         self.tray = tray
         self.request_id = ""
 
-    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
         return f"{self.tray} [{self.request_id or '-'}] {msg}", kwargs
 
 
@@ -70,18 +76,34 @@ class Agent:
         self.wake = threading.Event()
         self.log = TrayLog(config.hostname or "agent")
         self.client = PortalClient(config.portal)
-        self.daemon = imex.Daemon(config.imex_bin, self.paths, self.log, on_exit=self.wake.set)
-        self.ctl = imex.Ctl(config.imex_ctl_bin, self.paths, config.ctl_timeout)
+        self.driver = DriverRoot(config.driver_root)
+        self.imex_bin = self.driver.command("nvidia-imex", config.imex_bin)
+        env = self.driver.environment(self.paths.driver_libs)
+        self.daemon: imex.Supervisor = (
+            RunnerDaemon(self.paths, self.log)
+            if config.imex_runner
+            else imex.Daemon(self.imex_bin, self.paths, self.log, on_exit=self.wake.set, env=env)
+        )
+        ctl_bin = self.driver.command("nvidia-imex-ctl", config.imex_ctl_bin)
+        self.ctl = imex.Ctl(ctl_bin, self.paths, config.ctl_timeout, env=env)
         self.channels = Channels(
-            self.paths.channels_dir, emulated_files=config.emulated_channel_files
+            self.paths.channels_dir,
+            mode=config.channel_mode,
+            gid=config.channel_gid,
+            emulated_files=config.emulated_channel_files,
         )
         self.applied: dict[str, Any] = read_json(self.paths.applied) or {}
         self.facts: Facts | None = None
+        self.next_probe = 0.0
+        self.probe_backoff = config.fabric_retry_s
+        self.host_condition: Condition | None = None
+        self.next_host_check = 0.0
+        self.facts_sent: NodeFacts | None = None  # what the portal last accepted
         self.nudger: Nudger | None = None
-        self.desired: dict[str, Any] | None = None
+        self.desired: DesiredState | None = None
         self.nudged = True
         self.next_fetch = 0.0
-        self.last_sent: dict[str, Any] | None = None
+        self.last_sent: StatusReport | None = None
         self.next_heartbeat = 0.0
         self.wait_started = 0.0
         self.next_health_check = 0.0
@@ -110,7 +132,10 @@ class Agent:
                     self.client.token = ""
                     remove(self.paths.credentials)
                     delay, backoff = backoff, min(backoff * 2, MAX_BACKOFF_S)
-                except (PortalError, ProbeError, imex.CtlError, OSError) as exc:
+                except MalformedDocument as exc:
+                    self.log.error("%s; keeping what the tray holds", exc)
+                    delay, backoff = backoff, min(backoff * 2, MAX_BACKOFF_S)
+                except (PortalError, imex.CtlError, OSError) as exc:
                     self.log.warning("cycle failed: %s (retry in %.1fs)", exc, backoff)
                     delay, backoff = backoff, min(backoff * 2, MAX_BACKOFF_S)
                 self.last_cycle_at = time.monotonic()
@@ -133,29 +158,26 @@ class Agent:
             self.startup()
         self.ensure_joined()
         now = time.monotonic()
+        self.refresh_facts(now)
+        self.sync_facts()
         if self.nudged or now >= self.next_fetch or self.desired is None:
             self.nudged = False
             self.desired = self.client.desired()
             self.log.debug("fetched desired state")
             self.next_fetch = now + self.cfg.poll_interval * random.uniform(0.8, 1.2)
-        want = self.desired.get("domain")
+        want = self.desired["domain"]
         report, delay = self.apply(want) if want else self.release()
         self.send_report(report)
         return delay
 
-    # --- start, join ------------------------------------------------------------------------
+    # --- start, join, facts -------------------------------------------------------------------
     def startup(self) -> None:
         try:
             self.channels.check_mknod()
         except ChannelError as exc:
             raise FatalError(str(exc)) from exc
-        self.facts = probe(
-            proc_devices=self.paths.proc_devices,
-            hostname=self.cfg.hostname,
-            ip=self.cfg.ip,
-            facts_file=self.cfg.fabric_facts,
-        )
-        self.log.tray = self.facts.hostname
+        self.probe_facts()
+        self.check_host()
         if self.daemon.adopt():
             self.log.request_id = self.applied.get("request_id", "")
         keep = set(channel_numbers(self.applied.get("channels"))) if self.applied else set()
@@ -168,6 +190,77 @@ class Agent:
             remove_cdi(self.paths.cdi_spec)
         self.started = True
 
+    def probe_facts(self) -> None:
+        """NVML and /proc/devices now; an unsettled answer is probed again with backoff."""
+        before = self.facts
+        self.facts = facts = probe(
+            proc_devices=self.paths.proc_devices,
+            hostname=self.cfg.hostname,
+            ip=self.cfg.ip,
+            driver=self.driver,
+            facts_file=self.cfg.fabric_facts,
+        )
+        self.log.tray = facts.hostname
+        if facts.settled:
+            self.probe_backoff = self.cfg.fabric_retry_s
+            if before is not None and not before.settled:
+                self.log.info("fabric probe settled: clique %s", facts.clique or "none")
+            return
+        self.next_probe = time.monotonic() + self.probe_backoff
+        self.log.info(
+            "fabric probe not settled (%s); probing again in %.0f s",
+            "; ".join(c["message"] for c in facts.conditions)[:500],
+            self.probe_backoff,
+        )
+        self.probe_backoff = min(self.probe_backoff * 2, self.cfg.fabric_retry_max_s)
+
+    def check_host(self) -> None:
+        self.host_condition = host_service_condition(self.paths)
+        self.next_host_check = time.monotonic() + self.cfg.poll_interval
+
+    def refresh_facts(self, now: float) -> None:
+        if self.facts is not None and not self.facts.settled and now >= self.next_probe:
+            self.probe_facts()
+        if now >= self.next_host_check:
+            self.check_host()
+
+    def conditions(self) -> list[Condition]:
+        found = list(self.facts.conditions) if self.facts else []
+        if self.host_condition is not None:
+            found.append(self.host_condition)
+        missing = self.missing_binary()
+        if missing:
+            found.append(
+                {"type": ConditionType.IMEX_BINARY_MISSING, "blocking": True, "message": missing}
+            )
+        return found
+
+    def missing_binary(self) -> str:
+        command = self.imex_bin[0]
+        if "/" in command or shutil.which(command):
+            return ""
+        dirs = ", ".join(str(self.driver.path / d) for d in BINARY_DIRS[:2])
+        return (
+            f"nvidia-imex is neither under the driver root ({dirs}, …) nor on PATH: install "
+            "the driver's nvidia-imex package, or point --driver-root at the driver."
+        )
+
+    def facts_document(self) -> NodeFacts:
+        facts = self.facts
+        assert facts is not None
+        return {
+            "hostname": facts.hostname,
+            "ip": facts.ip,
+            "gpus": [g.document() for g in facts.gpus],
+            "cluster_uuid": facts.cluster_uuid,
+            "clique_id": facts.clique_id,
+            "driver_version": facts.driver_version,
+            "channel_major": facts.channel_major,
+            "channel_count": facts.channel_count,
+            "agent_version": AGENT_VERSION,
+            "conditions": self.conditions(),
+        }
+
     def ensure_joined(self) -> None:
         if self.client.token:
             return
@@ -175,9 +268,7 @@ class Agent:
         if saved and saved.get("portal") == self.cfg.portal and saved.get("token"):
             self.client.use(int(saved["node_id"]), saved["token"])
         else:
-            assert self.facts is not None
-            facts = self.facts.as_dict() | {"agent_version": AGENT_VERSION}
-            node_id, token = self.client.join(self.cfg.join_token, facts)
+            node_id, token = self.client.join(self.cfg.join_token, self.facts_document())
             self.client.use(node_id, token)
             write_atomic(
                 self.paths.credentials,
@@ -185,14 +276,31 @@ class Agent:
                 mode=0o600,
             )
             self.log.info("joined the portal as node %s", node_id)
+        # A join of a tray the portal knows does not change its facts: they are (re-)sent
+        # under the node token, after every start and every join.
+        self.facts_sent = None
         if self.cfg.websocket and (self.nudger is None or not self.nudger.is_alive()):
             self.nudger = Nudger(self.client, self.nudge, self.stop_event, self.log)
             self.nudger.start()
 
+    def sync_facts(self) -> None:
+        """Re-register the tray's facts and conditions when they differ from what was sent."""
+        document = self.facts_document()
+        if document == self.facts_sent:
+            return
+        self.client.update_facts(document)
+        before = {c["type"] for c in (self.facts_sent or {}).get("conditions", [])}
+        now = {c["type"]: c for c in document["conditions"]}
+        for kind in sorted(set(now) - before):
+            self.log.warning("tray condition %s: %s", kind, now[kind]["message"])
+        for kind in sorted(before - set(now)):
+            self.log.info("tray condition %s cleared", kind)
+        self.facts_sent = document
+
     # --- apply a domain -----------------------------------------------------------------------
-    def apply(self, want: dict[str, Any]) -> tuple[dict[str, Any], float]:
-        uid, index = str(want["uid"]), int(want["index"])
-        self.log.request_id = want.get("request_id", "")
+    def apply(self, want: DesiredDomain) -> tuple[StatusReport, float]:
+        uid, index = want["uid"], want["index"]
+        self.log.request_id = want["request_id"]
         if self.applied.get("domain_uid") not in (None, uid):
             self.log.warning(
                 "tray still holds domain %s; tearing it down", self.applied["domain_uid"]
@@ -200,58 +308,84 @@ class Agent:
             self.teardown()
         now = time.monotonic()
         key = json.dumps(want, sort_keys=True)
+        error = ""
         if key != self.files_key or now - self.files_checked_at >= self.cfg.poll_interval:
             # Files and devices are checked when the desired state changes and once per poll
             # interval (repairing drift), not on every fast readiness poll.
-            self.present = self.apply_files(want, uid, index)
-            self.files_key, self.files_checked_at = key, now
-        error = ""
+            self.present, error = self.apply_files(want)
+            self.files_key, self.files_checked_at = ("" if error else key), now
         if not self.daemon.running():
-            if self.daemon.exit_code is not None:
-                error = f"nvidia-imex exited ({self.daemon.describe_exit()}); restarted it"
-            self.daemon.start()
-            self.wait_started = time.monotonic()
-            self.start_poll = self.cfg.start_poll_interval
+            error = error or self.start_daemon()
         return self.observe(want, index, self.present, error)
 
-    def apply_files(self, want: dict[str, Any], uid: str, index: int) -> list[int]:
-        """IMEX config + nodes file, channel devices, CDI spec; returns channels present."""
-        peers = [p["ip"] for p in sorted(want["peers"], key=lambda p: int(p["index"]))]
+    def start_daemon(self) -> str:
+        """Start the tray's daemon unless something stops it; returns what went wrong."""
+        blocked = self.daemon.problem() or self.start_blocked()
+        if blocked:
+            return blocked
+        exited = self.daemon.exit_code is not None
+        error = f"nvidia-imex exited ({imex.describe_exit(self.daemon.exit_code)}); restarted it"
+        self.daemon.start()
+        self.wait_started = time.monotonic()
+        self.start_poll = self.cfg.start_poll_interval
+        return error if exited else ""
+
+    def start_blocked(self) -> str:
+        """A second daemon on a tray fails (NV_ERR_IN_USE): say why instead of looping."""
+        self.check_host()
+        running = foreign_daemons(self.paths)
+        if running:
+            return (
+                f"not starting nvidia-imex: another one runs on this tray (pid {running[0][0]}); "
+                "disable the host's nvidia-imex.service"
+            )
+        return self.missing_binary()
+
+    def apply_files(self, want: DesiredDomain) -> tuple[list[int], str]:
+        """IMEX config + nodes file, channel devices, CDI spec → (channels present, error)."""
+        peers = [p["ip"] for p in sorted(want["peers"], key=lambda p: p["index"])]
         config = imex.render_config(
             paths=self.paths,
-            bind_ip=peers[index],
-            server_port=int(want["imex"]["server_port"]),
-            cmd_port=int(want["imex"]["cmd_port"]),
+            bind_ip=peers[want["index"]],
+            server_port=want["imex"]["server_port"],
+            cmd_port=want["imex"]["cmd_port"],
+            grace_time=self.cfg.imex_grace_time,
+            log_level=self.cfg.imex_log_level,
         )
         changed = imex.write_config(paths=self.paths, config=config, nodes=imex.render_nodes(peers))
         if changed and self.daemon.running():
             # The daemon reads its config only at start: a new peer list needs a new instance.
             self.log.info("IMEX config changed; restarting nvidia-imex")
             self.daemon.stop(self.cfg.stop_timeout)
-        present = self.ensure_channels(want, uid)
+        present, error = self.ensure_channels(want["channels"], want["uid"])
         if (
-            self.applied.get("domain_uid") != uid
+            self.applied.get("domain_uid") != want["uid"]
             or self.applied.get("generation") != want["generation"]
         ):
-            self.save_applied(uid, int(want["generation"]), want)
-        return present
+            self.save_applied(want)
+        return present, error
 
-    def ensure_channels(self, want: dict[str, Any], uid: str) -> list[int]:
+    def ensure_channels(self, spec: ChannelSpec, uid: str) -> tuple[list[int], str]:
         major = channel_major(self.paths.proc_devices)
         if major is None:
-            raise ProbeError(f"no nvidia-caps-imex-channels line in {self.paths.proc_devices}")
-        numbers = channel_numbers(want.get("channels"))
+            return [], f"no nvidia-caps-imex-channels line in {self.paths.proc_devices}"
+        numbers = channel_numbers(spec)
         present = self.channels.ensure(numbers, major)
-        mode = (want.get("channels") or {}).get("mode", "Single")
-        spec = cdi_spec(
-            numbers=numbers, major=major, root=self.paths.root, domain_uid=uid, mode=mode
+        text = cdi_spec(
+            numbers=numbers,
+            major=major,
+            root=self.paths.root,
+            domain_uid=uid,
+            mode=spec["mode"],
+            file_mode=self.cfg.channel_mode,
+            gid=self.cfg.channel_gid,
         )
-        write_atomic(self.paths.cdi_spec, spec)
-        return present
+        write_atomic(self.paths.cdi_spec, text)
+        return present, ""
 
     def observe(
-        self, want: dict[str, Any], index: int, present: list[int], error: str
-    ) -> tuple[dict[str, Any], float]:
+        self, want: DesiredDomain, index: int, present: list[int], error: str
+    ) -> tuple[StatusReport, float]:
         """Read the daemon's state (and the domain's when it matters) into a report."""
         now = time.monotonic()
         state = self.ctl.query()
@@ -261,7 +395,7 @@ class Agent:
             health = self.ctl.domain(index)
             self.next_health_check = now + 1.0
         self.log.debug("observed daemon=%s domain=%s", state, health.state if health else "-")
-        if state == "READY" and health and health.state == "UP":
+        if state == "READY" and health and health.state == "UP" and not error:
             step, delay, message = Step.READY, self.cfg.ready_poll_interval, "IMEX domain UP"
         else:
             step = Step.STARTING_DAEMON if state in STARTING_STATES else Step.WAITING_PEERS
@@ -271,8 +405,8 @@ class Agent:
             message, mismatch = self.describe_wait(state, health)
             error = error or mismatch
         report = self.report_doc(
-            uid=str(want["uid"]),
-            generation=int(want["generation"]),
+            uid=want["uid"],
+            generation=want["generation"],
             step=step,
             daemon_state=state,
             domain_state=health.state if health else "",
@@ -300,7 +434,7 @@ class Agent:
         return f"nvidia-imex {state}, domain {health.state}: {names}{more}".rstrip(": "), ""
 
     # --- release ----------------------------------------------------------------------------
-    def release(self) -> tuple[dict[str, Any], float]:
+    def release(self) -> tuple[StatusReport, float]:
         uid = self.applied.get("domain_uid")
         if uid or self.dirty():
             self.log.info("releasing: stopping nvidia-imex, removing channels, CDI spec, config")
@@ -327,17 +461,16 @@ class Agent:
     def teardown(self) -> None:
         self.files_key = ""
         self.daemon.stop(self.cfg.stop_timeout)
-        self.daemon.exit_code = None
         self.channels.remove_all()
         remove_cdi(self.paths.cdi_spec)
         imex.remove_config(self.paths)
 
-    def save_applied(self, uid: str, generation: int, want: dict[str, Any]) -> None:
+    def save_applied(self, want: DesiredDomain) -> None:
         self.applied = {
-            "domain_uid": uid,
-            "generation": generation,
-            "request_id": want.get("request_id", ""),
-            "channels": want.get("channels"),
+            "domain_uid": want["uid"],
+            "generation": want["generation"],
+            "request_id": want["request_id"],
+            "channels": want["channels"],
         }
         write_atomic(self.paths.applied, _json(self.applied))
 
@@ -350,12 +483,12 @@ class Agent:
         step: str,
         daemon_state: str = "",
         domain_state: str = "",
-        peers: list[dict] | None = None,
+        peers: list[PeerStatus] | None = None,
         channels: list[int] | None = None,
         clean: bool = False,
         error: str = "",
         message: str = "",
-    ) -> dict[str, Any]:
+    ) -> StatusReport:
         return {
             "domain_uid": uid,
             "generation_applied": generation,
@@ -365,11 +498,11 @@ class Agent:
             "peers": peers or [],
             "channels_present": channels or [],
             "clean": clean,
-            "error": error,
-            "message": message,
+            "error": error[:2000],
+            "message": message[:2000],
         }
 
-    def send_report(self, report: dict[str, Any]) -> None:
+    def send_report(self, report: StatusReport) -> None:
         """On every change, and as a jittered heartbeat otherwise.
 
         A passing step (daemon starting, peers connecting) is reported only once it has
@@ -411,6 +544,8 @@ class Agent:
 
     # --- stop -------------------------------------------------------------------------------
     def shutdown(self) -> None:
+        """The agent stopping is not a decision to stop the daemon: it is left running for
+        the next agent process to re-adopt (the emulator's fleet alone may ask otherwise)."""
         self.stop_event.set()
         if self.cfg.stop_daemon_on_exit:
             with contextlib.suppress(Exception):
@@ -424,6 +559,7 @@ class Agent:
             "ready": bool(self.client.token) and self.last_report_ok,
             "domain": self.applied.get("domain_uid"),
             "step": (self.last_sent or {}).get("step", ""),
+            "conditions": [c["type"] for c in self.conditions()] if self.facts else [],
         }
 
 

@@ -6,6 +6,12 @@
 driver creates none by default; they vanish on reboot. Creating them is idempotent, and any
 node the current domain does not own is removed (stale ones are wiped at agent start).
 
+Who may open them: NVIDIA's DRA driver hands containers the node with mode 0666, and the
+agent does the same on the host by default, so a bare-metal job that does not run as root
+can use its channel. Operators who want less give a mode and a group (`--channel-mode 0660
+--channel-group imex`); the CDI spec then says the same (`fileMode`, `gid`), so a container
+gets what a process on the host gets.
+
 Channel sets travel compactly: `{"mode": "Single", "numbers": [7]}` or, for `All`,
 `{"mode": "All", "first": 1, "last": 2047}`.
 """
@@ -18,32 +24,41 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from nodeagent.config import CDI_KIND, CHANNELS_DIR
+from nodeagent.config import CDI_KIND, CHANNEL_MODE, CHANNELS_DIR
 from nodeagent.files import remove, write_atomic
+from nodeagent.protocol import ChannelSpec
 
 CDI_VERSION = "0.6.0"
-HOST_MODE = 0o600  # root on the host; containers get them through CDI (fileMode below)
-CONTAINER_MODE = 0o666
+PROBE_MODE = 0o600
 
 
 class ChannelError(RuntimeError):
     pass
 
 
-def channel_numbers(spec: dict[str, Any] | None) -> list[int]:
+def channel_numbers(spec: ChannelSpec | None) -> list[int]:
     """The channel numbers a desired-state channel spec names."""
     if not spec:
         return []
-    if spec.get("mode") == "All":
-        return list(range(int(spec["first"]), int(spec["last"]) + 1))
+    if spec["mode"] == "All":
+        return list(range(int(spec.get("first", 1)), int(spec.get("last", 0)) + 1))
     return sorted({int(n) for n in spec.get("numbers", [])})
 
 
 class Channels:
     """Char devices under `<root>/dev/nvidia-caps-imex-channels/`."""
 
-    def __init__(self, directory: Path, *, emulated_files: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        mode: int = CHANNEL_MODE,
+        gid: int | None = None,
+        emulated_files: bool = False,
+    ) -> None:
         self.dir = directory
+        self.mode = mode
+        self.gid = gid
         self.emulated_files = emulated_files
 
     def check_mknod(self) -> None:
@@ -54,7 +69,7 @@ class Channels:
         probe = self.dir / ".mknod-probe"
         remove(probe)
         try:
-            os.mknod(probe, stat.S_IFCHR | HOST_MODE, os.makedev(1, 3))
+            os.mknod(probe, stat.S_IFCHR | PROBE_MODE, os.makedev(1, 3))
         except PermissionError as exc:
             raise ChannelError(
                 f"mknod of a char device under {self.dir} is not permitted here ({exc}). "
@@ -97,36 +112,59 @@ class Channels:
         for number in sorted(wanted):
             if have.get(number) != (major, number):
                 self._make(number, major)
+            self._own(self.dir / f"channel{number}")
         return sorted(wanted)
 
     def _make(self, number: int, major: int) -> None:
         path = self.dir / f"channel{number}"
         if self.emulated_files:
-            write_atomic(path, f"{major}:{number}\n", mode=HOST_MODE)
+            write_atomic(path, f"{major}:{number}\n", mode=self.mode)
             return
-        os.mknod(path, stat.S_IFCHR | HOST_MODE, os.makedev(major, number))
+        os.mknod(path, stat.S_IFCHR | self.mode, os.makedev(major, number))
+
+    def _own(self, path: Path) -> None:
+        """Mode and group exactly as configured (mknod's mode is cut by the umask)."""
+        st = path.lstat()
+        if stat.S_IMODE(st.st_mode) != self.mode:
+            os.chmod(path, self.mode)
+        if self.gid is not None and st.st_gid != self.gid:
+            os.chown(path, -1, self.gid)
 
     def remove_all(self) -> None:
         for number in self.present():
             remove(self.dir / f"channel{number}")
 
 
-def cdi_spec(*, numbers: list[int], major: int, root: Path, domain_uid: str, mode: str) -> str:
+def cdi_spec(
+    *,
+    numbers: list[int],
+    major: int,
+    root: Path,
+    domain_uid: str,
+    mode: str,
+    file_mode: int = CHANNEL_MODE,
+    gid: int | None = None,
+) -> str:
     """A CDI spec: `nvidia.com/imex-channel=channel<N>` per channel; `=all` in All mode.
 
-    `path` is where the container sees the node; `hostPath` where it is on this tray.
+    `path` is where the container sees the node; `hostPath` where it is on this tray;
+    `permissions` is the device cgroup access (read, write; no mknod); `fileMode` and `gid`
+    the node the runtime creates in the container: the same as on the host.
     """
 
     def node(n: int) -> dict[str, Any]:
-        return {
+        entry: dict[str, Any] = {
             "path": f"/{CHANNELS_DIR}/channel{n}",
             "hostPath": str(root / CHANNELS_DIR / f"channel{n}"),
             "type": "c",
             "major": major,
             "minor": n,
-            "fileMode": CONTAINER_MODE,
             "permissions": "rw",
+            "fileMode": file_mode,
         }
+        if gid is not None:
+            entry["gid"] = gid
+        return entry
 
     if mode == "All":
         devices = [{"name": "all", "containerEdits": {"deviceNodes": [node(n) for n in numbers]}}]
@@ -141,10 +179,6 @@ def cdi_spec(*, numbers: list[int], major: int, root: Path, domain_uid: str, mod
         "devices": devices,
     }
     return json.dumps(spec, indent=1) + "\n"
-
-
-def write_cdi(path: Path, text: str) -> bool:
-    return write_atomic(path, text)
 
 
 def remove_cdi(path: Path) -> None:

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`python -m nodeagent --portal URL --join-token T [--root DIR] [--imex-bin P] ...`"""
+"""`python -m nodeagent --portal URL --join-token T [--root DIR] [--driver-root DIR] ...`"""
 
 from __future__ import annotations
 
 import argparse
+import grp
 import logging
 import os
 import signal
@@ -13,8 +14,49 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from nodeagent.agent import Agent, FatalError
-from nodeagent.config import AGENT_VERSION, AgentConfig, split_command
+from nodeagent.config import (
+    AGENT_VERSION,
+    CHANNEL_MODE,
+    IMEX_GRACE_TIME_S,
+    IMEX_LOG_LEVEL,
+    AgentConfig,
+    split_command,
+)
 from nodeagent.health import HealthServer
+
+
+def octal_mode(value: str) -> int:
+    try:
+        mode = int(value, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an octal mode: {value!r}") from None
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"mode out of range: {value!r}")
+    return mode
+
+
+def group_id(value: str) -> int:
+    """A group name (looked up on this host) or a numeric gid."""
+    if value.isdigit():
+        return int(value)
+    try:
+        return grp.getgrnam(value).gr_gid
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"no such group: {value!r}") from None
+
+
+def log_level(value: str) -> int:
+    level = int(value) if value.lstrip("-").isdigit() else -1
+    if not 0 <= level <= 4:
+        raise argparse.ArgumentTypeError(f"IMEX LOG_LEVEL is 0..4, got {value!r}")
+    return level
+
+
+def grace_time(value: str) -> int:
+    seconds = int(value) if value.lstrip("-").isdigit() else -2
+    if seconds < -1:
+        raise argparse.ArgumentTypeError(f"-1 (wait forever) or seconds >= 0, got {value!r}")
+    return seconds
 
 
 def parser() -> argparse.ArgumentParser:
@@ -26,9 +68,49 @@ def parser() -> argparse.ArgumentParser:
         default=os.environ.get("NODEAGENT_JOIN_TOKEN", ""),
         help="Join token (or NODEAGENT_JOIN_TOKEN); only needed until the node token is saved",
     )
-    p.add_argument("--root", type=Path, default=Path("/"), help="Root for /etc, /dev, /proc")
-    p.add_argument("--imex-bin", default="nvidia-imex", help="nvidia-imex command")
-    p.add_argument("--imex-ctl-bin", default="nvidia-imex-ctl", help="nvidia-imex-ctl command")
+    p.add_argument(
+        "--root", type=Path, default=Path("/"), help="Root for /dev, /proc, /etc/cdi, /var/lib"
+    )
+    p.add_argument(
+        "--driver-root",
+        type=Path,
+        default=Path("/"),
+        help="Where the NVIDIA driver is: libnvidia-ml.so.1 and nvidia-imex(-ctl) come from "
+        "here (/ for a host-installed driver; the GPU Operator's /run/nvidia/driver as mounted)",
+    )
+    p.add_argument("--imex-bin", default="", help="nvidia-imex command (default: the driver's)")
+    p.add_argument("--imex-ctl-bin", default="", help="nvidia-imex-ctl (default: the driver's)")
+    p.add_argument(
+        "--imex-runner",
+        action="store_true",
+        help="nvidia-imex is run by `python -m nodeagent.runner` (same --root), not by the "
+        "agent: required where the agent's restart takes its children with it (a container)",
+    )
+    p.add_argument(
+        "--imex-grace-time",
+        type=grace_time,
+        default=IMEX_GRACE_TIME_S,
+        help="IMEX_NODE_DISCONNECTED_GRACE_TIME in seconds; -1 (NVIDIA's default) waits forever",
+    )
+    p.add_argument(
+        "--imex-log-level",
+        type=log_level,
+        default=IMEX_LOG_LEVEL,
+        help="IMEX LOG_LEVEL: 0 off, 1 critical, 2 error, 3 warning, 4 info (NVIDIA's default)",
+    )
+    p.add_argument(
+        "--channel-mode",
+        type=octal_mode,
+        default=CHANNEL_MODE,
+        help="Mode of the channel device nodes, on the host and in the CDI spec (default 0666, "
+        "as NVIDIA's DRA driver gives them to containers)",
+    )
+    p.add_argument(
+        "--channel-group",
+        type=group_id,
+        default=None,
+        help="Group (name or gid) of the channel device nodes; default root's",
+    )
     p.add_argument("--hostname", default="", help="Tray hostname (default: this host's)")
     p.add_argument(
         "--ip",
@@ -59,8 +141,14 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         portal=args.portal,
         join_token=args.join_token,
         root=args.root.resolve(),
+        driver_root=args.driver_root,
         imex_bin=split_command(args.imex_bin),
         imex_ctl_bin=split_command(args.imex_ctl_bin),
+        imex_runner=args.imex_runner,
+        imex_grace_time=args.imex_grace_time,
+        imex_log_level=args.imex_log_level,
+        channel_mode=args.channel_mode,
+        channel_gid=args.channel_group,
         hostname=args.hostname,
         ip=args.ip or route_source_ip(args.portal),
         fabric_facts=args.fabric_facts,

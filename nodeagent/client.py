@@ -3,6 +3,11 @@
 
 The websocket carries one kind of message, "your desired state changed"; the agent then
 fetches the desired state over HTTP. Losing the socket costs only latency (the poll stays).
+
+Every desired state is checked against the contract's JSON Schema (`nodeagent.protocol`)
+before the agent acts on it: a document it does not understand is refused with an error
+naming the field, and the tray keeps what it has (a malformed "domain" must never read as
+"no domain" and tear a running job down).
 """
 
 from __future__ import annotations
@@ -15,8 +20,19 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import jsonschema
+from jsonschema.exceptions import best_match
 from websockets.exceptions import WebSocketException
+from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
+
+from nodeagent.protocol import (
+    DESIRED_STATE_SCHEMA,
+    DesiredState,
+    JoinRequest,
+    NodeFacts,
+    StatusReport,
+)
 
 API = "/api/v1/agent"
 
@@ -31,6 +47,23 @@ class PortalError(RuntimeError):
 
 class Unauthorized(PortalError):
     """Our node token is not (or no longer) valid: join again."""
+
+
+class MalformedDocument(PortalError):
+    """The portal sent a document that does not follow the contract."""
+
+
+_DESIRED = jsonschema.Draft202012Validator(DESIRED_STATE_SCHEMA)
+
+
+def check_desired(doc: Any) -> DesiredState:
+    """The document as a `DesiredState`, or `MalformedDocument` naming the first bad field."""
+    error = best_match(_DESIRED.iter_errors(doc))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(the document)"
+        raise MalformedDocument(f"desired state refused: {where}: {error.message[:300]}")
+    result: DesiredState = doc
+    return result
 
 
 class PortalClient:
@@ -62,14 +95,19 @@ class PortalClient:
             )
         return resp.json() if resp.content else None
 
-    def join(self, join_token: str, facts: dict[str, Any]) -> tuple[int, str]:
-        body = self._call("POST", f"{API}/join/", json={"join_token": join_token, **facts})
+    def join(self, join_token: str, facts: NodeFacts) -> tuple[int, str]:
+        request: JoinRequest = {**facts, "join_token": join_token}
+        body = self._call("POST", f"{API}/join/", json=request)
         return int(body["node_id"]), str(body["token"])
 
-    def desired(self) -> dict[str, Any]:
-        return self._call("GET", f"{API}/nodes/{self.node_id}/desired/")
+    def update_facts(self, facts: NodeFacts) -> None:
+        """Re-register the tray's facts and conditions under the node token."""
+        self._call("PUT", f"{API}/nodes/{self.node_id}/facts/", json=facts)
 
-    def report(self, report: dict[str, Any], *, request_id: str = "") -> None:
+    def desired(self) -> DesiredState:
+        return check_desired(self._call("GET", f"{API}/nodes/{self.node_id}/desired/"))
+
+    def report(self, report: StatusReport, *, request_id: str = "") -> None:
         self._call(
             "POST", f"{API}/nodes/{self.node_id}/status/", json=report, request_id=request_id
         )
@@ -88,7 +126,7 @@ class Nudger(threading.Thread):
         client: PortalClient,
         on_nudge: Callable[[], None],
         stop: threading.Event,
-        log: logging.LoggerAdapter,
+        log: logging.Logger | logging.LoggerAdapter[Any],
     ) -> None:
         super().__init__(name=f"nudge-{client.node_id}", daemon=True)
         self.client = client
@@ -117,7 +155,7 @@ class Nudger(threading.Thread):
             self.stop_event.wait(backoff + random.uniform(0, backoff))
             backoff = min(backoff * 2, 15.0)
 
-    def _listen(self, ws: Any) -> None:
+    def _listen(self, ws: ClientConnection) -> None:
         while not self.stop_event.is_set():
             try:
                 raw = ws.recv(timeout=1.0)

@@ -1,12 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Driving `nvidia-imex`: config and nodes file, one supervised daemon, readiness and health.
+"""Driving `nvidia-imex`: config and nodes file, one daemon per tray, readiness and health.
 
 The same code runs NVIDIA's binaries on a tray and the emulator's in the demo and tests.
-Facts it relies on (reference/IMEX-FACTS.md): the config and nodes file are read only at
-start; `DAEMONIZE=0` keeps the daemon in the foreground; `nvidia-imex-ctl -q` prints exactly
-one word and ready means exactly `READY`; `-N -j` gives the domain state and every peer's
-connection; SIGTERM is a graceful stop; a restart is a new instance and breaks running jobs,
-so an agent restart re-adopts the daemon instead of restarting it.
+What it relies on, from NVIDIA's IMEX documentation: the config and nodes file are read
+only at start; `DAEMONIZE=0` keeps the daemon in the foreground; `nvidia-imex-ctl -q` prints
+exactly one word and ready means exactly `READY`; `-N -j` gives the domain state and every
+peer's connection; SIGTERM is a graceful stop; a restart is a new instance and breaks
+running jobs, so a restarted agent re-adopts the daemon instead of restarting it.
+
+Who is the daemon's parent is a deployment choice (`Supervisor`): the agent itself
+(`Daemon`, in its own session, found again through a pidfile) on a host where the agent's
+restart does not take its children with it, or the IMEX runner (`nodeagent.runner`), a
+separate long-lived process the agent drives through files, where it does (a container).
 """
 
 from __future__ import annotations
@@ -19,28 +24,35 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
-from nodeagent.config import Paths
+from nodeagent.config import IMEX_GRACE_TIME_S, IMEX_LOG_LEVEL, Paths
 from nodeagent.files import remove, write_atomic
+from nodeagent.protocol import PeerStatus
 
-CELL_WORDS = {
-    "C": "CONNECTED",
-    "N": "NEVER_CONNECTED",
-    "R": "RECOVERING",
-    "D": "DISCONNECTED",
-    "I": "INVALID",
-    "!V!": "VERSION_MISMATCH",
-    "!M!": "NODE_MAP_MISMATCH",
-}
+Log = logging.Logger | logging.LoggerAdapter[Any]
 
 
-def render_config(*, paths: Paths, bind_ip: str, server_port: int, cmd_port: int) -> str:
-    """The daemon's config: foreground, command port on, our nodes file, this tray's IP."""
+def render_config(
+    *,
+    paths: Paths,
+    bind_ip: str,
+    server_port: int,
+    cmd_port: int,
+    grace_time: int = IMEX_GRACE_TIME_S,
+    log_level: int = IMEX_LOG_LEVEL,
+) -> str:
+    """The daemon's config: foreground, command port on, our nodes file, this tray's IP.
+
+    `grace_time` (IMEX_NODE_DISCONNECTED_GRACE_TIME): how long a disconnected peer may stay
+    away before what it shared is cleaned up; NVIDIA's -1 waits forever, so a network blip
+    never breaks a running job. `log_level`: 0 (off) to 4 (info, NVIDIA's default).
+    """
     lines = [
-        "# Written by the Domain Portal node agent; the agent owns this daemon.",
+        "# Written by the Domain Portal node agent, which owns this daemon.",
         "DAEMONIZE=0",
         f"SERVER_PORT={server_port}",
         f"BIND_INTERFACE_IP={bind_ip}",
@@ -49,9 +61,9 @@ def render_config(*, paths: Paths, bind_ip: str, server_port: int, cmd_port: int
         f"IMEX_CMD_BIND_INTERFACE_IP={bind_ip}",
         f"IMEX_NODE_CONFIG_FILE={paths.nodes_file}",
         "IMEX_WAIT_FOR_QUORUM=RECOVERY",
-        "IMEX_NODE_DISCONNECTED_GRACE_TIME=120",
+        f"IMEX_NODE_DISCONNECTED_GRACE_TIME={grace_time}",
         "IMEX_ENABLE_AUTH_ENCRYPTION=0",
-        "LOG_LEVEL=2",
+        f"LOG_LEVEL={log_level}",
         "LOG_FILE_NAME=",
     ]
     return "\n".join(lines) + "\n"
@@ -76,27 +88,36 @@ def remove_config(paths: Paths) -> None:
 @dataclass(frozen=True)
 class DomainHealth:
     state: str  # UP | DEGRADED | DOWN, "" when unknown
-    peers: list[dict] = field(default_factory=list)  # {"index", "ip", "status"}
+    peers: list[PeerStatus] = field(default_factory=list)
 
 
 def parse_domain_json(text: str, own_index: int) -> DomainHealth:
     """`nvidia-imex-ctl -N -j` → domain state and this node's connection to every peer."""
     doc = json.loads(text)
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
     node = doc.get("nodes", {}).get(str(own_index), {})
-    peers = [
-        {"index": int(j), "ip": conn.get("host", ""), "status": conn.get("status", "")}
+    peers: list[PeerStatus] = [
+        {"index": int(j), "ip": str(conn.get("host", "")), "status": str(conn.get("status", ""))}
         for j, conn in sorted(node.get("connections", {}).items(), key=lambda kv: int(kv[0]))
     ]
     return DomainHealth(state=str(doc.get("status", "")), peers=peers)
 
 
+class CtlError(RuntimeError):
+    pass
+
+
 class Ctl:
     """`nvidia-imex-ctl` against our config file."""
 
-    def __init__(self, argv: list[str], paths: Paths, timeout: float) -> None:
+    def __init__(
+        self, argv: list[str], paths: Paths, timeout: float, env: Mapping[str, str] | None = None
+    ) -> None:
         self.argv = argv
         self.paths = paths
         self.timeout = timeout
+        self.env = dict(env) if env is not None else None
 
     def _run(self, *flags: str) -> str:
         try:
@@ -106,6 +127,7 @@ class Ctl:
                 text=True,
                 timeout=self.timeout,
                 check=False,
+                env=self.env,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise CtlError(f"nvidia-imex-ctl {' '.join(flags)}: {exc}") from exc
@@ -120,29 +142,65 @@ class Ctl:
         text = self._run("-N", "-j")
         try:
             return parse_domain_json(text, own_index)
-        except ValueError as exc:
-            raise CtlError(f"nvidia-imex-ctl -N -j: not JSON: {text[:200]!r}") from exc
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise CtlError(f"nvidia-imex-ctl -N -j: not the expected JSON: {text[:200]!r}") from exc
 
 
-class CtlError(RuntimeError):
-    pass
+class Supervisor(Protocol):
+    """Whoever keeps the tray's one `nvidia-imex` running for the agent."""
+
+    pid: int | None
+    exit_code: int | None  # of the daemon that exited on its own, until it is started again
+
+    def adopt(self) -> bool:
+        """Take over the daemon a previous agent process left running; True if there is one."""
+        ...
+
+    def start(self) -> None: ...
+
+    def running(self) -> bool:
+        """True while our daemon runs (or its start is under way)."""
+        ...
+
+    def stop(self, timeout: float) -> None:
+        """SIGTERM, then SIGKILL after `timeout`; returns once it is gone."""
+        ...
+
+    def problem(self) -> str:
+        """Why the daemon cannot be run at all right now, or ""."""
+        ...
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "exit status unknown (adopted daemon)"
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
 
 
 class Daemon:
-    """One `nvidia-imex` per tray, supervised, with a pidfile so a new agent can re-adopt it."""
+    """The agent's own child, in its own session so that it outlives the agent's process.
+
+    A pidfile lets the next agent process re-adopt it. For a host where the agent's service
+    manager kills the agent's children with it (a container, a systemd unit with the default
+    KillMode), use the IMEX runner instead (`nodeagent.runner`).
+    """
 
     def __init__(
         self,
         argv: list[str],
         paths: Paths,
-        log: logging.LoggerAdapter,
+        log: Log,
         on_exit: Callable[[], None] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.argv = argv
         self.paths = paths
         self.log = log
         self.on_exit = on_exit  # woken at once when our child exits (crash detection)
-        self.child: subprocess.Popen | None = None
+        self.env = dict(env) if env is not None else None
+        self.child: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
         self.exit_code: int | None = None
 
@@ -171,6 +229,7 @@ class Daemon:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                env=self.env,
             )
         self.pid = self.child.pid
         self.exit_code = None
@@ -182,7 +241,7 @@ class Daemon:
         self.log.info("started nvidia-imex pid %s", self.pid)
 
     @staticmethod
-    def _watch(child: subprocess.Popen, on_exit: Callable[[], None]) -> None:
+    def _watch(child: subprocess.Popen[bytes], on_exit: Callable[[], None]) -> None:
         child.wait()
         on_exit()
 
@@ -196,37 +255,34 @@ class Daemon:
             self.exit_code = code
         elif _alive(self.pid):
             return True
-        self.log.warning("nvidia-imex pid %s exited (%s)", self.pid, self.describe_exit())
+        self.log.warning("nvidia-imex pid %s exited (%s)", self.pid, describe_exit(self.exit_code))
         self.pid = None
         self.child = None
         remove(self.paths.pidfile)
         return False
 
-    def describe_exit(self) -> str:
-        code = self.exit_code
-        if code is None:
-            return "exit status unknown (adopted daemon)"
-        if code < 0:
-            return f"killed by {signal.Signals(-code).name}"
-        return f"exit code {code}"
+    def problem(self) -> str:
+        return ""
 
     def stop(self, timeout: float) -> None:
         """SIGTERM, then SIGKILL after `timeout`; always reaps our own child."""
         if self.pid is None or not self.running():
             remove(self.paths.pidfile)
+            self.exit_code = None
             return
         pid = self.pid
         self.log.info("stopping nvidia-imex pid %s", pid)
         _signal(pid, signal.SIGTERM)
-        if not self._wait_gone(timeout):
+        if not self._wait_gone(pid, timeout):
             self.log.warning("nvidia-imex pid %s ignored SIGTERM; sending SIGKILL", pid)
             _signal(pid, signal.SIGKILL)
-            self._wait_gone(timeout)
+            self._wait_gone(pid, timeout)
         self.pid = None
         self.child = None
+        self.exit_code = None
         remove(self.paths.pidfile)
 
-    def _wait_gone(self, timeout: float) -> bool:
+    def _wait_gone(self, pid: int, timeout: float) -> bool:
         if self.child is not None:
             try:
                 self.child.wait(timeout)
@@ -235,7 +291,7 @@ class Daemon:
                 return False
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.pid is None or not _alive(self.pid):
+            if not _alive(pid):
                 return True
             time.sleep(0.02)
         return False

@@ -3,11 +3,11 @@
 Built from the lifecycle's rows (DomainMember, ChannelAllocation) through its selectors, so
 it is a pure read: fetching it twice changes nothing. The peer list is the domain's members
 in index order, identical on every member (line i of every nodes file is member i).
+Its shape is the contract's `DesiredState` (nodeagent/protocol.py, a stdlib-only module the
+agent owns), and the agent checks every document against that contract's JSON Schema.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from django.conf import settings
 
@@ -19,15 +19,16 @@ from domains.computedomains.selectors import (
     member_should_run,
 )
 from domains.inventory.models import Node
+from nodeagent.protocol import ChannelSpec, DesiredState
 
 
-def desired_state_for(node: Node) -> dict[str, Any]:
+def desired_state_for(node: Node) -> DesiredState:
     """`{"node", "domain": {...} | None, "release": {...} | None}`.
 
     `domain` set: run IMEX for it. `release` set: the tray still holds that domain and must
     tear it down and report clean. Both None: the tray should be clean and idle.
     """
-    doc: dict[str, Any] = {
+    doc: DesiredState = {
         "node": {"id": node.pk, "hostname": node.hostname},
         "domain": None,
         "release": None,
@@ -58,7 +59,7 @@ def desired_state_for(node: Node) -> dict[str, Any]:
     return doc
 
 
-def channel_spec(domain: ComputeDomain, numbers: list[int]) -> dict[str, Any]:
+def channel_spec(domain: ComputeDomain, numbers: list[int]) -> ChannelSpec:
     """Compact: `All` sends the range, not 2,047 numbers."""
     if domain.allocation_mode == AllocationMode.ALL and numbers:
         return {"mode": "All", "first": min(numbers), "last": max(numbers)}

@@ -1,4 +1,4 @@
-"""Writes for the agent protocol: joining, status reports, refused access.
+"""Writes for the agent protocol: joining, facts, status reports, refused access.
 
 `agent_report` is the heartbeat of 2,000 trays every 10 s, so it does one UPDATE on the
 node and leaves the member/domain bookkeeping to `domain_member_report` (the lifecycle's
@@ -24,12 +24,13 @@ from django.utils import timezone
 from domains.agents.models import JoinToken
 from domains.agents.report import AgentReport, Step
 from domains.agents.selectors import usable_join_token
-from domains.audit.announce import announce_nodes
+from domains.audit.announce import announce_capacity_freed, announce_nodes
 from domains.audit.events import Actor, record_event
 from domains.computedomains.members import MemberReport, domain_member_report
 from domains.computedomains.models import DomainMember, MemberState
 from domains.errors import Conflict, PermissionDenied
-from domains.inventory.models import Clique, Gpu, Node, NodeSource, NodeState
+from domains.inventory.models import Clique, Gpu, Node, NodeCondition, NodeSource, NodeState
+from domains.inventory.services import ConditionFacts, node_conditions_set
 from domains.security import generate_token, hash_token
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class NodeFacts:
     channel_major: int | None = None
     channel_count: int = 2048
     agent_version: str = ""
+    conditions: list[ConditionFacts] = field(default_factory=list)
 
 
 def _check_join_token(raw: str) -> None:
@@ -123,8 +125,72 @@ def agent_join(*, join_token: str, facts: NodeFacts) -> tuple[Node, str]:
         message=f"agent {facts.agent_version or '?'} joined; clique {node.clique or 'none'}",
         details={"ip": facts.ip, "gpus": len(facts.gpus), "channel_major": facts.channel_major},
     )
+    # A new tray held back by a condition (NVML not loadable, the host's own IMEX running)
+    # must not be placeable for a moment before its first facts update says so.
+    node_conditions_set(actor=Actor.for_agent(node), node=node, conditions=facts.conditions)
     announce_nodes([node.pk])
     return node, raw
+
+
+# Facts whose change the tray's event log records (the rest is bookkeeping).
+_TRACKED = ("management_ip", "clique", "gpu_count", "gpu_product", "driver_version")
+
+
+def agent_facts_update(*, node: Node, facts: NodeFacts) -> list[str]:
+    """The tray's agent re-registers its facts and conditions under its node token.
+
+    Sent after every agent start and whenever they change (a fabric registration completes,
+    NVML comes back, the host's IMEX service is found). Returns what changed; an unchanged
+    update writes nothing. The node token acts only for its own tray, so the hostname
+    cannot change here.
+    """
+    if facts.hostname != node.hostname:
+        raise Conflict(
+            f"These facts are for {facts.hostname}, not for {node.hostname}; a tray is renamed "
+            "by joining again.",
+            field="hostname",
+        )
+    actor = Actor.for_agent(node)
+    with transaction.atomic():
+        locked = (
+            Node.objects.select_for_update(of=("self",)).select_related("clique").get(pk=node.pk)
+        )
+        if facts.ip and (
+            Node.objects.filter(management_ip=facts.ip).exclude(pk=locked.pk).exists()
+        ):
+            raise Conflict(f"IP {facts.ip} belongs to another tray.", field="ip")
+        before = {name: _plain(getattr(locked, name)) for name in _TRACKED}
+        blocked_before = _blocked(locked)
+        _apply_facts(locked, facts)
+        after = {name: _plain(getattr(locked, name)) for name in _TRACKED}
+        changes = {
+            k: {"from": before[k], "to": after[k]} for k in _TRACKED if before[k] != after[k]
+        }
+        locked.save()
+        _sync_gpus(locked, facts.gpus)
+        if changes:
+            record_event(
+                actor=actor,
+                verb="agent.facts_changed",
+                obj=locked,
+                message=", ".join(f"{k}: {v['to'] or '—'}" for k, v in changes.items())[:500],
+                details=changes,
+            )
+        changed = list(changes)
+        changed += node_conditions_set(actor=actor, node=locked, conditions=facts.conditions)
+        if blocked_before and not _blocked(locked):
+            announce_capacity_freed()  # a tray just became placeable
+    if changes:
+        announce_nodes([locked.pk])
+    return changed
+
+
+def _blocked(node: Node) -> bool:
+    return NodeCondition.objects.filter(node=node, blocking=True).exists()
+
+
+def _plain(value: object) -> object:
+    return str(value) if isinstance(value, Clique) else value
 
 
 def _check_may_rejoin(node: Node) -> None:
@@ -150,15 +216,11 @@ def _check_may_rejoin(node: Node) -> None:
 def _apply_facts(node: Node, facts: NodeFacts) -> None:
     if facts.ip:
         node.management_ip = facts.ip
-    if facts.cluster_uuid and facts.clique_id is not None:
-        clique, _ = Clique.objects.get_or_create(
-            cluster_uuid=facts.cluster_uuid,
-            clique_id=facts.clique_id,
-            defaults={"rack": node.rack},
-        )
-        node.clique = clique
-    else:
-        node.clique = None  # no multi-node NVLink: never placed into a domain
+    # On Kubernetes, GPU Feature Discovery's `nvidia.com/gpu.clique` label says which clique
+    # the tray is in (domains/kube/services.py keeps it): the agent's probe never overrides
+    # it, least of all with "none" while a fabric registration is still in progress.
+    if not (node.source == NodeSource.KUBERNETES and node.clique_id is not None):
+        node.clique = _clique(node, facts)
     if facts.gpus:
         node.gpu_count = len(facts.gpus)
         node.gpu_product = facts.gpus[0].product or node.gpu_product
@@ -167,6 +229,16 @@ def _apply_facts(node: Node, facts: NodeFacts) -> None:
     node.channel_major = facts.channel_major
     node.channel_count = facts.channel_count
     node.agent_version = facts.agent_version
+
+
+def _clique(node: Node, facts: NodeFacts) -> Clique | None:
+    """None: no (completed) multi-node NVLink, so never placed into a domain."""
+    if not facts.cluster_uuid or facts.clique_id is None:
+        return None
+    clique, _ = Clique.objects.get_or_create(
+        cluster_uuid=facts.cluster_uuid, clique_id=facts.clique_id, defaults={"rack": node.rack}
+    )
+    return clique
 
 
 def _sync_gpus(node: Node, gpus: list[GpuFacts]) -> None:

@@ -32,6 +32,7 @@ from domains.inventory.models import (
     Gpu,
     MaintenanceWindow,
     Node,
+    NodeCondition,
     NodeState,
     PowerShelf,
     Rack,
@@ -53,8 +54,10 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
     """Every clique with its trays, why each is (not) free and its maintenance windows not
     yet over, in three queries.
 
-    A tray is free when it is `ready`, not gone, heard from within HEARTBEAT_STALE_AFTER
-    and not held by an active DomainMember (held until its agent confirmed a clean node).
+    A tray is free when it is `ready`, not gone, heard from within HEARTBEAT_STALE_AFTER,
+    without a blocking condition its agent reported (NVML not loadable, the host's own IMEX
+    service, an unfinished fabric registration) and not held by an active DomainMember (held
+    until its agent confirmed a clean node).
     Trays without a clique (no multi-node NVLink) cannot join a domain and are left out.
     Freshness and membership are computed by PostgreSQL as booleans: parsing thousands of
     timestamps in Python would cost more than the placement itself.
@@ -65,6 +68,7 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
         Node.objects.filter(clique__isnull=False)
         .annotate(
             busy=Exists(DomainMember.objects.filter(node=OuterRef("pk"), active=True)),
+            blocked=Exists(NodeCondition.objects.filter(node=OuterRef("pk"), blocking=True)),
             fresh=ExpressionWrapper(
                 Q(last_heartbeat__gte=stale_before), output_field=BooleanField()
             ),
@@ -79,14 +83,15 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
             "state",
             "gone",
             "busy",
+            "blocked",
             "fresh",
             "clique_id",
         )
     )
     trays: dict[int, list[Tray]] = {}
     windows = maintenance_by_tray(now)
-    for node_id, hostname, slot, ip, gpus, state, gone, busy, fresh, clique_id in rows:
-        status = _status(busy, state, gone, bool(fresh), bool(ip))
+    for node_id, hostname, slot, ip, gpus, state, gone, busy, blocked, fresh, clique_id in rows:
+        status = _status(busy, state, gone, bool(fresh), bool(ip), blocked)
         trays.setdefault(clique_id, []).append(
             Tray(node_id, hostname, slot or 0, ip or "", gpus, status, windows.get(node_id, ()))
         )
@@ -120,7 +125,9 @@ def maintenance_by_tray(now: datetime) -> dict[int, tuple[tuple[float, float], .
     return {node_id: tuple(sorted(spans)) for node_id, spans in windows.items()}
 
 
-def _status(busy: bool, state: str, gone: bool, fresh: bool, has_ip: bool) -> str:
+def _status(
+    busy: bool, state: str, gone: bool, fresh: bool, has_ip: bool, blocked: bool
+) -> str:
     if busy:
         return TrayStatus.IN_USE
     if not has_ip:  # every member's nodes file lists each peer's IP: it could not serve
@@ -129,6 +136,8 @@ def _status(busy: bool, state: str, gone: bool, fresh: bool, has_ip: bool) -> st
         return TrayStatus.UNKNOWN
     if state != NodeState.READY:
         return _STATE_STATUS.get(state, TrayStatus.UNKNOWN)
+    if blocked:
+        return TrayStatus.BLOCKED
     if not fresh:  # no heartbeat at all, or none within HEARTBEAT_STALE_AFTER
         return TrayStatus.STALE
     return TrayStatus.FREE

@@ -116,11 +116,35 @@ class Node(models.Model):
         return self.hostname
 
 
+class NodeCondition(models.Model):
+    """Something the tray's agent found that an operator must fix (e.g. NVML not loadable).
+
+    The agent reports the whole set with the tray's facts; a blocking condition keeps the
+    tray out of placement until the agent stops reporting it.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="conditions")
+    type = models.CharField(max_length=64)
+    blocking = models.BooleanField(default=True, help_text="Keeps the tray out of placement.")
+    message = models.CharField(max_length=2000)
+    since = models.DateTimeField(help_text="When the agent first reported it.")
+
+    class Meta:
+        ordering = ["node", "-blocking", "type"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "type"], name="node_condition_unique_type"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}: {self.type}"
+
+
 class FabricState(models.TextChoices):
     NOT_SUPPORTED = "NOT_SUPPORTED", "Not supported"
     NOT_STARTED = "NOT_STARTED", "Not started"
     IN_PROGRESS = "IN_PROGRESS", "In progress"
     COMPLETED = "COMPLETED", "Completed"
+    FAILED = "FAILED", "Registration failed"
 
 
 class GpuHealth(models.TextChoices):

@@ -1,4 +1,4 @@
-"""Operator actions on trays: cordon, uncordon, drain, mark down.
+"""Operator actions on trays (cordon, uncordon, drain, mark down) and the tray's conditions.
 
 A cordoned or draining tray takes no new domain but keeps serving the one it has (its
 workload is not disturbed); draining says "and do not come back until I say so" on the
@@ -10,19 +10,88 @@ inside the same transaction).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from django.db import transaction
+from django.utils import timezone
 
 from domains import signals
 from domains.audit.announce import announce_capacity_freed, announce_nodes
 from domains.audit.events import Actor, record_event
 from domains.errors import InvalidInput, InvalidTransition
-from domains.inventory.models import Node, NodeState, PartState, PowerShelf, SwitchTray
+from domains.inventory.models import (
+    Node,
+    NodeCondition,
+    NodeState,
+    PartState,
+    PowerShelf,
+    SwitchTray,
+)
 
 REASON_MAX = 300
 
 _Part = TypeVar("_Part", SwitchTray, PowerShelf)
+
+
+@dataclass(frozen=True)
+class ConditionFacts:
+    """One condition as the tray's agent reports it."""
+
+    type: str
+    blocking: bool
+    message: str
+
+
+def node_conditions_set(
+    *, actor: Actor, node: Node, conditions: Iterable[ConditionFacts]
+) -> list[str]:
+    """Make the tray's conditions exactly these; returns the types raised, changed or cleared.
+
+    A condition keeps its `since` while it is reported again; each one raised or cleared is
+    an Event on the tray, so the operator sees when a tray was held back and why.
+    """
+    wanted = {c.type: c for c in conditions}
+    current = {c.type: c for c in NodeCondition.objects.filter(node=node)}
+    changed: list[str] = []
+    with transaction.atomic():
+        for kind in sorted(set(current) - set(wanted)):
+            current[kind].delete()
+            record_event(
+                actor=actor,
+                verb="node.condition_cleared",
+                obj=node,
+                message=kind,
+                details={"type": kind},
+            )
+            changed.append(kind)
+        for kind, fact in sorted(wanted.items()):
+            row = current.get(kind)
+            if row is not None and (row.blocking, row.message) == (fact.blocking, fact.message):
+                continue
+            NodeCondition.objects.update_or_create(
+                node=node,
+                type=kind,
+                defaults={"blocking": fact.blocking, "message": fact.message},
+                create_defaults={
+                    "blocking": fact.blocking,
+                    "message": fact.message,
+                    "since": timezone.now(),
+                },
+            )
+            if row is None:
+                record_event(
+                    actor=actor,
+                    verb="node.condition_raised",
+                    obj=node,
+                    message=f"{kind}: {fact.message}",
+                    details={"type": kind, "blocking": fact.blocking},
+                )
+            changed.append(kind)
+    if changed:
+        announce_nodes([node.pk])
+    return changed
 
 
 def node_cordon(*, actor: Actor, node: Node, reason: str = "") -> Node:

@@ -21,6 +21,7 @@ class TrayStatus:
     UNKNOWN = "unknown"  # agent never joined, or gone from Kubernetes
     STALE = "stale"  # state ready, but no heartbeat within HEARTBEAT_STALE_AFTER
     NO_ADDRESS = "no_address"  # no management IP known: peers could not reach its daemon
+    BLOCKED = "blocked"  # its agent reports a blocking condition (NVML, host IMEX service…)
 
     LABELS = {
         IN_USE: "in use",
@@ -30,6 +31,7 @@ class TrayStatus:
         UNKNOWN: "not ready",
         STALE: "silent",
         NO_ADDRESS: "without a management IP",
+        BLOCKED: "held back by a tray condition",
     }
 
 

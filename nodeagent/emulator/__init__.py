@@ -8,7 +8,7 @@ only the paths differ.
 
 Per-tray layout under a tray root (the agent's `--root`):
 
-    etc/nvidia-imex/config.cfg         written by the agent (the daemon's -c)
+    var/lib/domain-portal/imex/config.cfg  written by the agent (the daemon's -c)
     etc/hosts                          how the tray resolves names in the nodes file
     proc/devices                       "<major> nvidia-caps-imex-channels" (tray.prepare_tray)
     proc/driver/nvidia/version         the loaded driver; the daemon refuses another version

@@ -112,10 +112,12 @@ def write_atomic(path: str, text: str) -> None:
 
 
 def tray_root(config_path: str) -> str:
-    """The emulated tray's root: IMEX_EMU_ROOT, or the dir above `etc/nvidia-imex/`."""
+    """The emulated tray's root: IMEX_EMU_ROOT, or the root above the config's directory
+    (the agent's own `var/lib/domain-portal/imex/`, or the package's `etc/nvidia-imex/`)."""
     if os.environ.get("IMEX_EMU_ROOT"):
         return os.environ["IMEX_EMU_ROOT"]
     cfg_dir = os.path.dirname(os.path.abspath(config_path))
-    if cfg_dir.endswith(os.path.join("etc", "nvidia-imex")):
-        return os.path.dirname(os.path.dirname(cfg_dir))
+    for tail in ("var/lib/domain-portal/imex", "etc/nvidia-imex"):
+        if cfg_dir.endswith(os.sep + tail):
+            return cfg_dir[: -len(tail) - 1]
     return cfg_dir

@@ -42,6 +42,7 @@ STATUS_WORDS = {
     TrayStatus.UNKNOWN: "not ready",
     TrayStatus.STALE: "no heartbeat",
     TrayStatus.NO_ADDRESS: "no management IP",
+    TrayStatus.BLOCKED: "condition",
 }
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from domains.computedomains.models import ChannelAllocation, DomainMember, MemberState, Phase
 from domains.inventory.models import Node
+from nodeagent.config import Paths
 from tests import factories
 from tests.e2e.conftest import IP_PREFIX, phase_of, release_domain, request_domain, verbs
 from tests.support.agents import AgentFleet, wait_for
@@ -50,7 +51,7 @@ def test_an_18_tray_domain_forms_end_to_end_and_release_leaves_nothing(portal, t
         for m in members:
             host = m.node.hostname
             assert fleet.nodes_file(host) == expected_nodes  # identical, index-stable
-            config = fleet.tray_root(host) / "etc/nvidia-imex/config.cfg"
+            config = Paths(fleet.tray_root(host)).imex_config
             assert imex_processes_using(config) == [fleet.daemon_pid(host)]  # one daemon
             major = fleet.proc_devices_major(host)
             majors.add(major)

@@ -15,6 +15,7 @@ from nodeagent import imex
 from nodeagent.agent import TrayLog
 from nodeagent.channels import Channels, cdi_spec, channel_numbers
 from nodeagent.config import Paths
+from nodeagent.driver import DriverRoot
 from nodeagent.emulator.tray import GpuFacts, TrayFacts, channel_major_for, prepare_tray
 from nodeagent.fabric import ZERO_UUID, channel_major, clique_of, probe
 from nodeagent.files import write_atomic
@@ -55,6 +56,7 @@ def test_the_probe_reports_the_clique_only_when_every_gpu_agrees(tray):
         proc_devices=tray / "proc/devices",
         hostname="gb-r07-t03",
         ip="127.12.7.3",
+        driver=DriverRoot(tray),
         facts_file=tray / "run/nvidia-emu/fabric.json",
     )
     assert facts.clique == f"{CLUSTER}.1" and len(facts.gpus) == 4
@@ -207,6 +209,9 @@ class FakeNvmlLibrary:
         self.NVML_SUCCESS = pynvml.NVML_SUCCESS
         self.state, self.status, self.cluster, self.supported = state, status, cluster, supported
 
+    def nvmlErrorString(self, status):
+        return f"NVML error {status}"
+
     def nvmlDeviceGetGpuFabricInfo(self, handle, info_ref):
         if not self.supported:
             raise self.pynvml.NVMLError(self.pynvml.NVML_ERROR_NOT_SUPPORTED)
@@ -221,18 +226,18 @@ class FakeNvmlLibrary:
 @pytest.mark.parametrize(
     ("library", "expected"),
     [
-        (dict(state=3), ("COMPLETED", 7, CLUSTER)),
-        (dict(state=2), ("IN_PROGRESS", 7, CLUSTER)),
-        (dict(state=3, status=999), ("FAILED", 7, CLUSTER)),  # registration failed
-        (dict(state=3, cluster=ZERO_UUID), ("COMPLETED", 7, ZERO_UUID)),  # HGX H100
-        (dict(state=0, supported=False), ("NOT_SUPPORTED", 0, "")),  # PCIe H100
+        (dict(state=3), ("COMPLETED", 7, CLUSTER, "")),
+        (dict(state=2), ("IN_PROGRESS", 7, CLUSTER, "")),
+        (dict(state=3, status=999), ("FAILED", 7, CLUSTER, "NVML error 999")),  # failed
+        (dict(state=3, cluster=ZERO_UUID), ("COMPLETED", 7, ZERO_UUID, "")),  # HGX H100
+        (dict(state=0, supported=False), ("NOT_SUPPORTED", 0, "", "")),  # PCIe H100
     ],
 )
 def test_the_nvml_probe_reads_fabric_info_through_a_filled_struct(library, expected):
     from nodeagent.fabric import _fabric_info
 
-    state, clique, cluster = _fabric_info(FakeNvmlLibrary(**library), handle=object())
-    assert (state, clique, cluster) == expected
+    state, clique, cluster, error = _fabric_info(FakeNvmlLibrary(**library), handle=object())
+    assert (state, clique, cluster, error) == expected
     # and the tray-level verdict: only a completed, non-zero, agreed clique counts
     verdict = clique_of([(state, clique, cluster)] * 4)
     assert verdict == (

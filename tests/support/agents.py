@@ -37,6 +37,7 @@ from domains.agents.models import JoinToken
 from domains.agents.services import NodeFacts
 from domains.inventory.models import Node
 from domains.security import hash_token
+from nodeagent.config import Paths
 from tests.support.processes import VENV_BIN, Proc, free_port, process_env, wait_until
 
 JOIN_TOKEN = "dpj_e2e-test-join-token"
@@ -169,7 +170,7 @@ class AgentFleet:
 
     def daemon_pid(self, hostname: str) -> int | None:
         """The tray's running nvidia-imex (from the agent's pidfile), or None."""
-        pidfile = self.tray_root(hostname) / "run/nodeagent/nvidia-imex.pid"
+        pidfile = Paths(self.tray_root(hostname)).pidfile
         try:
             pid = int(pidfile.read_text().split()[0])
         except (FileNotFoundError, ValueError, IndexError):
@@ -194,7 +195,7 @@ class AgentFleet:
         set_faults(self.tray_root(hostname), knobs)
 
     def nodes_file(self, hostname: str) -> str | None:
-        path = self.tray_root(hostname) / "etc/nvidia-imex/nodes_config.cfg"
+        path = Paths(self.tray_root(hostname)).nodes_file
         return path.read_text() if path.exists() else None
 
     def channel_devices(self, hostname: str) -> dict[str, tuple[int, int]]:
@@ -222,13 +223,10 @@ class AgentFleet:
     def leftovers(self, hostname: str) -> list[str]:
         """What release must have removed: daemon, config, nodes file, channels, CDI spec."""
         root = self.tray_root(hostname)
+        paths = Paths(root)
         left = [
             str(p.relative_to(root))
-            for p in (
-                root / "etc/nvidia-imex/config.cfg",
-                root / "etc/nvidia-imex/nodes_config.cfg",
-                root / "etc/cdi/nvidia.com-imex-channel.json",
-            )
+            for p in (paths.imex_config, paths.nodes_file, paths.cdi_spec)
             if p.exists()
         ]
         left += [f"dev/{name}" for name in self.channel_devices(hostname)]

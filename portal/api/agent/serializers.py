@@ -8,29 +8,26 @@ from rest_framework import serializers
 
 from domains.agents.report import AgentReport, PeerStatus, Step
 from domains.agents.services import GpuFacts, NodeFacts
-
-FABRIC_STATES = ["NOT_SUPPORTED", "NOT_STARTED", "IN_PROGRESS", "COMPLETED"]
-PEER_STATUSES = [
-    "CONNECTED",
-    "NEVER_CONNECTED",
-    "RECOVERING",
-    "DISCONNECTED",
-    "INVALID",
-    "VERSION_MISMATCH",
-    "NODE_MAP_MISMATCH",
-    "AUTHENTICATING",
-]
+from domains.inventory.services import ConditionFacts
+from nodeagent.protocol import FABRIC_STATES, PEER_STATUSES
 
 
 class GpuSerializer(serializers.Serializer):
     index = serializers.IntegerField(min_value=0, max_value=63)
     uuid = serializers.CharField(max_length=64)
     product = serializers.CharField(max_length=100, allow_blank=True, required=False, default="")
-    fabric_state = serializers.ChoiceField(FABRIC_STATES, required=False, default="COMPLETED")
+    fabric_state = serializers.ChoiceField(list(FABRIC_STATES), required=False, default="COMPLETED")
 
 
-class JoinSerializer(serializers.Serializer):
-    join_token = serializers.CharField(max_length=200, trim_whitespace=False)
+class ConditionSerializer(serializers.Serializer):
+    type = serializers.RegexField(r"^[A-Z][A-Za-z0-9]{1,63}$")
+    blocking = serializers.BooleanField()
+    message = serializers.CharField(max_length=2000)
+
+
+class FactsSerializer(serializers.Serializer):
+    """A tray's facts (nodeagent.protocol.NodeFacts)."""
+
     hostname = serializers.RegexField(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
     ip = serializers.IPAddressField(required=False, allow_blank=True, default="")
     gpus = GpuSerializer(many=True, required=False, default=list)
@@ -53,19 +50,31 @@ class JoinSerializer(serializers.Serializer):
     agent_version = serializers.CharField(
         max_length=40, required=False, allow_blank=True, default=""
     )
+    conditions = ConditionSerializer(many=True, required=False, default=list, max_length=32)
+
+    def validate_conditions(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        kinds = [c["type"] for c in value]
+        if len(set(kinds)) != len(kinds):
+            raise serializers.ValidationError("Each condition type may appear once.")
+        return value
 
     def facts(self) -> NodeFacts:
         data: dict[str, Any] = dict(self.validated_data)
-        data.pop("join_token")
+        data.pop("join_token", None)
         data["gpus"] = [GpuFacts(**g) for g in data.get("gpus", [])]
+        data["conditions"] = [ConditionFacts(**c) for c in data.get("conditions", [])]
         data["ip"] = data.get("ip") or None
         return NodeFacts(**data)
+
+
+class JoinSerializer(FactsSerializer):
+    join_token = serializers.CharField(max_length=200, trim_whitespace=False)
 
 
 class PeerSerializer(serializers.Serializer):
     index = serializers.IntegerField(min_value=0, max_value=4095)
     ip = serializers.CharField(max_length=253, allow_blank=True)
-    status = serializers.ChoiceField(PEER_STATUSES)
+    status = serializers.ChoiceField(list(PEER_STATUSES))
 
 
 class ReportSerializer(serializers.Serializer):

@@ -10,4 +10,5 @@ urlpatterns: list = [
     path("join/", views.JoinView.as_view(), name="agent-join"),
     path("nodes/<int:node_id>/desired/", views.DesiredView.as_view(), name="agent-desired"),
     path("nodes/<int:node_id>/status/", views.StatusView.as_view(), name="agent-status"),
+    path("nodes/<int:node_id>/facts/", views.FactsView.as_view(), name="agent-facts"),
 ]

@@ -18,10 +18,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from domains.agents.desired import desired_state_for
-from domains.agents.services import agent_access_denied, agent_join, agent_report
+from domains.agents.services import (
+    agent_access_denied,
+    agent_facts_update,
+    agent_join,
+    agent_report,
+)
 from domains.inventory.models import Node
 from portal.api.agent.auth import IsNodeAgent, NodeTokenAuthentication
-from portal.api.agent.serializers import JoinSerializer, ReportSerializer
+from portal.api.agent.serializers import FactsSerializer, JoinSerializer, ReportSerializer
 
 
 class JoinView(APIView):
@@ -74,4 +79,19 @@ class StatusView(NodeScopedView):
         serializer.is_valid(raise_exception=True)
         agent_report(node=node, report=serializer.report())
         body: dict[str, Any] = {"ok": True}
+        return Response(body)
+
+
+class FactsView(NodeScopedView):
+    """The tray's facts and conditions, re-registered by its agent under the node token."""
+
+    action_name = "update the facts"
+
+    @extend_schema(request=FactsSerializer, responses={200: dict}, tags=["agent"])
+    def put(self, request: Request, node_id: int) -> Response:
+        node = self.own_node(request, node_id)
+        serializer = FactsSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        changed = agent_facts_update(node=node, facts=serializer.facts())
+        body: dict[str, Any] = {"ok": True, "changed": changed}
         return Response(body)

@@ -56,6 +56,15 @@ class NodeDomainSerializer(serializers.Serializer):
     index = serializers.IntegerField()
 
 
+class NodeConditionSerializer(serializers.Serializer):
+    """Something the tray's agent found that an operator must fix."""
+
+    type = serializers.CharField()
+    blocking = serializers.BooleanField(help_text="A blocking condition keeps it unplaceable.")
+    message = serializers.CharField()
+    since = serializers.DateTimeField()
+
+
 class NodeSerializer(serializers.ModelSerializer):
     managementIp = serializers.SerializerMethodField()
     rack = serializers.CharField(source="rack.name", allow_null=True, default=None)
@@ -119,3 +128,18 @@ class NodeSerializer(serializers.ModelSerializer):
             "uid": str(domain.uid),
             "index": member.index,
         }
+
+
+class NodeDetailSerializer(NodeSerializer):
+    """One tray, with the conditions its agent reports (operators only)."""
+
+    conditions = serializers.SerializerMethodField()
+
+    class Meta(NodeSerializer.Meta):
+        fields = [*NodeSerializer.Meta.fields, "conditions"]
+
+    @extend_schema_field(NodeConditionSerializer(many=True))
+    def get_conditions(self, node: Node) -> list[dict[str, Any]]:
+        if self.context.get("operator") is not True:
+            return []
+        return list(NodeConditionSerializer(node.conditions.all(), many=True).data)

@@ -52,7 +52,12 @@ from portal.api.base import ScopedViewSet, refreshed
 from portal.api.permissions import IsOperator, TokenScope
 from portal.api.schema import READ, WRITE, errors
 from portal.api.serializers.common import ReasonSerializer
-from portal.api.serializers.fabric import CliqueSerializer, NodeSerializer, RackSerializer
+from portal.api.serializers.fabric import (
+    CliqueSerializer,
+    NodeDetailSerializer,
+    NodeSerializer,
+    RackSerializer,
+)
 from portal.api.serializers.foresight import (
     BlastRadiusSerializer,
     MaintenanceWindowInput,
@@ -148,6 +153,11 @@ class NodeViewSet(
 
     def scope_of(self, obj: Node) -> Scope:
         return tray_scope(obj)
+
+    def get_serializer_class(self) -> Any:
+        if self.action == "retrieve":
+            return NodeDetailSerializer
+        return super().get_serializer_class()
 
     def _act(self, request: Request, service: Any) -> Response:
         node = self.get_object()

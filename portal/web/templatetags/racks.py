@@ -37,6 +37,7 @@ STATE_FILL = {
     "down": "url(#cross-down)",
     "unknown": "url(#dots-unknown)",
     "stale": "url(#dots-unknown)",
+    "blocked": "url(#cross-down)",
 }
 FLAGGED_STATES = ("cordoned", "draining", "down")
 GPU_MARK = {

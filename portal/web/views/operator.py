@@ -94,6 +94,7 @@ def node(request: SignedInRequest, hostname: str) -> HttpResponse:
     context = {
         "node": tray,
         "gpus": list(tray.gpus.all()),
+        "conditions": list(tray.conditions.all()),
         "member": desired_member(tray),
         "report": tray.agent_report or {},
         "events": events_visible_to(request.user).filter(node=tray)[:50],

@@ -1,0 +1,281 @@
+"""The IMEX runner: a small, long-lived process that is the parent of the tray's nvidia-imex.
+
+    python -m nodeagent.runner --root / --driver-root /driver-root
+
+Why it exists. A restarted `nvidia-imex` is a new instance: its peers at once clean up
+everything they shared with it, and running jobs break. So the daemon must outlive the
+agent, whose restarts are ordinary (an upgrade, a crash, an OOM kill, a failed liveness
+probe, an eviction). In a container that is impossible for a child: when a container stops,
+the runtime kills every process in it. NVIDIA's DRA driver solves it the same way: its
+kubelet plugin (restarted freely) never runs `nvidia-imex`; a separate pod, the compute
+domain daemon, is its parent. Here that pod is the runner's DaemonSet: one tiny process per
+tray, updated only by hand (`updateStrategy: OnDelete`), with no liveness probe and no
+memory limit that could kill it, and nothing in it that changes with the agent.
+
+The agent drives it through two files in `<root>/var/lib/domain-portal/runner/` (a host
+directory both pods mount at the same path), level-triggered like the agent itself:
+
+- `request.json`, written by the agent: `{"run": bool, "instance": int, "config": path}`.
+  The runner keeps a daemon for `instance` running while `run` is true, and starts one
+  when the instance it runs is not the requested one (stopping the old one first).
+- `status.json`, written by the runner: `{"instance", "pid", "running", "exit_code",
+  "starts", "runner_pid", "updated_at"}`, refreshed at least every HEARTBEAT_S.
+
+A daemon that exits on its own stays exited, with its exit status in `status.json`: the
+agent reports it and decides to restart by asking for a new instance. Stopping is always a
+request (a release, a drain) or the runner's own SIGTERM (its pod is deleted: an uninstall,
+or an operator replacing it on an idle tray), never a side effect of the agent's restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from nodeagent.config import Paths, split_command
+from nodeagent.driver import DriverRoot
+from nodeagent.files import read_json, write_atomic
+from nodeagent.imex import Log, describe_exit
+
+log = logging.getLogger("nodeagent.runner")
+
+POLL_S = 0.05  # how often the runner looks at the request and its child
+HEARTBEAT_S = 2.0  # status.json is rewritten at least this often
+STALE_S = 10.0  # a status older than this: the runner is not running
+
+
+def request_path(paths: Paths) -> Path:
+    return paths.runner_dir / "request.json"
+
+
+def status_path(paths: Paths) -> Path:
+    return paths.runner_dir / "status.json"
+
+
+def _dump(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, sort_keys=True) + "\n"
+
+
+class Runner:
+    """The runner process: one child, as the request says."""
+
+    def __init__(self, paths: Paths, argv: list[str], env: dict[str, str], stop_timeout: float):
+        self.paths = paths
+        self.argv = argv
+        self.env = env
+        self.stop_timeout = stop_timeout
+        self.stop_event = threading.Event()
+        self.child: subprocess.Popen[bytes] | None = None
+        self.instance = 0  # of the child (running or exited); 0: none started here
+        self.exit_code: int | None = None
+        previous = read_json(status_path(paths)) or {}
+        self.starts = int(previous.get("starts", 0))
+        self.written: dict[str, Any] = {}
+        self.written_at = 0.0
+
+    def run(self) -> None:
+        log.info("IMEX runner for %s (daemon: %s)", self.paths.root, " ".join(self.argv))
+        while not self.stop_event.is_set():
+            try:
+                self.step()
+            except OSError as exc:  # a full disk, a vanished directory: try again
+                log.error("runner step failed: %s", exc)
+            self.stop_event.wait(POLL_S)
+        self.stop_child()
+        self.write_status()
+
+    def step(self) -> None:
+        request = read_json(request_path(self.paths)) or {}
+        wanted = int(request.get("instance", 0)) if request.get("run") else 0
+        if self.child is not None and self.child.poll() is not None:
+            self.exit_code = self.child.returncode
+            log.warning(
+                "nvidia-imex pid %s exited (%s)", self.child.pid, describe_exit(self.exit_code)
+            )
+            self.child = None
+        if self.instance and self.instance != wanted:
+            self.stop_child()
+            self.instance = 0
+        if wanted and self.instance != wanted:
+            self.start_child(wanted, str(request.get("config") or self.paths.imex_config))
+        self.write_status()
+
+    def start_child(self, instance: int, config: str) -> None:
+        self.instance, self.exit_code = instance, None
+        try:
+            # The daemon's output is the runner's (its pod's log); no new session needed.
+            self.child = subprocess.Popen(
+                [*self.argv, "-c", config], stdin=subprocess.DEVNULL, env=self.env
+            )
+        except OSError as exc:
+            log.error("cannot start %s: %s", self.argv[0], exc)
+            self.exit_code = 127
+            return
+        self.starts += 1
+        log.info("started nvidia-imex pid %s (instance %s)", self.child.pid, instance)
+
+    def stop_child(self) -> None:
+        child, self.child = self.child, None
+        if child is None or child.poll() is not None:
+            return
+        log.info("stopping nvidia-imex pid %s", child.pid)
+        child.terminate()
+        try:
+            child.wait(self.stop_timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("nvidia-imex pid %s ignored SIGTERM; sending SIGKILL", child.pid)
+            child.kill()
+            child.wait()
+        self.exit_code = None
+
+    def write_status(self) -> None:
+        doc = {
+            "instance": self.instance,
+            "pid": self.child.pid if self.child else None,
+            "running": self.child is not None,
+            "exit_code": self.exit_code,
+            "starts": self.starts,
+            "runner_pid": os.getpid(),
+        }
+        now = time.time()
+        if doc == self.written and now - self.written_at < HEARTBEAT_S:
+            return
+        write_atomic(status_path(self.paths), _dump(doc | {"updated_at": now}))
+        self.written, self.written_at = doc, now
+
+
+class RunnerDaemon:
+    """The agent's side: a `Supervisor` whose daemon the runner runs (see the module doc)."""
+
+    def __init__(self, paths: Paths, log: Log, *, start_timeout: float = 15.0) -> None:
+        self.paths = paths
+        self.log = log
+        self.start_timeout = start_timeout
+        self.pid: int | None = None
+        self.exit_code: int | None = None
+        self.requested_at = 0.0
+
+    def _request(self) -> dict[str, Any]:
+        return read_json(request_path(self.paths)) or {"run": False, "instance": 0}
+
+    def _status(self) -> dict[str, Any]:
+        return read_json(status_path(self.paths)) or {}
+
+    def _fresh(self, status: dict[str, Any]) -> bool:
+        return time.time() - float(status.get("updated_at", 0)) < STALE_S
+
+    def _write(self, *, run: bool, instance: int) -> None:
+        doc = {"run": run, "instance": instance, "config": str(self.paths.imex_config)}
+        write_atomic(request_path(self.paths), _dump(doc))
+
+    def adopt(self) -> bool:
+        request, status = self._request(), self._status()
+        if not (request.get("run") and status.get("instance") == request.get("instance")):
+            return False
+        if not (status.get("running") and self._fresh(status)):
+            return False
+        self.pid = int(status["pid"])
+        self.log.info("re-adopted nvidia-imex pid %s run by the IMEX runner", self.pid)
+        return True
+
+    def start(self) -> None:
+        instance = int(self._request().get("instance", 0)) + 1
+        self._write(run=True, instance=instance)
+        self.requested_at = time.monotonic()
+        self.exit_code = None
+        self.log.info("asked the IMEX runner to start nvidia-imex (instance %s)", instance)
+
+    def running(self) -> bool:
+        request = self._request()
+        if not request.get("run"):
+            return False
+        status = self._status()
+        if status.get("instance") != request.get("instance"):
+            return True  # the runner has not taken the request up yet: see problem()
+        if status.get("running"):
+            self.pid = status.get("pid")
+            return True
+        if self.pid is not None:
+            code = status.get("exit_code")
+            self.exit_code = int(code) if code is not None else None
+            self.log.warning(
+                "nvidia-imex pid %s exited (%s)", self.pid, describe_exit(self.exit_code)
+            )
+            self.pid = None
+        elif self.exit_code is None and status.get("exit_code") is not None:
+            self.exit_code = int(status["exit_code"])  # it exited before this agent looked
+        return False
+
+    def problem(self) -> str:
+        request, status = self._request(), self._status()
+        if not request.get("run"):
+            return ""
+        waited = time.monotonic() - self.requested_at if self.requested_at else 0.0
+        taken = status.get("instance") == request.get("instance")
+        if (not taken and waited > self.start_timeout) or (status and not self._fresh(status)):
+            return (
+                f"the IMEX runner has not answered for {max(waited, STALE_S):.0f} s "
+                f"({status_path(self.paths)}): is its pod running on this tray?"
+            )
+        return ""
+
+    def stop(self, timeout: float) -> None:
+        request = self._request()
+        if request.get("run"):
+            self._write(run=False, instance=int(request.get("instance", 0)))
+            self.log.info("asked the IMEX runner to stop nvidia-imex")
+        deadline = time.monotonic() + 2 * timeout + 1
+        while time.monotonic() < deadline:
+            status = self._status()
+            if not status.get("running") or not self._fresh(status):
+                break
+            time.sleep(0.05)
+        self.pid = None
+        self.exit_code = None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nodeagent.runner", description="Domain Portal IMEX runner")
+    p.add_argument("--root", type=Path, default=Path("/"), help="The agent's --root")
+    p.add_argument("--driver-root", type=Path, default=Path("/"), help="The NVIDIA driver root")
+    p.add_argument("--imex-bin", default="", help="nvidia-imex (default: the driver root's)")
+    p.add_argument("--stop-timeout", type=float, default=10.0, help="SIGTERM → SIGKILL (s)")
+    p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    paths = Paths(args.root.resolve())
+    driver = DriverRoot(args.driver_root)
+    runner = Runner(
+        paths,
+        driver.command("nvidia-imex", split_command(args.imex_bin)),
+        driver.environment(paths.driver_libs),
+        args.stop_timeout,
+    )
+    # The pod going away (uninstall, an operator's OnDelete update) stops the daemon
+    # gracefully, so that its peers clean up at once instead of waiting for it.
+    signal.signal(signal.SIGTERM, lambda *_: runner.stop_event.set())
+    signal.signal(signal.SIGINT, lambda *_: runner.stop_event.set())
+    runner.run()
+    log.info("IMEX runner stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -352,10 +352,11 @@ class Agent:
             grace_time=self.cfg.imex_grace_time,
             log_level=self.cfg.imex_log_level,
         )
-        changed = imex.write_config(paths=self.paths, config=config, nodes=imex.render_nodes(peers))
-        if changed and self.daemon.running():
+        nodes = imex.render_nodes(peers)
+        restart = imex.write_config(paths=self.paths, config=config, nodes=nodes)
+        if restart and self.daemon.running():
             # The daemon reads its config only at start: a new peer list needs a new instance.
-            self.log.info("IMEX config changed; restarting nvidia-imex")
+            self.log.info("IMEX peers or addresses changed; restarting nvidia-imex")
             self.daemon.stop(self.cfg.stop_timeout)
         present, error = self.ensure_channels(want["channels"], want["uid"])
         if (

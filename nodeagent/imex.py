@@ -74,10 +74,39 @@ def render_nodes(peer_ips: list[str]) -> str:
     return "".join(f"{ip}\n" for ip in peer_ips)
 
 
+# What a running daemon cannot follow without a new instance: who its peers are and where it
+# and they listen. Any other key (the log level, the grace time of a newer agent) waits for
+# the daemon's next start: an agent upgrade is never a reason to break running jobs.
+RESTART_KEYS = (
+    "SERVER_PORT",
+    "BIND_INTERFACE_IP",
+    "IMEX_CMD_PORT",
+    "IMEX_CMD_BIND_INTERFACE_IP",
+    "IMEX_NODE_CONFIG_FILE",
+)
+
+
+def config_values(text: str) -> dict[str, str]:
+    """`KEY=VALUE` lines, `#` comments, as the daemon reads them."""
+    values: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if "=" in line:
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip()
+    return values
+
+
 def write_config(*, paths: Paths, config: str, nodes: str) -> bool:
-    """Atomically write both files; True when anything changed on disk."""
-    changed = write_atomic(paths.nodes_file, nodes)
-    return write_atomic(paths.imex_config, config) or changed
+    """Atomically write both files; True when a running daemon must restart to follow them."""
+    try:
+        before = config_values(paths.imex_config.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        before = {}
+    nodes_changed = write_atomic(paths.nodes_file, nodes)
+    write_atomic(paths.imex_config, config)
+    after = config_values(config)
+    return nodes_changed or any(before.get(k) != after.get(k) for k in RESTART_KEYS)
 
 
 def remove_config(paths: Paths) -> None:

@@ -32,6 +32,7 @@ from domains.errors import Conflict, PermissionDenied
 from domains.inventory.models import Clique, Gpu, Node, NodeCondition, NodeSource, NodeState
 from domains.inventory.services import ConditionFacts, node_conditions_set
 from domains.security import generate_token, hash_token
+from nodeagent.protocol import ConditionType
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,13 @@ def agent_join(*, join_token: str, facts: NodeFacts) -> tuple[Node, str]:
     return node, raw
 
 
+# Conditions under which the probe's "no clique" means "could not tell", not "none".
+_UNSETTLED = (
+    ConditionType.NVML_UNAVAILABLE,
+    ConditionType.FABRIC_NOT_READY,
+    ConditionType.FABRIC_FAILED,
+    ConditionType.FABRIC_INCONSISTENT,
+)
 # Facts whose change the tray's event log records (the rest is bookkeeping).
 _TRACKED = ("management_ip", "clique", "gpu_count", "gpu_product", "driver_version")
 
@@ -218,8 +226,12 @@ def _apply_facts(node: Node, facts: NodeFacts) -> None:
         node.management_ip = facts.ip
     # On Kubernetes, GPU Feature Discovery's `nvidia.com/gpu.clique` label says which clique
     # the tray is in (domains/kube/services.py keeps it): the agent's probe never overrides
-    # it, least of all with "none" while a fabric registration is still in progress.
-    if not (node.source == NodeSource.KUBERNETES and node.clique_id is not None):
+    # it. Elsewhere a probe that could not tell (NVML not loadable, a registration still in
+    # progress) does not take the tray out of its clique either: its condition holds the
+    # tray back, and the clique comes back with the probe that settles.
+    labelled = node.source == NodeSource.KUBERNETES and node.clique_id is not None
+    unsure = any(c.type in _UNSETTLED for c in facts.conditions) and not facts.cluster_uuid
+    if not labelled and not unsure:
         node.clique = _clique(node, facts)
     if facts.gpus:
         node.gpu_count = len(facts.gpus)

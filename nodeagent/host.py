@@ -57,9 +57,12 @@ def foreign_daemons(paths: Paths) -> list[tuple[int, str]]:
             name = (Path(entry.path) / "comm").read_text().strip()
             if name != DAEMON_NAME:
                 continue
+            state = (Path(entry.path) / "stat").read_text().rsplit(")", 1)[1].split()[0]
             raw = (Path(entry.path) / "cmdline").read_bytes()
-        except (FileNotFoundError, NotADirectoryError, ProcessLookupError, PermissionError):
+        except (OSError, IndexError):
             continue  # gone meanwhile, or not a process directory
+        if state == "Z":
+            continue  # exited, not yet reaped: it holds nothing
         cmdline = raw.replace(b"\0", b" ").decode(errors="replace").strip()
         if ours not in cmdline:
             found.append((int(entry.name), cmdline))

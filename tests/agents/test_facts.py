@@ -71,7 +71,9 @@ def put(client: APIClient, node: Node, body: dict):
 
 
 def status_of(node: Node) -> str:
-    return next(t.status for c in topology_snapshot().cliques for t in c.trays if t.node_id == node.pk)
+    return next(
+        t.status for c in topology_snapshot().cliques for t in c.trays if t.node_id == node.pk
+    )
 
 
 def verbs(node: Node) -> list[str]:

@@ -69,13 +69,88 @@ def test_it_runs_web_worker_beat_sync_and_the_agent_with_probes(objects):
     (container,) = agent["containers"]
     assert "--health-addr=0.0.0.0:8090" in container["args"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert container["securityContext"]["privileged"] and agent["hostNetwork"]
-    assert {v["hostPath"]["path"] for v in agent["volumes"]} >= {
-        "/dev",
-        "/etc/nvidia-imex",
-        "/etc/cdi",
-    }
     assert agent["automountServiceAccountToken"] is False
+
+
+def daemonsets(objects) -> tuple[dict, dict]:
+    agent = objects["DaemonSet", "portal-domain-portal-agent"]
+    runner = objects["DaemonSet", "portal-domain-portal-imex-runner"]
+    return agent, runner
+
+
+def mounts(pod: dict) -> dict[str, tuple[str, dict]]:
+    """container path → (host path, mount) of the pod's one container."""
+    (container,) = pod["containers"]
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    return {m["mountPath"]: (host[m["name"]], m) for m in container["volumeMounts"]}
+
+
+def test_the_agent_runs_as_nvidias_node_components_do(objects):
+    agent, _ = daemonsets(objects)
+    pod = agent["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["hostNetwork"] and pod["hostPID"] and container["securityContext"]["privileged"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    root, mount = mounts(pod)["/driver-root"]
+    assert root == "/" and mount["readOnly"] and mount["mountPropagation"] == "HostToContainer"
+    args = container["args"]
+    assert {"--driver-root=/driver-root", "--imex-runner", "--root=/"} <= set(args)
+    assert not any("nsenter" in a or a.startswith("--imex-bin") for a in args)
+    # NVIDIA's IMEX defaults and channel mode, unless told otherwise
+    assert {"--imex-grace-time=-1", "--imex-log-level=4", "--channel-mode=0666"} <= set(args)
+    # Its own directory, never the driver package's /etc/nvidia-imex
+    hosts = {host for host, _ in mounts(pod).values()}
+    assert "/var/lib/domain-portal" in hosts and "/etc/nvidia-imex" not in hosts
+    assert mounts(pod)["/etc/systemd/system"][1]["readOnly"]  # to see the host's own unit
+    assert agent["spec"]["updateStrategy"]["type"] == "RollingUpdate"  # restarts are harmless
+
+
+def test_the_imex_runner_is_never_restarted_or_killed_by_the_chart(objects):
+    agent, runner = daemonsets(objects)
+    pod = runner["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert runner["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert container["command"] == ["python", "-m", "nodeagent.runner"]
+    assert "livenessProbe" not in container  # nothing that kills the daemon's parent
+    assert "memory" not in container["resources"].get("limits", {})
+    assert pod["priorityClassName"] == "system-node-critical" and pod["hostNetwork"]
+    assert pod["runtimeClassName"] == "nvidia" and "/driver-root" in mounts(pod)
+    # the agent and the runner share the agent's directory at the same path
+    agent_pod = agent["spec"]["template"]["spec"]
+    assert (
+        mounts(pod)["/var/lib/domain-portal"][0] == mounts(agent_pod)["/var/lib/domain-portal"][0]
+    )
+    assert (
+        pod["affinity"] == agent_pod["affinity"] and pod["tolerations"] == agent_pod["tolerations"]
+    )
+
+
+def test_a_gpu_operator_driver_and_other_imex_settings():
+    values = {
+        **VALUES,
+        "agent": {
+            "driverRoot": "/run/nvidia/driver",
+            "runtimeClassName": "",
+            "imex": {"graceTimeSeconds": 300, "logLevel": 2},
+            "channels": {"mode": "0660", "group": "imex"},
+        },
+    }
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in render(values)}
+    agent, runner = daemonsets(objects)
+    for ds in (agent, runner):
+        pod = ds["spec"]["template"]["spec"]
+        assert "runtimeClassName" not in pod
+        assert mounts(pod)["/driver-root"][0] == "/run/nvidia/driver"
+        assert_valid_kubernetes(ds)
+    (container,) = agent["spec"]["template"]["spec"]["containers"]
+    assert {
+        "--imex-grace-time=300",
+        "--imex-log-level=2",
+        "--channel-mode=0660",
+        "--channel-group=imex",
+    } <= set(container["args"])
 
 
 def test_external_postgres_and_redis_come_from_the_secret(objects):
@@ -125,6 +200,10 @@ def test_missing_database_settings_are_named():
         ({"web": {"replicas": "two"}}, "/web/replicas"),
         ({"databaseUrl": "mysql://db/portal"}, "/databaseUrl"),
         ({"agent": {"healthPort": 70000}}, "/agent/healthPort"),
+        ({"agent": {"imex": {"logLevel": 7}}}, "/agent/imex/logLevel"),
+        ({"agent": {"imex": {"graceTimeSeconds": -2}}}, "/agent/imex/graceTimeSeconds"),
+        ({"agent": {"channels": {"mode": "0999"}}}, "/agent/channels/mode"),
+        ({"agent": {"driverRoot": "run/nvidia/driver"}}, "/agent/driverRoot"),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(values, field):

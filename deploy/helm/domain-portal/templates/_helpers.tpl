@@ -73,3 +73,36 @@ runAsUser: 10001
 capabilities: {drop: [ALL]}
 seccompProfile: {type: RuntimeDefault}
 {{- end -}}
+
+{{/* The pod spec both GPU-node DaemonSets share (agent and IMEX runner). */}}
+{{- define "portal.gpuNodePod" -}}
+{{- $root := . -}}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+automountServiceAccountToken: false
+priorityClassName: system-node-critical
+{{- with $root.Values.agent.runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.agent.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - {key: nvidia.com/gpu.clique, operator: Exists}
+{{- with $root.Values.agent.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* What the NVIDIA container runtime reads: every GPU, the driver's utilities (NVML). */}}
+{{- define "portal.nvidiaEnv" -}}
+- {name: NVIDIA_VISIBLE_DEVICES, value: all}
+- {name: NVIDIA_DRIVER_CAPABILITIES, value: utility}
+{{- end -}}

@@ -289,7 +289,7 @@ class Agent:
         if document == self.facts_sent:
             return
         self.client.update_facts(document)
-        before = {c["type"] for c in (self.facts_sent or {}).get("conditions", [])}
+        before = {c["type"] for c in self.facts_sent["conditions"]} if self.facts_sent else set()
         now = {c["type"]: c for c in document["conditions"]}
         for kind in sorted(set(now) - before):
             self.log.warning("tray condition %s: %s", kind, now[kind]["message"])
@@ -559,7 +559,7 @@ class Agent:
             "alive": time.monotonic() - self.last_cycle_at < max(60.0, 3 * self.cfg.poll_interval),
             "ready": bool(self.client.token) and self.last_report_ok,
             "domain": self.applied.get("domain_uid"),
-            "step": (self.last_sent or {}).get("step", ""),
+            "step": self.last_sent["step"] if self.last_sent else "",
             "conditions": [c["type"] for c in self.conditions()] if self.facts else [],
         }
 

@@ -30,6 +30,7 @@ from nodeagent.protocol import (
     DESIRED_STATE_SCHEMA,
     DesiredState,
     JoinRequest,
+    JoinResponse,
     NodeFacts,
     StatusReport,
 )
@@ -97,7 +98,7 @@ class PortalClient:
 
     def join(self, join_token: str, facts: NodeFacts) -> tuple[int, str]:
         request: JoinRequest = {**facts, "join_token": join_token}
-        body = self._call("POST", f"{API}/join/", json=request)
+        body: JoinResponse = self._call("POST", f"{API}/join/", json=request)
         return int(body["node_id"]), str(body["token"])
 
     def update_facts(self, facts: NodeFacts) -> None:
@@ -133,7 +134,6 @@ class Nudger(threading.Thread):
         self.on_nudge = on_nudge
         self.stop_event = stop
         self.log = log
-        self.connected = False
 
     def run(self) -> None:
         backoff = 0.5
@@ -145,13 +145,11 @@ class Nudger(threading.Thread):
                     open_timeout=10,
                     close_timeout=1,
                 ) as ws:
-                    self.connected = True
                     backoff = 0.5
                     self.on_nudge()  # we may have missed nudges while disconnected
                     self._listen(ws)
             except (OSError, WebSocketException, TimeoutError) as exc:
                 self.log.debug("nudge socket: %s", exc)
-            self.connected = False
             self.stop_event.wait(backoff + random.uniform(0, backoff))
             backoff = min(backoff * 2, 15.0)
 

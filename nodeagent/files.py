@@ -27,10 +27,12 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> bool:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from `path`; None when it is absent, unreadable or not an object."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):
         return None
+    return doc if isinstance(doc, dict) else None
 
 
 def remove(path: Path) -> bool:

@@ -169,7 +169,7 @@ def probe_nvml(driver: DriverRoot) -> tuple[list[Gpu], str]:
         driver_version = _text(pynvml.nvmlSystemGetDriverVersion())
         gpus = [_gpu(index) for index in range(pynvml.nvmlDeviceGetCount())]
         return gpus, driver_version
-    except pynvml.NVMLError as exc:
+    except (pynvml.NVMLError, OSError, ValueError) as exc:
         raise ProbeError(f"NVML query failed: {exc}") from exc
     finally:
         with contextlib.suppress(pynvml.NVMLError):
@@ -200,8 +200,8 @@ def _fabric_info(nvml: Any, handle: Any) -> tuple[str, int, str, str]:
     info = nvml.c_nvmlGpuFabricInfo_t()
     try:
         nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
-    except nvml.NVMLError_NotSupported:
-        return "NOT_SUPPORTED", 0, "", ""
+    except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+        return "NOT_SUPPORTED", 0, "", ""  # a GPU, or a driver, without multi-node NVLink
     except nvml.NVMLError as exc:
         if "Not Supported" in str(exc):
             return "NOT_SUPPORTED", 0, "", ""

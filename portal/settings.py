@@ -249,6 +249,7 @@ SPECTACULAR_SETTINGS = {
         "ConditionStatusEnum": ["True", "False", "Unknown"],
         "ActorKindEnum": "domains.audit.models.ActorKind",
         "RoleEnum": "domains.tenancy.models.Role",
+        "NodeStateEnum": "domains.inventory.models.NodeState",
         "ObjectKindEnum": ["ComputeDomain"],
         "NotificationKindEnum": "domains.notifications.models.Kind",
         "NotificationStatusEnum": "domains.notifications.models.Status",

@@ -206,6 +206,7 @@ class FakeNvmlLibrary:
         self.c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
         self.NVMLError = pynvml.NVMLError
         self.NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+        self.NVMLError_FunctionNotFound = pynvml.NVMLError_FunctionNotFound
         self.NVML_SUCCESS = pynvml.NVML_SUCCESS
         self.state, self.status, self.cluster, self.supported = state, status, cluster, supported
 

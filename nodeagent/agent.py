@@ -13,7 +13,6 @@ import contextlib
 import json
 import logging
 import random
-import shutil
 import threading
 import time
 from collections.abc import MutableMapping
@@ -22,18 +21,16 @@ from typing import Any
 from nodeagent import imex
 from nodeagent.channels import ChannelError, Channels, cdi_spec, channel_numbers, remove_cdi
 from nodeagent.client import MalformedDocument, Nudger, PortalClient, PortalError, Unauthorized
-from nodeagent.config import AGENT_VERSION, AgentConfig
-from nodeagent.driver import BINARY_DIRS, DriverRoot
-from nodeagent.fabric import Facts, channel_major, probe
+from nodeagent.config import AgentConfig
+from nodeagent.driver import DriverRoot
+from nodeagent.fabric import channel_major
+from nodeagent.facts import FactsKeeper
 from nodeagent.files import read_json, remove, write_atomic
-from nodeagent.host import foreign_daemons, host_service_condition
+from nodeagent.host import foreign_daemons
 from nodeagent.protocol import (
     ChannelSpec,
-    Condition,
-    ConditionType,
     DesiredDomain,
     DesiredState,
-    NodeFacts,
     PeerStatus,
     StatusReport,
     Step,
@@ -93,12 +90,7 @@ class Agent:
             emulated_files=config.emulated_channel_files,
         )
         self.applied: dict[str, Any] = read_json(self.paths.applied) or {}
-        self.facts: Facts | None = None
-        self.next_probe = 0.0
-        self.probe_backoff = config.fabric_retry_s
-        self.host_condition: Condition | None = None
-        self.next_host_check = 0.0
-        self.facts_sent: NodeFacts | None = None  # what the portal last accepted
+        self.facts = FactsKeeper(config, self.driver, self.imex_bin, self.log)
         self.nudger: Nudger | None = None
         self.desired: DesiredState | None = None
         self.nudged = True
@@ -158,7 +150,7 @@ class Agent:
             self.startup()
         self.ensure_joined()
         now = time.monotonic()
-        self.refresh_facts(now)
+        self.facts.refresh(now)
         self.sync_facts()
         if self.nudged or now >= self.next_fetch or self.desired is None:
             self.nudged = False
@@ -176,8 +168,8 @@ class Agent:
             self.channels.check_mknod()
         except ChannelError as exc:
             raise FatalError(str(exc)) from exc
-        self.probe_facts()
-        self.check_host()
+        self.log.tray = self.facts.probe().hostname
+        self.facts.check_host()
         if self.daemon.adopt():
             self.log.request_id = self.applied.get("request_id", "")
         keep = set(channel_numbers(self.applied.get("channels"))) if self.applied else set()
@@ -190,77 +182,6 @@ class Agent:
             remove_cdi(self.paths.cdi_spec)
         self.started = True
 
-    def probe_facts(self) -> None:
-        """NVML and /proc/devices now; an unsettled answer is probed again with backoff."""
-        before = self.facts
-        self.facts = facts = probe(
-            proc_devices=self.paths.proc_devices,
-            hostname=self.cfg.hostname,
-            ip=self.cfg.ip,
-            driver=self.driver,
-            facts_file=self.cfg.fabric_facts,
-        )
-        self.log.tray = facts.hostname
-        if facts.settled:
-            self.probe_backoff = self.cfg.fabric_retry_s
-            if before is not None and not before.settled:
-                self.log.info("fabric probe settled: clique %s", facts.clique or "none")
-            return
-        self.next_probe = time.monotonic() + self.probe_backoff
-        self.log.info(
-            "fabric probe not settled (%s); probing again in %.0f s",
-            "; ".join(c["message"] for c in facts.conditions)[:500],
-            self.probe_backoff,
-        )
-        self.probe_backoff = min(self.probe_backoff * 2, self.cfg.fabric_retry_max_s)
-
-    def check_host(self) -> None:
-        self.host_condition = host_service_condition(self.paths)
-        self.next_host_check = time.monotonic() + self.cfg.poll_interval
-
-    def refresh_facts(self, now: float) -> None:
-        if self.facts is not None and not self.facts.settled and now >= self.next_probe:
-            self.probe_facts()
-        if now >= self.next_host_check:
-            self.check_host()
-
-    def conditions(self) -> list[Condition]:
-        found = list(self.facts.conditions) if self.facts else []
-        if self.host_condition is not None:
-            found.append(self.host_condition)
-        missing = self.missing_binary()
-        if missing:
-            found.append(
-                {"type": ConditionType.IMEX_BINARY_MISSING, "blocking": True, "message": missing}
-            )
-        return found
-
-    def missing_binary(self) -> str:
-        command = self.imex_bin[0]
-        if "/" in command or shutil.which(command):
-            return ""
-        dirs = ", ".join(str(self.driver.path / d) for d in BINARY_DIRS[:2])
-        return (
-            f"nvidia-imex is neither under the driver root ({dirs}, …) nor on PATH: install "
-            "the driver's nvidia-imex package, or point --driver-root at the driver."
-        )
-
-    def facts_document(self) -> NodeFacts:
-        facts = self.facts
-        assert facts is not None
-        return {
-            "hostname": facts.hostname,
-            "ip": facts.ip,
-            "gpus": [g.document() for g in facts.gpus],
-            "cluster_uuid": facts.cluster_uuid,
-            "clique_id": facts.clique_id,
-            "driver_version": facts.driver_version,
-            "channel_major": facts.channel_major,
-            "channel_count": facts.channel_count,
-            "agent_version": AGENT_VERSION,
-            "conditions": self.conditions(),
-        }
-
     def ensure_joined(self) -> None:
         if self.client.token:
             return
@@ -268,7 +189,7 @@ class Agent:
         if saved and saved.get("portal") == self.cfg.portal and saved.get("token"):
             self.client.use(int(saved["node_id"]), saved["token"])
         else:
-            node_id, token = self.client.join(self.cfg.join_token, self.facts_document())
+            node_id, token = self.client.join(self.cfg.join_token, self.facts.document())
             self.client.use(node_id, token)
             write_atomic(
                 self.paths.credentials,
@@ -278,24 +199,17 @@ class Agent:
             self.log.info("joined the portal as node %s", node_id)
         # A join of a tray the portal knows does not change its facts: they are (re-)sent
         # under the node token, after every start and every join.
-        self.facts_sent = None
+        self.facts.sent = None
         if self.cfg.websocket and (self.nudger is None or not self.nudger.is_alive()):
             self.nudger = Nudger(self.client, self.nudge, self.stop_event, self.log)
             self.nudger.start()
 
     def sync_facts(self) -> None:
         """Re-register the tray's facts and conditions when they differ from what was sent."""
-        document = self.facts_document()
-        if document == self.facts_sent:
-            return
-        self.client.update_facts(document)
-        before = {c["type"] for c in self.facts_sent["conditions"]} if self.facts_sent else set()
-        now = {c["type"]: c for c in document["conditions"]}
-        for kind in sorted(set(now) - before):
-            self.log.warning("tray condition %s: %s", kind, now[kind]["message"])
-        for kind in sorted(before - set(now)):
-            self.log.info("tray condition %s cleared", kind)
-        self.facts_sent = document
+        document = self.facts.changed()
+        if document is not None:
+            self.client.update_facts(document)
+            self.facts.accepted(document)
 
     # --- apply a domain -----------------------------------------------------------------------
     def apply(self, want: DesiredDomain) -> tuple[StatusReport, float]:
@@ -332,14 +246,14 @@ class Agent:
 
     def start_blocked(self) -> str:
         """A second daemon on a tray fails (NV_ERR_IN_USE): say why instead of looping."""
-        self.check_host()
+        self.facts.check_host()
         running = foreign_daemons(self.paths)
         if running:
             return (
                 f"not starting nvidia-imex: another one runs on this tray (pid {running[0][0]}); "
                 "disable the host's nvidia-imex.service"
             )
-        return self.missing_binary()
+        return self.facts.missing_binary()
 
     def apply_files(self, want: DesiredDomain) -> tuple[list[int], str]:
         """IMEX config + nodes file, channel devices, CDI spec → (channels present, error)."""
@@ -560,7 +474,7 @@ class Agent:
             "ready": bool(self.client.token) and self.last_report_ok,
             "domain": self.applied.get("domain_uid"),
             "step": self.last_sent["step"] if self.last_sent else "",
-            "conditions": [c["type"] for c in self.conditions()] if self.facts else [],
+            "conditions": [c["type"] for c in self.facts.conditions()],
         }
 
 

@@ -174,8 +174,8 @@ def emulated_agent(tmp_path, node: Node, **gpu: str) -> Agent:
         imex_bin=["/bin/true"],
     )
     agent = Agent(config)
-    agent.probe_facts()
-    agent.check_host()
+    agent.facts.probe()
+    agent.facts.check_host()
     return agent
 
 
@@ -183,7 +183,7 @@ def emulated_agent(tmp_path, node: Node, **gpu: str) -> Agent:
 def test_what_the_agent_sends_follows_the_contract_and_the_portal_takes_it(rack, tmp_path, state):
     node = rack.nodes.first()
     agent = emulated_agent(tmp_path, node, fabric_state=state)
-    document = agent.facts_document()
+    document = agent.facts.document()
     assert not list(CHECK["facts"].iter_errors(document))
     assert not list(CHECK["join"].iter_errors({**document, "join_token": JOIN}))
     resp = APIClient().post("/api/v1/agent/join/", {**document, "join_token": JOIN}, "json")

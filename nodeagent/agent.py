@@ -96,7 +96,10 @@ class Agent:
         self.nudged = True
         self.next_fetch = 0.0
         self.last_sent: StatusReport | None = None
-        self.next_heartbeat = 0.0
+        # A new agent process settles before its first report like any other: right after
+        # a restart, one observation that the re-adopted daemon did not answer must not
+        # tell the portal the tray stopped serving (it would degrade the domain).
+        self.next_heartbeat = time.monotonic() + config.settle_s
         self.wait_started = 0.0
         self.next_health_check = 0.0
         self.start_poll = config.start_poll_interval
@@ -432,7 +435,7 @@ class Agent:
             self.pending_step, self.pending_since = report["step"], now
         passing = report["step"] in (Step.STARTING_DAEMON, Step.WAITING_PEERS, Step.CONFIGURING)
         settling = now - self.pending_since < self.cfg.settle_s
-        heartbeat_due = self.last_sent is None or now >= self.next_heartbeat
+        heartbeat_due = now >= self.next_heartbeat
         if passing and settling and not report["error"] and not heartbeat_due:
             return
         try:

@@ -45,6 +45,9 @@ MISMATCHES = {"NODE_MAP_MISMATCH": "node map", "VERSION_MISMATCH": "version"}
 # Retries back off, but stay well under the portal's heartbeat staleness (30 s by default):
 # a cycle that fails for a local reason must not make a healthy member look lost.
 MAX_BACKOFF_S = 10.0
+# A daemon that ran this long before it exited is started again at once; one that exited
+# sooner is started again with backoff.
+RESTART_RESET_S = 30.0
 
 
 class TrayLog(logging.LoggerAdapter[logging.Logger]):
@@ -101,6 +104,8 @@ class Agent:
         # tell the portal the tray stopped serving (it would degrade the domain).
         self.next_heartbeat = time.monotonic() + config.settle_s
         self.wait_started = 0.0
+        self.restart_at = 0.0  # when an exited daemon is started again
+        self.restart_delay = 0.0
         self.next_health_check = 0.0
         self.start_poll = config.start_poll_interval
         self.last_cycle_at = time.monotonic()
@@ -236,16 +241,33 @@ class Agent:
         return self.observe(want, index, self.present, error)
 
     def start_daemon(self) -> str:
-        """Start the tray's daemon unless something stops it; returns what went wrong."""
+        """Start the tray's daemon unless something stops it; returns what went wrong.
+
+        A daemon that exits soon after its start (IMEX refusing a driver it does not match,
+        a bad config) is started again with backoff, 1 s doubling to a minute, not on every
+        fast poll; one that had run a while is started again at once.
+        """
         blocked = self.daemon.problem() or self.start_blocked()
         if blocked:
             return blocked
-        exited = self.daemon.exit_code is not None
-        error = f"nvidia-imex exited ({imex.describe_exit(self.daemon.exit_code)}); restarted it"
+        code, now = self.daemon.exit_code, time.monotonic()
+        if code is not None:
+            if not self.restart_at:  # the first look at this exit
+                lived = now - self.wait_started
+                short = lived < RESTART_RESET_S
+                self.restart_delay = min(max(2 * self.restart_delay, 1.0), 60.0) if short else 0
+                self.restart_at = now + self.restart_delay
+            if now < self.restart_at:
+                return (
+                    f"nvidia-imex exited ({imex.describe_exit(code)}); starting it again in "
+                    f"{self.restart_delay:.0f} s"
+                )
         self.daemon.start()
-        self.wait_started = time.monotonic()
+        self.wait_started, self.restart_at = now, 0.0
         self.start_poll = self.cfg.start_poll_interval
-        return error if exited else ""
+        if code is None:
+            return ""
+        return f"nvidia-imex exited ({imex.describe_exit(code)}); restarted it"
 
     def start_blocked(self) -> str:
         """A second daemon on a tray fails (NV_ERR_IN_USE): say why instead of looping."""
@@ -378,6 +400,7 @@ class Agent:
 
     def teardown(self) -> None:
         self.files_key = ""
+        self.restart_at = self.restart_delay = 0.0
         self.daemon.stop(self.cfg.stop_timeout)
         self.channels.remove_all()
         remove_cdi(self.paths.cdi_spec)

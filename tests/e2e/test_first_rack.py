@@ -120,6 +120,25 @@ def test_a_killed_agent_leaves_the_daemon_serving_and_its_successor_adopts_it(
         assert victim.daemon_pid() is None and peer.daemon_pid() is None
 
 
+# --- a daemon that will not stay up ----------------------------------------------------------
+def test_a_daemon_that_exits_at_once_is_restarted_with_backoff_not_in_a_loop(
+    portal, tenant_api, nodes, tmp_path
+):
+    """nvidia-imex refuses to run (a driver it does not match, a bad config): the agent says
+    so and starts it again 1, 2, 4 … s later, not on every fast readiness poll."""
+    with trays_of(portal, nodes[:1], tmp_path, args=("--imex-bin", "/bin/false")) as (tray,):
+        domain = request_domain(tenant_api, "refused", 1)
+        member = wait_for(
+            lambda: domain.members.filter(message__contains="exit code 1").first(), 30
+        )
+        assert "nvidia-imex exited (exit code 1)" in member.message
+        time.sleep(8)
+        starts = tray.log().count("started nvidia-imex pid")
+        assert 2 <= starts <= 5, starts  # ~t = 0, 1, 3, 7 s
+        assert "starting it again in" in tray.log()
+        assert phase_of(domain) == Phase.FORMING
+
+
 # --- item 1: NVML that cannot be loaded ------------------------------------------------------
 def test_nvml_that_cannot_be_loaded_is_a_condition_not_a_crash_loop(
     portal, operator_api, tenant_api, nodes, tmp_path

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The NVIDIA driver's files as the agent finds them under the driver root.
 
 NVIDIA's components on Kubernetes (its DRA driver's kubelet plugin, the GPU Operator's

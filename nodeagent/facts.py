@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The tray's facts and conditions as the agent keeps them, and when it re-sends them.
 
 Probed at start; probed again with backoff while the probe has not settled (NVML not

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The host's own IMEX service, which must not run beside the agent's daemon.
 
 NVIDIA's driver packages ship `nvidia-imex.service`. One daemon runs per tray: a second one

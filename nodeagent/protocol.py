@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent ↔ portal contract: the documents both sides exchange, typed and as JSON Schemas.
 
 Four documents travel between a tray's agent and the portal (DESIGN.md §5):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The IMEX runner: a small, long-lived process that is the parent of the tray's nvidia-imex.
 
     python -m nodeagent.runner --root / --driver-root /driver-root

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A stand-in for libnvidia-ml.so.1 (no GPU on the test machine), built by the tests into a
  * fake driver root, so that the agent's real NVML path runs end to end: the library found
  * under --driver-root, loaded, and driven through nvidia-ml-py's own calls.

@@ -125,9 +125,7 @@ def maintenance_by_tray(now: datetime) -> dict[int, tuple[tuple[float, float], .
     return {node_id: tuple(sorted(spans)) for node_id, spans in windows.items()}
 
 
-def _status(
-    busy: bool, state: str, gone: bool, fresh: bool, has_ip: bool, blocked: bool
-) -> str:
+def _status(busy: bool, state: str, gone: bool, fresh: bool, has_ip: bool, blocked: bool) -> str:
     if busy:
         return TrayStatus.IN_USE
     if not has_ip:  # every member's nodes file lists each peer's IP: it could not serve

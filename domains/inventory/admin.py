@@ -13,12 +13,18 @@ from django.http import HttpRequest
 from domains.audit.admin import ReadOnlyAdmin, ReadOnlyInline
 from domains.audit.events import Actor
 from domains.errors import DomainError
-from domains.inventory.models import Clique, Gpu, Node, PowerShelf, Rack, SwitchTray
+from domains.inventory.models import Clique, Gpu, Node, NodeCondition, PowerShelf, Rack, SwitchTray
 from domains.inventory.services import node_cordon, node_drain, node_mark_down, node_uncordon
 
 
 class GpuInline(ReadOnlyInline[Gpu]):
     model = Gpu
+
+
+class NodeConditionInline(ReadOnlyInline[NodeCondition]):
+    """What the tray's agent reports; it alone raises and clears them."""
+
+    model = NodeCondition
 
 
 @admin.register(Rack)
@@ -73,7 +79,7 @@ class NodeAdmin(admin.ModelAdmin[Node]):
         "gpu_count", "gpu_product", "driver_version", "imex_version", "channel_major",
         "channel_count", "agent_version", "last_heartbeat", "daemon_state", "agent_report",
     ]  # fmt: skip
-    inlines = [GpuInline]
+    inlines = [NodeConditionInline, GpuInline]
     actions = [
         _tray_action(node_cordon, "Cordon: no new domain lands here"),
         _tray_action(node_drain, "Drain: cordon, for maintenance"),

@@ -9,13 +9,13 @@ from rest_framework.test import APIClient
 
 from domains.agents.desired import desired_state_for
 from domains.agents.models import JoinToken
-from domains.agents.report import AgentReport
 from domains.agents.report import Step as PortalStep
-from domains.agents.services import agent_report
-from domains.computedomains.events import Actor
-from domains.computedomains.formation import domain_fail
-from domains.computedomains.models import AllocationMode, ComputeDomain, Phase
-from domains.computedomains.services import DomainSpec, domain_place, domain_release, domain_request
+from domains.audit.events import Actor
+from domains.computedomains.models import AllocationMode, Phase
+from domains.computedomains.phases import domain_fail
+from domains.computedomains.placing import domain_place
+from domains.computedomains.services import domain_release, domain_request
+from domains.computedomains.specs import DomainSpec
 from domains.inventory.models import Node
 from domains.security import hash_token
 from nodeagent.agent import Agent
@@ -30,6 +30,7 @@ from nodeagent.protocol import (
     Step,
 )
 from tests import factories
+from tests.support.lifecycle import all_ready
 
 pytestmark = pytest.mark.django_db
 JOIN = "dpj_contract-test-join-token"
@@ -75,18 +76,6 @@ def served(client: APIClient, node_id: int) -> dict:
     return resp.json()
 
 
-def report_ready(domain: ComputeDomain) -> None:
-    for member in domain.members.filter(active=True).select_related("node"):
-        report = AgentReport(
-            domain_uid=str(domain.uid),
-            generation_applied=domain.generation,
-            step=PortalStep.READY,
-            daemon_state="READY",
-            domain_state="UP",
-        )
-        agent_report(node=member.node, report=report)
-
-
 def test_the_portals_steps_are_the_contracts():
     assert PortalStep.ALL == Step.ALL
 
@@ -103,8 +92,7 @@ def test_the_desired_state_follows_the_contract_in_every_phase(rack, ns_a, tenan
     seen[domain.phase] = desired_state_for(nodes[0])  # Admitted: nothing for the tray yet
     domain = domain_place(domain_id=domain.pk)
     seen[Phase.FORMING] = served(client, node_id)
-    report_ready(domain)
-    domain.refresh_from_db()
+    domain = all_ready(domain)
     assert domain.phase == Phase.READY
     seen[Phase.READY] = desired_state_for(nodes[0])
     domain_release(actor=actor, domain=domain)

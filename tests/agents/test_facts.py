@@ -6,11 +6,13 @@ import pytest
 from rest_framework.test import APIClient
 
 from domains.agents.models import JoinToken
-from domains.computedomains.events import Actor
-from domains.computedomains.models import Event
-from domains.computedomains.services import DomainSpec, domain_dry_run
+from domains.audit.events import Actor
+from domains.audit.models import Event
+from domains.computedomains.fabric import topology_snapshot
+from domains.computedomains.services import domain_dry_run
+from domains.computedomains.specs import DomainSpec
 from domains.inventory.models import Node, NodeCondition, NodeSource
-from domains.placement import TrayStatus, topology_snapshot
+from domains.placement.model import TrayStatus
 from domains.security import hash_token
 from domains.tenancy.tokens import token_create
 from nodeagent.protocol import ConditionType

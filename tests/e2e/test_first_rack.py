@@ -24,10 +24,12 @@ import jsonschema
 import pytest
 from django.test import Client
 
-from domains.computedomains.events import Actor
-from domains.computedomains.models import Event, Phase
+from domains.audit.events import Actor
+from domains.audit.models import Event
+from domains.computedomains.fabric import topology_snapshot
+from domains.computedomains.models import Phase
 from domains.inventory.models import Node, NodeCondition
-from domains.placement import TrayStatus, topology_snapshot
+from domains.placement.model import TrayStatus
 from domains.tenancy.tokens import token_create
 from nodeagent.protocol import STATUS_REPORT_SCHEMA, ConditionType
 from tests import factories

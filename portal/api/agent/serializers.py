@@ -50,9 +50,11 @@ class FactsSerializer(serializers.Serializer):
     agent_version = serializers.CharField(
         max_length=40, required=False, allow_blank=True, default=""
     )
-    conditions = ConditionSerializer(many=True, required=False, default=list, max_length=32)
+    conditions = ConditionSerializer(many=True, required=False, default=list)
 
     def validate_conditions(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if len(value) > 32:
+            raise serializers.ValidationError("At most 32 conditions.")
         kinds = [c["type"] for c in value]
         if len(set(kinds)) != len(kinds):
             raise serializers.ValidationError("Each condition type may appear once.")

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('inventory', '0002_switch_trays_power_shelves'),
+        ('inventory', '0003_maintenance_windows'),
     ]
 
     operations = [

@@ -31,6 +31,7 @@ from domains.computedomains.models import Phase
 from domains.inventory.models import Node, NodeCondition
 from domains.placement.model import TrayStatus
 from domains.tenancy.tokens import token_create
+from nodeagent.emulator.tray import daemon_starts, set_faults
 from nodeagent.protocol import STATUS_REPORT_SCHEMA, ConditionType
 from tests import factories
 from tests.e2e.conftest import phase_of, release_domain, request_domain, verbs
@@ -92,7 +93,7 @@ def test_a_killed_agent_leaves_the_daemon_serving_and_its_successor_adopts_it(
         victim, peer = trays
         pid = victim.daemon_pid()
         starts = victim.runner_status().get("starts")
-        assert pid
+        assert pid and daemon_starts(victim.root) == daemon_starts(peer.root) == 1
 
         victim.kill_agent()  # kill -9: a crash, an OOM kill at the memory limit, an eviction
         for _ in range(10):  # while no agent runs, the daemon serves on and nobody notices
@@ -111,8 +112,10 @@ def test_a_killed_agent_leaves_the_daemon_serving_and_its_successor_adopts_it(
         wait_for(lambda: victim.health().get("ok"), 30, "the agent to report again")
         assert victim.daemon_pid() == pid
         assert peer.domain_status() == victim.domain_status() == "UP"
+        # no daemon started again, by the runner or by anyone (the emulator counts instances)
+        assert daemon_starts(victim.root) == daemon_starts(peer.root) == 1
         if runner:
-            assert victim.runner_status()["starts"] == starts  # no daemon start behind our back
+            assert victim.runner_status()["starts"] == starts
         assert phase_of(domain) == Phase.READY
         assert "domain.degraded" not in verbs(domain)
 
@@ -122,13 +125,49 @@ def test_a_killed_agent_leaves_the_daemon_serving_and_its_successor_adopts_it(
         assert victim.daemon_pid() is None and peer.daemon_pid() is None
 
 
+# --- item 4: NVIDIA's grace time -------------------------------------------------------------
+def peer_cells(tray: Tray) -> set[str]:
+    """How this tray's daemon sees its peers (`-N -j`: CONNECTED, RECOVERING, …)."""
+    doc = json.loads(tray.ctl("-N", "-j") or "{}")
+    node = next((n for n in doc.get("nodes", {}).values() if n.get("host") == tray.facts.ip), {})
+    return {c.get("status", "") for c in node.get("connections", {}).values()}
+
+
+@pytest.mark.slow
+def test_ninety_seconds_of_cut_peer_traffic_heal_without_a_restart(
+    portal, tenant_api, nodes, tmp_path
+):
+    """With grace time -1 (NVIDIA's default) a peer that vanishes is waited for forever:
+    nothing it shared is cleaned up, and when the network comes back the domain is UP
+    again with the same daemons, as if the blip never happened."""
+    with trays_of(portal, nodes, tmp_path, runner=True) as trays:
+        domain = request_domain(tenant_api, "blip", 2)
+        wait_for(lambda: phase_of(domain) == Phase.READY, 60, "domain Ready")
+        left, right = trays
+        pids = [t.daemon_pid() for t in trays]
+        set_faults(left.root, {"cut_peers": [right.facts.ip]})  # the network between them dies
+        wait_for(lambda: peer_cells(left) == {"RECOVERING"}, 30, "the peer to be recovering")
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:  # 90 s: never cleaned up (D), never restarted
+            assert peer_cells(left) == {"RECOVERING"} and peer_cells(right) == {"RECOVERING"}
+            assert [t.daemon_pid() for t in trays] == pids
+            time.sleep(5)
+        set_faults(left.root, {})  # the network is back
+        wait_for(lambda: left.domain_status() == right.domain_status() == "UP", 60, "UP")
+        wait_for(lambda: phase_of(domain) == Phase.READY, 60, "the domain Ready again")
+        assert [t.daemon_pid() for t in trays] == pids
+        assert daemon_starts(left.root) == daemon_starts(right.root) == 1
+        assert left.runner_status()["starts"] == right.runner_status()["starts"] == 1
+
+
 # --- a daemon that will not stay up ----------------------------------------------------------
 def test_a_daemon_that_exits_at_once_is_restarted_with_backoff_not_in_a_loop(
     portal, tenant_api, nodes, tmp_path
 ):
-    """nvidia-imex refuses to run (a driver it does not match, a bad config): the agent says
-    so and starts it again 1, 2, 4 … s later, not on every fast readiness poll."""
-    with trays_of(portal, nodes[:1], tmp_path, args=("--imex-bin", "/bin/false")) as (tray,):
+    """The installed nvidia-imex is not the loaded driver's release: it refuses to start.
+    The agent says so and starts it again 1, 2, 4 … s later, not on every readiness poll."""
+    with trays_of(portal, nodes[:1], tmp_path) as (tray,):
+        set_faults(tray.root, {"imex_version": "570.172.08"})
         domain = request_domain(tenant_api, "refused", 1)
         member = wait_for(
             lambda: domain.members.filter(message__contains="exit code 1").first(), 30
@@ -139,6 +178,8 @@ def test_a_daemon_that_exits_at_once_is_restarted_with_backoff_not_in_a_loop(
         assert 2 <= starts <= 5, starts  # ~t = 0, 1, 3, 7 s
         assert "starting it again in" in tray.log()
         assert phase_of(domain) == Phase.FORMING
+        set_faults(tray.root, {})  # the matching nvidia-imex is installed
+        wait_for(lambda: phase_of(domain) == Phase.READY, 90, "the domain Ready")
 
 
 # --- item 1: NVML that cannot be loaded ------------------------------------------------------

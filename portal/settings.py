@@ -204,6 +204,7 @@ STORAGES = {
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the cookie-less meta tag anyway
 X_FRAME_OPTIONS = "DENY"
+CSRF_FAILURE_VIEW = "portal.api.errors.csrf_failure"  # JSON under /api/, Django's page elsewhere
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if not DEBUG and not TESTING:
@@ -228,7 +229,7 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "portal.api.permissions.TokenScope",
     ],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["portal.api.parsers.BoundedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",

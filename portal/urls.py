@@ -14,3 +14,8 @@ urlpatterns = [
     path("api/v1/", include("portal.api.urls")),
     path("", include("portal.web.urls")),
 ]
+
+# Errors Django answers itself (before or around a view): the API's error shape under /api/.
+handler400 = "portal.api.errors.bad_request"
+handler403 = "portal.api.errors.permission_denied"
+handler500 = "portal.api.errors.server_error"

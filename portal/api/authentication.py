@@ -12,6 +12,7 @@ from rest_framework.request import Request
 
 from domains.tenancy.models import ApiToken
 from domains.tenancy.tokens import token_authenticate
+from portal.auth import demo_user_refused
 from portal.ratelimit import TOKEN_FAILURES, client_address
 
 
@@ -42,6 +43,8 @@ class BearerTokenAuthentication(BaseAuthentication):
         except UnicodeDecodeError:
             raw = ""
         token = token_authenticate(raw) if raw else None
+        if token is not None and demo_user_refused(token.user):
+            token = None  # a demo user's token is as dead as its password with DEBUG off
         if token is None:
             TOKEN_FAILURES.hit(address)
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token")

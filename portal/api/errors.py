@@ -11,12 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
+from django.views import csrf, defaults
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from domains.errors import DomainError
+from portal.api.parsers import PayloadTooLarge
 
 # Stable codes for DRF's exceptions (clients branch on these, never on messages).
 _CODES: dict[type[exceptions.APIException], str] = {
@@ -29,6 +32,7 @@ _CODES: dict[type[exceptions.APIException], str] = {
     exceptions.NotAcceptable: "not_acceptable",
     exceptions.UnsupportedMediaType: "unsupported_media_type",
     exceptions.Throttled: "throttled",
+    PayloadTooLarge: "too_large",
 }
 
 
@@ -82,6 +86,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):  # Django's own bound, past ours: still 413
+        exc = PayloadTooLarge()
+    elif isinstance(exc, SuspiciousOperation):  # too many fields, a bad multipart …
+        exc = exceptions.ParseError(str(exc) or "Malformed request.")
     if not isinstance(exc, exceptions.APIException):
         return None  # a bug: let Django answer 500 and log it
     set_rollback()
@@ -103,3 +111,41 @@ def not_found(request: Any, *args: Any, **kwargs: Any) -> JsonResponse:
     return JsonResponse(
         {"code": "not_found", "message": f"no API endpoint at {request.path}"}, status=404
     )
+
+
+def _is_api(request: Any) -> bool:
+    return str(getattr(request, "path", "")).startswith("/api/")
+
+
+def bad_request(request: Any, exception: Exception, *args: Any, **kwargs: Any) -> Any:
+    """Django's 400 (a body over DATA_UPLOAD_MAX_MEMORY_SIZE, too many fields): the API's
+    error shape under /api/, Django's page elsewhere."""
+    if not _is_api(request):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, RequestDataTooBig):
+        return JsonResponse(
+            {"code": "too_large", "message": "The request body is too large."}, status=413
+        )
+    return JsonResponse({"code": "malformed", "message": "Malformed request."}, status=400)
+
+
+def permission_denied(request: Any, exception: Exception, *args: Any, **kwargs: Any) -> Any:
+    if not _is_api(request):
+        return defaults.permission_denied(request, exception)
+    return JsonResponse({"code": "forbidden", "message": "Permission denied."}, status=403)
+
+
+def server_error(request: Any, *args: Any, **kwargs: Any) -> Any:
+    if not _is_api(request):
+        return defaults.server_error(request)
+    message = "The portal failed to handle this request; it has been logged."
+    return JsonResponse({"code": "server_error", "message": message}, status=500)
+
+
+def csrf_failure(request: Any, reason: str = "") -> Any:
+    """CSRF_FAILURE_VIEW: a signed-in browser's POST without the CSRF token. JSON under
+    /api/ (scripts use bearer tokens, which need no CSRF token)."""
+    if not _is_api(request):
+        return csrf.csrf_failure(request, reason=reason)
+    message = f"CSRF check failed: {reason}" if reason else "CSRF check failed."
+    return JsonResponse({"code": "csrf_failed", "message": message}, status=403)

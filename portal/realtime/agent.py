@@ -41,8 +41,9 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        """Agents have nothing to say here; they report over HTTP."""
+    async def receive(self, text_data: Any = None, bytes_data: Any = None, **kwargs: Any) -> None:
+        """Agents have nothing to say here; they report over HTTP. Never parsed, so
+        no message (JSON nested 100,000 deep) can cost more than its receipt."""
 
     async def desired_changed(self, event: dict[str, Any]) -> None:
         await self.send_json(NUDGE)

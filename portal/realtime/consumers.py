@@ -82,8 +82,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        """Browsers only listen; anything they send is ignored."""
+    async def receive(self, text_data: Any = None, bytes_data: Any = None, **kwargs: Any) -> None:
+        """Browsers only listen; anything they send is ignored. Never parsed, so
+        no message (JSON nested 100,000 deep) can cost more than its receipt."""
 
     async def live_update(self, event: dict[str, Any]) -> None:
         await self.send_json(event["payload"])

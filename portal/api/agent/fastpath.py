@@ -36,6 +36,7 @@ from domains.agents.services import agent_heartbeat, agent_report
 from domains.context import request_id_scope
 from portal.api.agent.auth import token_from_header
 from portal.api.agent.serializers import ReportSerializer
+from portal.api.parsers import MAX_BODY, loads_bounded
 from portal.middleware import request_id_from
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,6 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 _ROUTE = re.compile(r"^/api/v1/agent/nodes/(?P<node>[0-9]{1,18})/(?P<kind>desired|status)/?$")
 _METHOD = {"desired": "GET", "status": "POST"}
-MAX_BODY = 1 << 20  # a report with every channel listed is ~10 kB; Django's limit is 2.5 MB
 
 # A few threads: the work holds the GIL except while PostgreSQL answers, so more threads
 # only queue for it. Each borrows a connection from the pool per request, as Django does.
@@ -137,9 +137,9 @@ def _serve(kind: str, node_id: int, token: str, body: bytes, rid: str) -> tuple[
 
 def _report(node_id: int, token: str, body: bytes) -> tuple[int, bytes] | None:
     try:
-        data = json.loads(body)
+        data = loads_bounded(body)
     except ValueError:
-        return None
+        return None  # Django answers with the parser's 400/413
     serializer = ReportSerializer(data=data)
     if not serializer.is_valid():
         return None

@@ -12,20 +12,122 @@ until the window rolls over, without even checking the password or token.
 
 Fixed windows let a burst of twice the limit straddle a boundary; for a sign-in brake that is
 fine and costs one cache key per client per window.
+
+Redis away (docs/reliability.md): the limiter never raises. It logs once, counts in this
+process alone (the same limits, per process instead of shared) and asks Redis again after
+`REDIS_RETRY_S`; the first answer switches back (logged once too). Counts made while Redis
+was away are not carried over: the brake is briefly per process, never off and never an error.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.core.cache import cache
 from django.forms.utils import ErrorDict
 from django.http import HttpRequest, HttpResponse
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# After Redis failed, how long the local counts are used before Redis is asked again.
+REDIS_RETRY_S = 5.0
+
+
+class _LocalCounts:
+    """Fixed-window counts in this process, for while Redis is away. Keys carry their window,
+    so expired ones are dropped whenever the table is touched."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, tuple[int, float]] = {}  # key -> (count, expires at)
+
+    def _prune(self, now: float) -> None:
+        for key in [k for k, (_, exp) in self._counts.items() if exp <= now]:
+            del self._counts[key]
+
+    def get(self, key: str) -> int:
+        with self._lock:
+            now = time.monotonic()
+            count, expires = self._counts.get(key, (0, 0.0))
+            return count if expires > now else 0
+
+    def incr(self, key: str, timeout: float) -> int:
+        with self._lock:
+            now = time.monotonic()
+            self._prune(now)
+            count, expires = self._counts.get(key, (0, now + timeout))
+            self._counts[key] = (count + 1, expires)
+            return count + 1
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._counts.pop(key, None)
+
+
+class _Backend:
+    """The shared cache while it answers; the local counts (logged once) while it does not."""
+
+    def __init__(self) -> None:
+        self.local = _LocalCounts()
+        self._lock = threading.Lock()
+        self._away_until = 0.0  # monotonic; 0: Redis is believed up
+        self._away = False
+
+    def _call(self, shared: Callable[[], T], local: Callable[[], T]) -> T:
+        if self._away and time.monotonic() < self._away_until:
+            return local()
+        try:
+            result = shared()
+        except (RedisError, OSError) as exc:
+            with self._lock:
+                if not self._away:
+                    log.warning(
+                        "rate limits: the shared cache is unreachable (%s); counting in this "
+                        "process until it answers again",
+                        exc,
+                    )
+                self._away = True
+                self._away_until = time.monotonic() + REDIS_RETRY_S
+            return local()
+        if self._away:
+            with self._lock:
+                if self._away:
+                    log.warning("rate limits: the shared cache answers again; counting there")
+                self._away = False
+        return result
+
+    def get(self, key: str) -> int:
+        return self._call(lambda: int(cache.get(key) or 0), lambda: self.local.get(key))
+
+    def incr(self, key: str, timeout: int) -> int:
+        def shared() -> int:
+            # add() is atomic and only sets a missing key; incr() is atomic in Redis.
+            if cache.add(key, 1, timeout=timeout):
+                return 1
+            try:
+                return int(cache.incr(key))
+            except ValueError:  # expired between add() and incr()
+                cache.add(key, 1, timeout=timeout)
+                return 1
+
+        return self._call(shared, lambda: self.local.incr(key, timeout))
+
+    def delete(self, key: str) -> None:
+        self._call(lambda: cache.delete(key), lambda: self.local.delete(key))
+
+
+_backend = _Backend()
 
 
 @dataclass(frozen=True)
@@ -42,25 +144,17 @@ class RateLimit:
         return f"ratelimit:{self.scope}:{digest}:{window}"
 
     def count(self, key: str) -> int:
-        return int(cache.get(self._key(key)) or 0)
+        return _backend.get(self._key(key))
 
     def exceeded(self, key: str) -> bool:
         return self.count(key) >= self.limit
 
     def hit(self, key: str) -> int:
         """Count one attempt; returns the count in the current window."""
-        cache_key = self._key(key)
-        # add() is atomic and only sets a missing key; incr() is atomic in Redis.
-        if cache.add(cache_key, 1, timeout=self.window_s + 1):
-            return 1
-        try:
-            return int(cache.incr(cache_key))
-        except ValueError:  # expired between add() and incr()
-            cache.add(cache_key, 1, timeout=self.window_s + 1)
-            return 1
+        return _backend.incr(self._key(key), self.window_s + 1)
 
     def reset(self, key: str) -> None:
-        cache.delete(self._key(key))
+        _backend.delete(self._key(key))
 
     def retry_after(self) -> int:
         """Seconds until the current window rolls over."""

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import User
-from django.db import models, transaction
+from django.db import models
 
 from domains import signals
+from domains.audit.announce import after_commit
 from domains.audit.models import ActorKind, Event
 from domains.context import get_request_id
 
@@ -96,8 +97,11 @@ def _announce(event: Event, namespace: Namespace | None, domain: ComputeDomain |
     ns_id = namespace.pk if namespace else None
     domain_uid = str(domain.uid) if domain else None
     verb = event.verb
-    transaction.on_commit(
-        lambda: signals.event_recorded.send(
-            sender=Event, event_id=event.pk, namespace_id=ns_id, domain_uid=domain_uid, verb=verb
-        )
+    after_commit(
+        signals.event_recorded,
+        Event,
+        event_id=event.pk,
+        namespace_id=ns_id,
+        domain_uid=domain_uid,
+        verb=verb,
     )

@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from domains import signals
+from domains.audit.announce import after_commit
 from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.foresight.maintenance import affected_domains
@@ -147,10 +148,12 @@ def _create(subscription: Subscription, message: Message) -> Notification | None
     except IntegrityError:
         return None  # a concurrent pass created it first: the constraint keeps it single
     ids = (notification.pk, subscription.channel, subscription.user_id)
-    transaction.on_commit(
-        lambda: signals.notification_created.send(
-            sender=Notification, notification_id=ids[0], channel=ids[1], user_id=ids[2]
-        )
+    after_commit(
+        signals.notification_created,
+        Notification,
+        notification_id=ids[0],
+        channel=ids[1],
+        user_id=ids[2],
     )
     return notification
 

@@ -289,3 +289,46 @@ def test_behind_trusted_proxies_the_address_comes_from_forwarded_for(settings) -
     assert client_address(request) == "10.0.0.2"  # no proxy trusted: the peer
     settings.PORTAL = {**settings.PORTAL, "TRUSTED_PROXIES": 1}
     assert client_address(request) == "203.0.113.7"  # what the ingress saw, not the claim
+
+
+def test_with_redis_away_the_token_limit_counts_locally_and_never_errors(
+    tenant_a, settings, caplog, monkeypatch
+) -> None:
+    """docs/reliability.md: the limiter degrades to a per-process count (logged once),
+    never to a 500, and asks Redis again after REDIS_RETRY_S."""
+    import portal.ratelimit as ratelimit
+
+    monkeypatch.setattr(ratelimit, "_backend", ratelimit._Backend())
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",  # nobody listens on port 1
+        }
+    }
+    _, raw = token_create(actor=SYSTEM, user=tenant_a, name="ci")
+    good = APIClient(REMOTE_ADDR=fresh_address())
+    good.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    with caplog.at_level("WARNING", logger="portal.ratelimit"):
+        assert good.get(RACKS).status_code == 200
+        address = fresh_address()
+        guesser = APIClient(REMOTE_ADDR=address)
+        guesser.credentials(HTTP_AUTHORIZATION="Bearer dpt_guess")
+        for _ in range(TOKEN_FAILURES.limit):
+            assert guesser.get(RACKS).status_code == 401
+        assert guesser.get(RACKS).status_code == 429  # the brake still holds, locally
+        assert good.get(RACKS).status_code == 200
+    warnings = [r.getMessage() for r in caplog.records if r.name == "portal.ratelimit"]
+    assert len(warnings) == 1 and "unreachable" in warnings[0]
+
+    # Redis answers again (the real one): after the retry interval the limiter goes back.
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": settings.REDIS_URL,
+        }
+    }
+    monkeypatch.setattr(ratelimit._backend, "_away_until", 0.0)
+    with caplog.at_level("WARNING", logger="portal.ratelimit"):
+        assert good.get(RACKS).status_code == 200
+    assert "answers again" in caplog.records[-1].getMessage()
+    assert TOKEN_FAILURES.count(address) == 0  # local counts are not carried over

@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/portal
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/9
 PYTEST_ARGS ?=
 
-.PHONY: demo test install lint format migrate bench clean lock lock-upgrade lock-check
+.PHONY: demo test install lint format migrate bench clean lock lock-upgrade lock-check proto
 
 # Exactly the locked versions, each file checked against its hash (requirements/dev.txt,
 # written by `make lock`), then the project itself, built with the locked setuptools.
@@ -38,6 +38,11 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# The DRA plugin's gRPC modules (nodeagent/dra/pb/*_pb2*.py, committed) from our .proto
+# files; tests/nodeagent/test_dra_proto.py checks that this leaves them unchanged.
+proto: $(STAMP)
+	PY=$(PY) bash scripts/proto.sh
 
 bench: $(STAMP)
 	bash bench/run_all.sh

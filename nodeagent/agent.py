@@ -22,6 +22,8 @@ from nodeagent import imex
 from nodeagent.channels import ChannelError, Channels, cdi_spec, channel_numbers, remove_cdi
 from nodeagent.client import MalformedDocument, Nudger, PortalClient, PortalError, Unauthorized
 from nodeagent.config import AgentConfig
+from nodeagent.dra.claims import Serving
+from nodeagent.dra.plugin import DraPlugin, PluginConfig
 from nodeagent.driver import DriverRoot
 from nodeagent.fabric import channel_major
 from nodeagent.facts import FactsKeeper
@@ -116,6 +118,26 @@ class Agent:
         self.files_key = ""
         self.files_checked_at = 0.0
         self.present: list[int] = []
+        self.major: int | None = None
+        # What the tray serves, as last observed, for the DRA plugin's gRPC threads.
+        self.serving: Serving | None = None
+        self.serving_changed = threading.Condition()
+        self.dra = self._dra_plugin()
+
+    def _dra_plugin(self) -> DraPlugin | None:
+        if self.cfg.kubelet_dir is None:
+            return None
+        config = PluginConfig(
+            kubelet_dir=self.cfg.kubelet_dir,
+            kubeconfig=self.cfg.kubeconfig,
+            cdi_dir=self.paths.cdi_run_dir,
+            state_dir=self.paths.state_dir,
+            prepare_wait_s=self.cfg.prepare_wait_s,
+        )
+        name = self.cfg.hostname or self.facts.probe().hostname
+        return DraPlugin(
+            config, node_name=name, root=self.paths.root, client=self.client, tray=self
+        )
 
     # --- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -160,6 +182,9 @@ class Agent:
         now = time.monotonic()
         self.facts.refresh(now)
         self.sync_facts()
+        if self.dra is not None:
+            self.dra.start()  # once joined: admitting a claim needs the node token
+            self.dra.publish_slice(dict(self.facts.document()))
         if self.nudged or now >= self.next_fetch or self.desired is None:
             self.nudged = False
             self.desired = self.client.desired()
@@ -306,7 +331,7 @@ class Agent:
         return present, error
 
     def ensure_channels(self, spec: ChannelSpec, uid: str) -> tuple[list[int], str]:
-        major = channel_major(self.paths.proc_devices)
+        major = self.major = channel_major(self.paths.proc_devices)
         if major is None:
             return [], f"no nvidia-caps-imex-channels line in {self.paths.proc_devices}"
         numbers = channel_numbers(spec)
@@ -335,6 +360,17 @@ class Agent:
             health = self.ctl.domain(index)
             self.next_health_check = now + 1.0
         self.log.debug("observed daemon=%s domain=%s", state, health.state if health else "-")
+        self.set_serving(
+            Serving(
+                domain_uid=want["uid"],
+                daemon_state=state,
+                channels=list(present),
+                major=self.major,
+                mode=want["channels"]["mode"],
+                file_mode=self.cfg.channel_mode,
+                gid=self.cfg.channel_gid,
+            )
+        )
         if state == "READY" and health and health.state == "UP" and not error:
             step, delay, message = Step.READY, self.cfg.ready_poll_interval, "IMEX domain UP"
         else:
@@ -373,8 +409,32 @@ class Agent:
         more = f" (+{len(bad) - 5} more)" if len(bad) > 5 else ""
         return f"nvidia-imex {state}, domain {health.state}: {names}{more}".rstrip(": "), ""
 
+    # --- what the DRA plugin asks -------------------------------------------------------------
+    def set_serving(self, serving: Serving | None) -> None:
+        if serving == self.serving:
+            return
+        with self.serving_changed:
+            self.serving = serving
+            self.serving_changed.notify_all()
+
+    def wait_serving(self, domain_uid: str, timeout: float) -> Serving | None:
+        """What the tray serves for `domain_uid` once its daemon is READY with channels, or
+        as it is after `timeout` (None when it does not serve that domain)."""
+
+        def ready() -> bool:
+            s = self.serving
+            return bool(
+                s and s.domain_uid == domain_uid and s.daemon_state == "READY" and s.channels
+            )
+
+        with self.serving_changed:
+            self.serving_changed.wait_for(ready, timeout)
+            current = self.serving
+        return current if current and current.domain_uid == domain_uid else None
+
     # --- release ----------------------------------------------------------------------------
     def release(self) -> tuple[StatusReport, float]:
+        self.set_serving(None)
         uid = self.applied.get("domain_uid")
         if uid or self.dirty():
             self.log.info("releasing: stopping nvidia-imex, removing channels, CDI spec, config")
@@ -488,6 +548,9 @@ class Agent:
         """The agent stopping is not a decision to stop the daemon: it is left running for
         the next agent process to re-adopt (the emulator's fleet alone may ask otherwise)."""
         self.stop_event.set()
+        if self.dra is not None:
+            with contextlib.suppress(Exception):
+                self.dra.stop()
         if self.cfg.stop_daemon_on_exit:
             with contextlib.suppress(Exception):
                 self.daemon.stop(self.cfg.stop_timeout)

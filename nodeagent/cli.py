@@ -130,6 +130,20 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Emulator only, where mknod is refused: channel 'devices' as regular files",
     )
+    p.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        default=None,
+        help="Be the tray's DRA kubelet plugin (Kubernetes): the kubelet's directory, "
+        "/var/lib/kubelet (registration socket under plugins_registry/, service under plugins/)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="With --kubelet-dir: kubeconfig for the API server (default $KUBECONFIG, else the "
+        "pod's service account)",
+    )
     p.add_argument("--poll-interval", type=float, default=5.0, help="Fallback poll (s)")
     p.add_argument("--heartbeat-interval", type=float, default=10.0)
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
@@ -155,6 +169,8 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         poll_interval=args.poll_interval,
         heartbeat_interval=args.heartbeat_interval,
         emulated_channel_files=args.emulated_channel_files,
+        kubelet_dir=args.kubelet_dir,
+        kubeconfig=args.kubeconfig,
     )
 
 

@@ -28,6 +28,8 @@ from websockets.sync.client import connect as ws_connect
 
 from nodeagent.protocol import (
     DESIRED_STATE_SCHEMA,
+    ClaimAdmission,
+    ClaimRequest,
     DesiredState,
     JoinRequest,
     JoinResponse,
@@ -41,9 +43,10 @@ API = "/api/v1/agent"
 class PortalError(RuntimeError):
     """The portal answered with an error (status kept) or could not be reached (status 0)."""
 
-    def __init__(self, message: str, status: int = 0) -> None:
+    def __init__(self, message: str, status: int = 0, detail: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.detail = detail or message  # the portal's own sentence, when it sent one
 
 
 class Unauthorized(PortalError):
@@ -92,7 +95,9 @@ class PortalClient:
             raise Unauthorized(f"{method} {path}: 401 {resp.text[:200]}", 401)
         if resp.status_code >= 400:
             raise PortalError(
-                f"{method} {path}: {resp.status_code} {resp.text[:300]}", resp.status_code
+                f"{method} {path}: {resp.status_code} {resp.text[:300]}",
+                resp.status_code,
+                _message_of(resp),
             )
         return resp.json() if resp.content else None
 
@@ -113,10 +118,34 @@ class PortalClient:
             "POST", f"{API}/nodes/{self.node_id}/status/", json=report, request_id=request_id
         )
 
+    def claim_admit(self, request: ClaimRequest) -> ClaimAdmission:
+        """Ask the portal to admit a DRA claim on this tray (join the domain if it may)."""
+        body: ClaimAdmission = self._call(
+            "POST", f"{API}/nodes/{self.node_id}/claims/", json=request
+        )
+        return body
+
+    def claim_leave(self, claim_uid: str) -> None:
+        """The claim is unprepared here; 404 (the portal never heard of it) is fine."""
+        try:
+            self._call("DELETE", f"{API}/nodes/{self.node_id}/claims/{claim_uid}/")
+        except PortalError as exc:
+            if exc.status != 404:
+                raise
+
     @property
     def websocket_url(self) -> str:
         scheme = "wss" if self.base_url.startswith("https") else "ws"
         return f"{scheme}://{self.base_url.split('://', 1)[1]}/ws/agent/"
+
+
+def _message_of(resp: httpx.Response) -> str:
+    """The `message` of the portal's error body ({"code", "message", ...}), or ""."""
+    try:
+        doc = resp.json()
+    except ValueError:
+        return ""
+    return str(doc.get("message") or "") if isinstance(doc, dict) else ""
 
 
 class Nudger(threading.Thread):

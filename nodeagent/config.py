@@ -103,6 +103,11 @@ class Paths:
         return self.root / CDI_SPEC
 
     @property
+    def cdi_run_dir(self) -> Path:
+        """Per-claim CDI specs of the DRA plugin (the runtime reads /var/run/cdi too)."""
+        return self.root / "var/run/cdi"
+
+    @property
     def systemd_dirs(self) -> tuple[Path, ...]:
         """Where an enabled unit's `*.wants/` symlinks live (persistent, then runtime)."""
         return (self.root / "etc/systemd/system", self.root / "run/systemd/system")
@@ -139,6 +144,10 @@ class AgentConfig:
     emulated_channel_files: bool = False  # emulator only: regular files instead of mknod
     stop_daemon_on_exit: bool = False  # emulator/demo only; a real agent leaves it running
     websocket: bool = True
+    # The DRA kubelet plugin (Kubernetes): on when the kubelet's directory is given.
+    kubelet_dir: Path | None = None  # /var/lib/kubelet (plugins_registry/, plugins/)
+    kubeconfig: Path | None = None  # None: $KUBECONFIG, else the pod's service account
+    prepare_wait_s: float = 2.0  # a prepare waits this long for the daemon, then says "not yet"
 
     @property
     def paths(self) -> Paths:

@@ -10,6 +10,14 @@ Four documents travel between a tray's agent and the portal (DESIGN.md §5):
 - `DesiredState` (portal → agent, `GET nodes/<id>/desired/`): what the tray should hold;
 - `StatusReport` (agent → `POST nodes/<id>/status/`): what the agent observed; the heartbeat.
 
+On a Kubernetes cluster the agent is also the DRA driver of its tray, and two more travel:
+
+- `ClaimRequest` (agent → `POST nodes/<id>/claims/`): a ResourceClaim of a domain is being
+  prepared on this tray; the portal admits it (`ClaimAdmission`), the tray joining a domain
+  that follows its workload, or refuses it (4xx with a message the user can act on);
+- `DELETE nodes/<id>/claims/<claim uid>/`: the claim was unprepared here; the last claim of
+  a domain that follows its workload takes the tray out of it.
+
 This module is the single statement of that contract. It is stdlib only, so the portal's
 `domains/` may import its types, and the agent owns it. The agent validates every desired
 state it fetches against `DESIRED_STATE_SCHEMA` before acting on it; the portal's tests
@@ -174,6 +182,25 @@ class StatusReport(TypedDict):
     message: str
 
 
+# --- DRA claims (agent → portal) -----------------------------------------------------------
+class ClaimRef(TypedDict):
+    uid: str
+    namespace: str
+    name: str
+
+
+class ClaimRequest(TypedDict):
+    claim: ClaimRef
+    domain_uid: str  # from the claim's opaque config (its ResourceClaimTemplate)
+
+
+class ClaimAdmission(TypedDict):
+    domain_uid: str
+    domain_name: str  # "<namespace>/<name>"
+    index: int  # the tray's index in the domain
+    joined: bool  # True when this claim made the tray a member
+
+
 # --- JSON Schemas (draft 2020-12) --------------------------------------------------------------
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _UUID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
@@ -321,6 +348,36 @@ STATUS_REPORT_SCHEMA: dict[str, Any] = {
             "clean": {"type": "boolean"},
             "error": _text(2000),
             "message": _text(2000),
+        }
+    ),
+}
+
+_K8S_NAME = "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+CLAIM_REQUEST_SCHEMA: dict[str, Any] = {
+    "$schema": SCHEMA_DIALECT,
+    "title": "ClaimRequest",
+    **_object(
+        {
+            "claim": _object(
+                {
+                    "uid": {"type": "string", "pattern": _UUID},
+                    "namespace": {"type": "string", "pattern": _K8S_NAME, "maxLength": 63},
+                    "name": {"type": "string", "pattern": _K8S_NAME},
+                }
+            ),
+            "domain_uid": {"type": "string", "pattern": _UUID},
+        }
+    ),
+}
+CLAIM_ADMISSION_SCHEMA: dict[str, Any] = {
+    "$schema": SCHEMA_DIALECT,
+    "title": "ClaimAdmission",
+    **_object(
+        {
+            "domain_uid": {"type": "string", "pattern": _UUID},
+            "domain_name": {"type": "string", "minLength": 3, "maxLength": 200},
+            "index": _int(0, 4095),
+            "joined": {"type": "boolean"},
         }
     ),
 }

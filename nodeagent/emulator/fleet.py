@@ -81,6 +81,9 @@ class Fleet:
                     "hostname": facts.hostname,
                     "ip": facts.ip,
                     "fabric_facts": tray_root / EMU_DIR / "fabric.json",
+                    "kubelet_dir": (
+                        base.kubelet_dir / facts.hostname if base.kubelet_dir else None
+                    ),
                 }
             )
             self.agents.append(Agent(config, stop=self.stop_event))
@@ -130,6 +133,14 @@ def parser() -> argparse.ArgumentParser:
         "leaves a serving daemon running across its own restarts)",
     )
     p.add_argument("--emulated-channel-files", action="store_true")
+    p.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        default=None,
+        help="Every tray is a DRA kubelet plugin; tray T's kubelet directory is DIR/T (keep it "
+        "short: unix socket paths hold 107 bytes)",
+    )
+    p.add_argument("--kubeconfig", type=Path, default=None)
     p.add_argument("--log-level", default=os.environ.get("NODEAGENT_LOG_LEVEL", "INFO"))
     return p
 
@@ -154,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         heartbeat_interval=args.heartbeat_interval,
         stop_daemon_on_exit=args.stop_daemons_on_exit,
         emulated_channel_files=args.emulated_channel_files,
+        kubelet_dir=args.kubelet_dir.resolve() if args.kubelet_dir else None,
+        kubeconfig=args.kubeconfig,
     )
     fleet = Fleet(trays, base, args.root)
     signal.signal(signal.SIGTERM, lambda *_: fleet.stop())

@@ -51,6 +51,24 @@ def assert_valid_kubernetes(obj: dict[str, Any]) -> None:
     kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
+# resource.k8s.io: v1 is checked as Kubernetes 1.34 serves it, v1beta1 as 1.32 does.
+DRA_K8S_VERSIONS = {"resource.k8s.io/v1": "1.34.0", "resource.k8s.io/v1beta1": "1.32.0"}
+
+
+def assert_valid_dra(obj: dict[str, Any]) -> None:
+    """A ResourceSlice, ResourceClaimTemplate, DeviceClass … against its Kubernetes release."""
+    kubernetes_validate.validate(obj, DRA_K8S_VERSIONS[obj["apiVersion"]], strict=True)
+
+
+def dra_errors(obj: dict[str, Any]) -> str | None:
+    """For the mock API server: what a real one of that release would reject."""
+    try:
+        assert_valid_dra(obj)
+    except kubernetes_validate.ValidationError as exc:
+        return str(exc)[:500]
+    return None
+
+
 def assert_valid_pod_template(template: dict[str, Any], namespace: str) -> None:
     """For kinds the Kubernetes schema does not know (MPIJob): check each pod template."""
     assert_valid_kubernetes(

@@ -14,8 +14,12 @@ It implements the part of the API the portal uses, with the semantics that matte
   writes to `/status` change only `status` (as the CRD's `subresources: {status: {}}`);
 - faults on demand: `fail_next(...)` answers matching requests with an error status.
 
-Resources: nodes, namespaces, events (core/v1) and computedomains
-(resource.nvidia.com/v1beta1). Helpers (`put_node`, `apply`, `delete`, ...) change the
+Resources: nodes, namespaces, events (core/v1), computedomains
+(resource.nvidia.com/v1beta1) and the DRA objects of `resource.k8s.io` (resourceslices,
+resourceclaims, resourceclaimtemplates, deviceclasses) in ONE version, `resource_version`
+(`v1` as Kubernetes 1.34, or `v1beta1` as 1.32), which API discovery
+(`GET /apis/resource.k8s.io`) announces and the other one answers 404, as on a real server.
+Helpers (`put_node`, `apply`, `delete`, ...) change the
 store the way kubectl or the kubelet would, emitting the same watch events.
 """
 
@@ -65,6 +69,16 @@ KINDS = {
         status_subresource=True,
     ),
 }
+DRA_GROUP = "resource.k8s.io"
+for _plural, _kind, _namespaced in (
+    ("resourceslices", "ResourceSlice", False),
+    ("resourceclaims", "ResourceClaim", True),
+    ("resourceclaimtemplates", "ResourceClaimTemplate", True),
+    ("deviceclasses", "DeviceClass", False),
+):
+    KINDS[_plural] = Kind(
+        DRA_GROUP, "v1", _plural, _kind, namespaced=_namespaced, status_subresource=True
+    )
 
 Key = tuple[str, str, str]  # plural, namespace ("" when cluster-scoped), name
 
@@ -107,6 +121,7 @@ class KubeMock:
         # server enforces it on create, update and status writes (422 Invalid).
         self.validators: dict[str, Callable[[dict[str, Any]], str | None]] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request served
+        self.resource_version = "v1"  # the one resource.k8s.io version served (or "v1beta1")
         self.cond = threading.Condition()
         self.stopping = False
         # Tests cap every watch request (a real server honours timeoutSeconds, min 1 s) so
@@ -213,6 +228,23 @@ class KubeMock:
         with self.cond:
             return sum(1 for m, p in self.requests if m == method and pattern.search(p))
 
+    def api_version(self, kind: Kind) -> str:
+        return (
+            f"{DRA_GROUP}/{self.resource_version}" if kind.group == DRA_GROUP else kind.api_version
+        )
+
+    def discovery(self) -> dict[str, Any]:
+        """`GET /apis/resource.k8s.io`: the APIGroup with the one version served."""
+        version = {"groupVersion": f"{DRA_GROUP}/{self.resource_version}",
+                   "version": self.resource_version}  # fmt: skip
+        return {
+            "kind": "APIGroup",
+            "apiVersion": "v1",
+            "name": DRA_GROUP,
+            "versions": [version],
+            "preferredVersion": version,
+        }
+
     # --- store (callers hold self.cond) -------------------------------------------------
 
     def _bump(self) -> str:
@@ -233,7 +265,7 @@ class KubeMock:
         meta["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         meta["generation"] = 1
         meta["resourceVersion"] = self._bump()
-        obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
+        obj["apiVersion"], obj["kind"] = self.api_version(kind), kind.kind
         self.objects[key] = obj
         self._record(key[0], "ADDED", obj)
         return copy.deepcopy(obj)
@@ -283,7 +315,7 @@ class KubeMock:
                 if p == kind.plural and (not namespace or ns == namespace)
             ]
             return {
-                "apiVersion": kind.api_version,
+                "apiVersion": self.api_version(kind),
                 "kind": f"{kind.kind}List",
                 "metadata": {"resourceVersion": str(self.rv)},
                 "items": items,
@@ -436,7 +468,7 @@ _GROUP = re.compile(
 )
 
 
-def route(path: str) -> tuple[Kind, str, str, str]:
+def route(path: str, dra_version: str = "v1") -> tuple[Kind, str, str, str]:
     """(kind, namespace, name, subresource) for a request path."""
     if path.startswith("/api/v1/namespaces/") and path.count("/") == 4:
         return KINDS["namespaces"], "", path.rsplit("/", 1)[1], ""  # the namespace object
@@ -444,6 +476,8 @@ def route(path: str) -> tuple[Kind, str, str, str]:
     if not match or match["plural"] not in KINDS:
         raise ApiError(404, "NotFound", f"the server could not find the requested resource {path}")
     kind = KINDS[match["plural"]]
+    if kind.group == DRA_GROUP and match.groupdict().get("version") != dra_version:
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource {path}")
     name, _, sub = (match["rest"] or "").partition("/")
     return kind, match["ns"] or "", name, sub
 
@@ -479,7 +513,9 @@ def _handler(mock: KubeMock) -> type[BaseHTTPRequestHandler]:
                 fault = mock.take_fault(method, self.path)
                 if fault is not None:
                     raise ApiError(fault.status, "InternalError", "injected fault")
-                kind, namespace, name, sub = route(url.path)
+                if method == "GET" and url.path.rstrip("/") == f"/apis/{DRA_GROUP}":
+                    return self._send(200, mock.discovery())
+                kind, namespace, name, sub = route(url.path, mock.resource_version)
                 if method == "GET" and not name and query.get("watch") in ("true", "1"):
                     return self._watch(kind, namespace, query)
                 self._send(

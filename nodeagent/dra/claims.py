@@ -1,0 +1,264 @@
+# SPDX-License-Identifier: Apache-2.0
+"""NodePrepareResources / NodeUnprepareResources for the domain's channel claims.
+
+Prepare, for each claim the kubelet names:
+
+1. read the ResourceClaim from the API server: it must be the claim the kubelet means (same
+   uid), allocated to this tray's `channel` device, with the opaque config of our driver
+   naming the ComputeDomain (its ResourceClaimTemplate put it there);
+2. ask the portal to admit the claim on this tray (`Tray.admit`): the portal checks that
+   the claim's namespace owns the domain and that the tray is a member, or, for a domain
+   that follows its workload, may join it now (quota, one clique, tray free and ready);
+3. answer an error naming the reason until the tray's IMEX daemon serves the domain and is
+   READY (the kubelet asks again: that is how a DRA driver says "not yet");
+4. write a CDI spec for this claim alone (`<cdi dir>/imex-channel.portal.domains-<uid>.json`,
+   device `imex-channel.portal.domains/claim=<uid>`) naming the domain's channel device(s),
+   and return its id.
+
+Unprepare removes that spec and tells the portal the claim is gone (the last claim of a
+domain that follows its workload takes the tray out of it). Both are idempotent, and what
+was begun is recorded in a checkpoint on disk *before* it is done, so an agent killed
+between prepare and unprepare still undoes everything after its restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from nodeagent.channels import CDI_VERSION
+from nodeagent.config import CHANNELS_DIR
+from nodeagent.dra import CDI_CLAIM_KIND, CONFIG_KIND, DEVICE_NAME, DRIVER_NAME
+from nodeagent.dra.kubeapi import KubeError, ResourceApi
+from nodeagent.dra.server import ClaimRef, PreparedDevice, PrepareResult
+from nodeagent.files import read_json, remove, write_atomic
+
+log = logging.getLogger("nodeagent.dra")
+
+
+class Refused(Exception):
+    """The portal (or the tray) says no; the text is what the user must read.
+
+    `held`: whether the portal may hold something for the claim (False for a clear refusal
+    or a call never made), so that the checkpoint keeps it for unprepare to undo.
+    """
+
+    def __init__(self, message: str, *, held: bool = True) -> None:
+        super().__init__(message)
+        self.held = held
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What the tray serves right now, as the agent's loop last observed it."""
+
+    domain_uid: str
+    daemon_state: str  # the `nvidia-imex-ctl -q` word
+    channels: list[int]  # channel devices present for it
+    major: int | None
+    mode: str  # Single | All
+    file_mode: int
+    gid: int | None
+
+
+class Tray(Protocol):
+    """What the claim driver needs from the agent."""
+
+    node_name: str
+    root: Path
+
+    def admit(self, claim: ClaimRef, domain_uid: str) -> dict[str, Any]: ...
+
+    def leave(self, claim: ClaimRef) -> None: ...
+
+    def wait_serving(self, domain_uid: str, timeout: float) -> Serving | None: ...
+
+
+class ClaimDriver:
+    def __init__(
+        self, tray: Tray, api: ResourceApi, *, state_dir: Path, cdi_dir: Path, wait_s: float = 2.0
+    ) -> None:
+        self.tray = tray
+        self.api = api
+        self.checkpoint_path = state_dir / "dra/checkpoint.json"
+        self.cdi_dir = cdi_dir
+        self.wait_s = wait_s
+        self.lock = threading.Lock()
+        self.claims: dict[str, dict[str, Any]] = (read_json(self.checkpoint_path) or {}).get(
+            "claims", {}
+        )
+
+    # --- checkpoint -------------------------------------------------------------------------
+    def _save(self) -> None:
+        doc = {"version": 1, "claims": self.claims}
+        write_atomic(self.checkpoint_path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+    def prepared(self) -> dict[str, dict[str, Any]]:
+        with self.lock:
+            return {uid: dict(entry) for uid, entry in self.claims.items()}
+
+    def cdi_path(self, uid: str) -> Path:
+        return self.cdi_dir / f"{DRIVER_NAME}-{uid}.json"
+
+    # --- prepare ----------------------------------------------------------------------------
+    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+        return {claim.uid: self._prepare_one(claim) for claim in claims}
+
+    def _prepare_one(self, claim: ClaimRef) -> PrepareResult:
+        where = f"ResourceClaim {claim.namespace}/{claim.name}"
+        with self.lock:
+            done = self.claims.get(claim.uid)
+        if done and done.get("state") == "prepared":
+            return _result(done)
+        try:
+            found = self._allocation(claim, where)
+            request, domain_uid = found
+            with self.lock:  # recorded before the portal hears of it: unprepare undoes it
+                self.claims[claim.uid] = {
+                    "namespace": claim.namespace,
+                    "name": claim.name,
+                    "domain_uid": domain_uid,
+                    "request": request,
+                    "pool": self.tray.node_name,
+                    "state": "admitting",
+                }
+                self._save()
+            admitted = self.tray.admit(claim, domain_uid)
+            serving = self.tray.wait_serving(domain_uid, self.wait_s)
+            domain = admitted.get("domain_name") or domain_uid
+            if serving is None or serving.daemon_state != "READY" or not serving.channels:
+                state = serving.daemon_state if serving else "not started"
+                raise Refused(
+                    f"the IMEX daemon on {self.tray.node_name} is not ready for ComputeDomain "
+                    f"{domain} yet (nvidia-imex {state or 'not answering'}); the kubelet "
+                    "retries, nothing to do unless this lasts"
+                )
+            cdi_id = self._write_cdi(claim.uid, domain_uid, serving)
+        except Refused as exc:
+            if not exc.held:
+                self._forget(claim.uid)
+            return PrepareResult(error=f"{where}: {exc}")
+        except KubeError as exc:
+            return PrepareResult(error=f"{where}: could not read the claim: {exc}")
+        with self.lock:
+            entry = {**self.claims[claim.uid], "state": "prepared", "cdi_device_id": cdi_id}
+            self.claims[claim.uid] = entry
+            self._save()
+        log.info("%s: prepared %s (%s) for domain %s", self.tray.node_name, where, cdi_id, domain)
+        return _result(entry)
+
+    def _allocation(self, claim: ClaimRef, where: str) -> tuple[str, str]:
+        """(request name, domain uid) of the claim's allocation on this tray's device."""
+        obj = self.api.get_claim(claim.namespace, claim.name)
+        if obj is None:
+            raise Refused("not found in the API server (deleted?)", held=False)
+        if obj["metadata"].get("uid") != claim.uid:
+            raise Refused(
+                f"has uid {obj['metadata'].get('uid')}, not {claim.uid}: it was deleted and "
+                "created again; the kubelet asks for the new one",
+                held=False,
+            )
+        devices = ((obj.get("status") or {}).get("allocation") or {}).get("devices") or {}
+        ours = [
+            r
+            for r in devices.get("results") or []
+            if r.get("driver") == DRIVER_NAME and r.get("pool") == self.tray.node_name
+        ]
+        if not ours:
+            raise Refused(
+                f"is not allocated to a device of driver {DRIVER_NAME} on node "
+                f"{self.tray.node_name}",
+                held=False,
+            )
+        configs = [
+            (c.get("opaque") or {}).get("parameters") or {}
+            for c in devices.get("config") or []
+            if (c.get("opaque") or {}).get("driver") == DRIVER_NAME
+        ]
+        domain_uid = next(
+            (p.get("domainID") for p in configs if p.get("kind") == CONFIG_KIND), None
+        )
+        if not domain_uid:
+            raise Refused(
+                f"carries no {CONFIG_KIND} for driver {DRIVER_NAME}: make the claim from the "
+                "ResourceClaimTemplate of a ComputeDomain (spec.channel.resourceClaimTemplate)",
+                held=False,
+            )
+        return str(ours[0].get("request") or ""), str(domain_uid)
+
+    def _write_cdi(self, uid: str, domain_uid: str, serving: Serving) -> str:
+        if serving.major is None:
+            raise Refused(f"no nvidia-caps-imex-channels device major on {self.tray.node_name}")
+        nodes = [
+            {
+                "path": f"/{CHANNELS_DIR}/channel{n}",
+                "hostPath": str(self.tray.root / CHANNELS_DIR / f"channel{n}"),
+                "type": "c",
+                "major": serving.major,
+                "minor": n,
+                "permissions": "rw",
+                "fileMode": serving.file_mode,
+                **({"gid": serving.gid} if serving.gid is not None else {}),
+            }
+            for n in serving.channels
+        ]
+        spec = {
+            "cdiVersion": CDI_VERSION,
+            "kind": CDI_CLAIM_KIND,
+            "annotations": {"portal.domains/domain-uid": domain_uid, "portal.domains/claim": uid},
+            "devices": [{"name": uid, "containerEdits": {"deviceNodes": nodes}}],
+        }
+        write_atomic(self.cdi_path(uid), json.dumps(spec, indent=1) + "\n")
+        return f"{CDI_CLAIM_KIND}={uid}"
+
+    def _forget(self, uid: str) -> None:
+        """Drop a claim the portal holds nothing for (refused, or never asked)."""
+        with self.lock:
+            entry = self.claims.get(uid)
+            if entry is not None and entry.get("state") == "admitting":
+                del self.claims[uid]
+                self._save()
+
+    # --- unprepare --------------------------------------------------------------------------
+    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+        return {claim.uid: self._unprepare_one(claim) for claim in claims}
+
+    def _unprepare_one(self, claim: ClaimRef) -> str:
+        with self.lock:
+            entry = self.claims.get(claim.uid)
+        if entry is None:
+            remove(self.cdi_path(claim.uid))  # nothing recorded: nothing else to undo
+            return ""
+        remove(self.cdi_path(claim.uid))
+        try:
+            self.tray.leave(
+                ClaimRef(entry.get("namespace", claim.namespace), claim.uid, entry["name"])
+            )
+        except Refused as exc:
+            return f"ResourceClaim {claim.namespace}/{claim.name}: {exc}"
+        with self.lock:
+            self.claims.pop(claim.uid, None)
+            self._save()
+        log.info("%s: unprepared ResourceClaim %s/%s", self.tray.node_name, *entry_name(entry))
+        return ""
+
+
+def entry_name(entry: dict[str, Any]) -> tuple[str, str]:
+    return entry.get("namespace", ""), entry.get("name", "")
+
+
+def _result(entry: dict[str, Any]) -> PrepareResult:
+    return PrepareResult(
+        devices=[
+            PreparedDevice(
+                request_names=[entry["request"]] if entry.get("request") else [],
+                pool_name=entry["pool"],
+                device_name=DEVICE_NAME,
+                cdi_device_ids=[entry["cdi_device_id"]],
+            )
+        ]
+    )

@@ -1,0 +1,137 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The DRA plugin of one tray, as the agent runs it: gRPC servers, slice, claims.
+
+The agent's reconcile loop stays the owner of the tray (daemon, config, channels); the
+plugin answers the kubelet from gRPC threads and asks the loop, through `TrayView`, what
+the tray serves. It never starts or stops a daemon itself: admitting a claim changes the
+portal's desired state, and the loop applies it like any other.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from nodeagent.client import PortalClient, PortalError
+from nodeagent.dra import DRIVER_NAME
+from nodeagent.dra.claims import ClaimDriver, Refused, Serving
+from nodeagent.dra.kubeapi import KubeError, ResourceApi, api_client
+from nodeagent.dra.server import ClaimRef, PluginServer
+from nodeagent.dra.slices import SliceFacts, SlicePublisher
+
+log = logging.getLogger("nodeagent.dra")
+
+SLICE_RETRY_S = 5.0
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    kubelet_dir: Path  # /var/lib/kubelet: plugins_registry/ and plugins/<driver>/ under it
+    kubeconfig: Path | None  # None: KUBECONFIG, else the pod's service account
+    cdi_dir: Path  # where the per-claim CDI specs go (/var/run/cdi)
+    state_dir: Path  # the checkpoint lives under it
+    prepare_wait_s: float = 2.0  # how long a prepare waits for the daemon before "not yet"
+
+
+class TrayView(Protocol):
+    """What the plugin asks of the agent."""
+
+    def nudge(self) -> None: ...
+
+    def wait_serving(self, domain_uid: str, timeout: float) -> Serving | None: ...
+
+
+class DraPlugin:
+    def __init__(
+        self,
+        config: PluginConfig,
+        *,
+        node_name: str,
+        root: Path,
+        client: PortalClient,
+        tray: TrayView,
+        api: ResourceApi | None = None,
+    ) -> None:
+        self.cfg = config
+        self.node_name = node_name
+        self.root = root
+        self.client = client
+        self.tray = tray
+        self.api = api or ResourceApi(api_client(config.kubeconfig))
+        self.slices = SlicePublisher(self.api)
+        self.driver = ClaimDriver(
+            self,
+            self.api,
+            state_dir=config.state_dir,
+            cdi_dir=config.cdi_dir,
+            wait_s=config.prepare_wait_s,
+        )
+        self.server = PluginServer(
+            self.driver,
+            registry_dir=config.kubelet_dir / "plugins_registry",
+            plugin_dir=config.kubelet_dir / "plugins" / DRIVER_NAME,
+        )
+        self.started = False
+        self.slice_retry_at = 0.0
+        self.lock = threading.Lock()
+
+    # --- life ---------------------------------------------------------------------------
+    def start(self) -> None:
+        if not self.started:
+            self.server.start()
+            self.started = True
+
+    def stop(self) -> None:
+        """The agent stops serving the tray: no more kubelet calls, no slice to allocate."""
+        if self.started:
+            self.server.stop()
+            self.started = False
+        self.slices.remove(self.node_name)
+
+    def publish_slice(self, facts: dict[str, Any]) -> None:
+        """Keep the tray's ResourceSlice current; API trouble is retried a few seconds on."""
+        now = time.monotonic()
+        if now < self.slice_retry_at:
+            return
+        clique = ""
+        if facts.get("cluster_uuid") and facts.get("clique_id") is not None:
+            clique = f"{facts['cluster_uuid']}.{facts['clique_id']}"
+        wanted = SliceFacts(node=self.node_name, clique=clique, gpus=len(facts.get("gpus", [])))
+        try:
+            self.slices.publish(wanted)
+        except KubeError as exc:
+            log.warning("%s: ResourceSlice not published: %s", self.node_name, exc)
+            self.slice_retry_at = now + SLICE_RETRY_S
+
+    # --- claims.Tray -------------------------------------------------------------------
+    def admit(self, claim: ClaimRef, domain_uid: str) -> dict[str, Any]:
+        if not self.client.token:
+            raise Refused(
+                f"the node agent on {self.node_name} has not joined the portal yet", held=False
+            )
+        request = {
+            "claim": {"uid": claim.uid, "namespace": claim.namespace, "name": claim.name},
+            "domain_uid": domain_uid,
+        }
+        try:
+            answer: dict[str, Any] = dict(self.client.claim_admit(request))  # type: ignore[arg-type]
+        except PortalError as exc:
+            if 400 <= exc.status < 500:  # a refusal: the portal holds nothing for it
+                raise Refused(exc.detail, held=False) from exc
+            raise Refused(f"the portal did not answer ({exc}); the kubelet retries") from exc
+        self.tray.nudge()  # fetch the desired state now: the tray may have joined
+        return answer
+
+    def leave(self, claim: ClaimRef) -> None:
+        try:
+            self.client.claim_leave(claim.uid)
+        except PortalError as exc:
+            raise Refused(f"the portal did not take the claim back ({exc.detail})") from exc
+        self.tray.nudge()
+
+    def wait_serving(self, domain_uid: str, timeout: float) -> Serving | None:
+        return self.tray.wait_serving(domain_uid, timeout)

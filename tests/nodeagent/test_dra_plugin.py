@@ -1,0 +1,205 @@
+"""The agent's DRA kubelet plugin, driven by a kubelet stand-in over the real gRPC contract
+(unix sockets), against the Kubernetes API mock in both `resource.k8s.io` versions.
+
+These tests cover the plugin alone: registration, the tray's ResourceSlice, and the claims
+it refuses before the portal is asked. The way through the portal (admission, joining,
+the daemon, CDI) is in tests/e2e/test_dra.py with real agents and a real server.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodeagent.client import PortalClient
+from nodeagent.dra import DRIVER_NAME
+from nodeagent.dra.kubeapi import KubeError, ResourceApi, api_client
+from nodeagent.dra.plugin import DraPlugin, PluginConfig
+from tests.kube.schemas import assert_valid_dra, dra_errors
+from tests.support import kubemock
+from tests.support.kubelet import Kubelet, PodClaim, RegistrationFailed
+
+CLIQUE = {"cluster_uuid": "6f0b9b84-4c1e-4a8e-9d9e-2f1f3c0d9a11", "clique_id": 3}
+FACTS = {**CLIQUE, "gpus": [{"index": i} for i in range(4)]}
+
+
+class IdleTray:
+    """The agent loop's side, for a tray that serves nothing."""
+
+    def nudge(self) -> None:
+        pass
+
+    def wait_serving(self, domain_uid: str, timeout: float):
+        return None
+
+
+@pytest.fixture(params=["v1", "v1beta1"])
+def cluster(request, tmp_path) -> Iterator[kubemock.KubeMock]:
+    with kubemock.running() as mock:
+        mock.resource_version = request.param
+        for plural in ("resourceslices", "resourceclaims"):
+            mock.validators[plural] = dra_errors  # what that Kubernetes release accepts
+        mock.put_namespace("team-a")
+        yield mock
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """Short: a unix socket's path must fit in 107 bytes (pytest's tmp_path may not)."""
+    with tempfile.TemporaryDirectory(prefix="dra-") as path:
+        yield Path(path)
+
+
+@pytest.fixture
+def plugin(cluster, tmp_path) -> Iterator[DraPlugin]:
+    root = tmp_path
+    config = PluginConfig(
+        kubelet_dir=root / "kubelet",
+        kubeconfig=cluster.write_kubeconfig(root / "kubeconfig"),
+        cdi_dir=root / "cdi",
+        state_dir=root / "state",
+        prepare_wait_s=0.1,
+    )
+    client = PortalClient("http://127.0.0.1:9")  # never joined: no token
+    made = DraPlugin(config, node_name="tray-1", root=root, client=client, tray=IdleTray())
+    made.start()
+    yield made
+    made.stop()
+    client.close()
+
+
+def test_the_kubelet_registers_the_plugin_with_both_dra_versions(plugin, tmp_path):
+    kubelet = Kubelet(tmp_path / "kubelet")
+    info = kubelet.register()
+    assert info.type == "DRAPlugin" and info.name == DRIVER_NAME
+    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert info.endpoint == str(tmp_path / "kubelet/plugins" / DRIVER_NAME / "dra.sock")
+    assert plugin.server.registration.registered.wait(5)
+    kubelet.close()
+
+
+def test_a_kubelet_speaking_only_v1beta1_gets_v1beta1(plugin, tmp_path):
+    kubelet = Kubelet(tmp_path / "kubelet", speaks=("v1beta1",))
+    kubelet.register()
+    assert kubelet.version == "v1beta1"
+    claim = PodClaim("team-a", str(uuid.uuid4()), "gone")
+    assert "not found" in kubelet.prepare(claim)[claim.uid]["error"]
+    kubelet.close()
+
+
+def test_a_kubelet_speaking_no_version_of_ours_refuses_and_says_so(plugin, tmp_path):
+    kubelet = Kubelet(tmp_path / "kubelet", speaks=("v1alpha4",))
+    with pytest.raises(RegistrationFailed, match="none of the versions"):
+        kubelet.register()
+    assert not plugin.server.registration.registered.is_set()
+    assert "none of the versions" in plugin.server.registration.error
+
+
+def test_the_tray_publishes_one_valid_slice_and_keeps_it_current(plugin, cluster):
+    plugin.publish_slice(FACTS)
+    name = f"tray-1-{DRIVER_NAME}"
+    published = cluster.get("resourceslices", name)
+    assert_valid_dra(published)
+    version = cluster.resource_version
+    assert published["apiVersion"] == f"resource.k8s.io/{version}"
+    spec = published["spec"]
+    assert spec["driver"] == DRIVER_NAME and spec["nodeName"] == "tray-1"
+    assert spec["pool"] == {"name": "tray-1", "generation": 1, "resourceSliceCount": 1}
+    (device,) = spec["devices"]
+    attributes = device["attributes"] if version == "v1" else device["basic"]["attributes"]
+    assert device["name"] == "channel"
+    assert attributes["clique"] == {"string": f"{CLIQUE['cluster_uuid']}.3"}
+    plugin.publish_slice(FACTS)  # unchanged: no write at all
+    assert cluster.count("PUT", "resourceslices") == 0
+
+    plugin.publish_slice({**FACTS, "clique_id": 4})  # the tray moved to another clique
+    moved = cluster.get("resourceslices", name)
+    assert_valid_dra(moved)
+    assert moved["spec"]["pool"]["generation"] == 2
+
+    plugin.stop()  # the agent stops serving the tray: its slice goes
+    assert cluster.get("resourceslices", name) is None
+
+
+def test_a_slice_the_api_server_refuses_is_tried_again_later(plugin, cluster):
+    cluster.fail_next("POST", "resourceslices", status=503)
+    plugin.publish_slice(FACTS)
+    assert cluster.get("resourceslices", f"tray-1-{DRIVER_NAME}") is None
+    plugin.slice_retry_at = 0  # the retry delay has passed
+    plugin.publish_slice(FACTS)
+    assert cluster.get("resourceslices", f"tray-1-{DRIVER_NAME}") is not None
+
+
+def claim_object(name: str, *, pool: str = "tray-1", config: bool = True) -> dict:
+    devices: dict = {
+        "results": [
+            {"request": "channel", "driver": DRIVER_NAME, "pool": pool, "device": "channel"}
+        ]
+    }
+    if config:
+        devices["config"] = [
+            {
+                "source": "FromClaim",
+                "requests": ["channel"],
+                "opaque": {
+                    "driver": DRIVER_NAME,
+                    "parameters": {
+                        "apiVersion": "portal.domains/v1",
+                        "kind": "ComputeDomainChannelConfig",
+                        "domainID": str(uuid.uuid4()),
+                        "allocationMode": "Single",
+                    },
+                },
+            }
+        ]
+    return {
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"devices": {"requests": []}},
+        "status": {"allocation": {"devices": devices}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("claim", "error"),
+    [
+        (claim_object("elsewhere", pool="tray-2"), "is not allocated to a device of driver"),
+        (claim_object("bare", config=False), "carries no ComputeDomainChannelConfig"),
+        (claim_object("ok"), "has not joined the portal yet"),
+    ],
+)
+def test_a_claim_it_cannot_serve_is_refused_with_a_reason_and_nothing_is_left(
+    plugin, cluster, tmp_path, claim, error
+):
+    stored = cluster.apply(claim)
+    kubelet = Kubelet(tmp_path / "kubelet")
+    kubelet.register()
+    ref = PodClaim("team-a", stored["metadata"]["uid"], stored["metadata"]["name"])
+    answer = kubelet.prepare(ref)[ref.uid]
+    assert error in answer["error"] and answer["devices"] == []
+    assert answer["error"].startswith(f"ResourceClaim team-a/{ref.name}: ")
+    assert list((tmp_path / "cdi").glob("*")) == []
+    assert kubelet.unprepare(ref) == {ref.uid: ""}  # nothing to undo, and idempotent
+    assert plugin.driver.prepared() == {}
+    kubelet.close()
+
+
+def test_a_claim_recreated_under_the_same_name_is_not_the_one_asked_for(plugin, cluster, tmp_path):
+    cluster.apply(claim_object("again"))
+    kubelet = Kubelet(tmp_path / "kubelet")
+    kubelet.register()
+    stale = PodClaim("team-a", str(uuid.uuid4()), "again")
+    assert "deleted and created again" in kubelet.prepare(stale)[stale.uid]["error"]
+    kubelet.close()
+
+
+def test_an_api_server_without_dra_is_named_in_the_error(tmp_path):
+    with kubemock.running() as mock:
+        mock.resource_version = "v1alpha3"
+        api = ResourceApi(api_client(mock.write_kubeconfig(tmp_path / "kc")))
+        with pytest.raises(KubeError, match=r"DRA needs Kubernetes 1\.32"):
+            api.discover()

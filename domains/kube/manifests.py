@@ -1,29 +1,27 @@
-"""Ready-to-apply workload manifests for a placed domain: a Deployment, a Job and an MPIJob.
+"""Ready-to-apply workload manifests for a domain: a Deployment, a Job and an MPIJob.
 
-Modelled on NVIDIA's examples for its DRA driver (a ComputeDomain whose ResourceClaimTemplate
-the workload's pods name in `resourceClaims`), with three differences that make them fit
-what the portal placed:
+Modelled on NVIDIA's examples for its DRA driver: the pods name the domain's
+ResourceClaimTemplate in `resourceClaims` (the portal creates it in the namespace, see
+`domains.kube.dra`), each container lists that claim in `resources.claims`, and the IMEX
+channel reaches the container through DRA: the scheduler allocates each pod's claim to the
+`channel` device of the tray it picks, the kubelet calls the node agent's
+`NodePrepareResources`, and the CDI device id the agent returns is what the container
+runtime adds to the container (`/dev/nvidia-caps-imex-channels/channel<N>`). No pod
+annotation is involved: the kubelet copies pod annotations only into the pod sandbox, so a
+`cdi.k8s.io/...` pod annotation never reaches a container.
 
-- **The IMEX channel comes through CDI.** The node agent writes a CDI spec on each member
-  tray (`/etc/cdi/nvidia.com-imex-channel.json`) of kind ``nvidia.com/imex-channel`` with one
-  device per channel named ``channel<N>`` (allocation mode ``Single``) or one device named
-  ``all`` holding every channel (mode ``All``). Pods ask for it with the CDI pod annotation
-  ``cdi.k8s.io/imex-channel: nvidia.com/imex-channel=channel<N>`` (or ``=all``); a CDI-enabled
-  container runtime (containerd ≥ 1.7 with ``enable_cdi``, CRI-O ≥ 1.23) then creates
-  ``/dev/nvidia-caps-imex-channels/channel<N>`` in the container. The device name is the
-  contract with ``nodeagent.channels.cdi_spec``.
-- **Pinned to the placed trays.** Required node affinity on ``kubernetes.io/hostname`` lists
-  the members' hostnames, a node selector names the clique (``nvidia.com/gpu.clique``), pod
-  affinity on ``nvidia.com/gpu.clique`` keeps every pod in one NVLink clique, and pod
-  anti-affinity on the hostname puts one pod on each tray (one IMEX daemon per tray).
-- **The ResourceClaimTemplate reference is kept** (``resourceClaims`` naming the domain's
-  ``resource_claim_template``), exactly like NVIDIA's examples, so a workload written for
-  NVIDIA's DRA driver reads the same. It only schedules where a ResourceClaimTemplate of that
-  name exists in the namespace; the header comment of every manifest says so.
+- **Placed domains** (`numNodes` ≥ 1) pin the pods to the placed trays: required node
+  affinity on ``kubernetes.io/hostname`` lists the members' hostnames, a node selector
+  term names the clique (``nvidia.com/gpu.clique``), and pod anti-affinity on the hostname
+  puts one pod on each tray (one IMEX daemon per tray).
+- **Domains that follow the workload** (`numNodes: 0`) pin nothing: the pods land where the
+  scheduler puts them and the trays join the domain as their claims are prepared. Pod
+  affinity on ``nvidia.com/gpu.clique`` keeps every pod in one NVLink clique, as NVIDIA's
+  examples do, and anti-affinity on the hostname keeps one pod per tray.
 
-Manifests exist only while the domain holds trays (Forming, Ready, Degraded):
-before placement there are no hostnames or channel to name, after release they would
-point at trays that serve someone else. Otherwise `InvalidTransition` is raised.
+Placed domains have manifests only while they hold trays (Forming, Ready, Degraded): before
+placement there are no hostnames to name, after release they would point at trays that
+serve someone else. Otherwise `InvalidTransition` is raised.
 """
 
 from __future__ import annotations
@@ -32,12 +30,10 @@ from typing import Any
 
 import yaml
 
-from domains.computedomains.models import AllocationMode, ComputeDomain, Phase
-from domains.computedomains.selectors import domain_channels, domain_peers
+from domains.computedomains.models import ComputeDomain, Phase
+from domains.computedomains.selectors import domain_peers
 from domains.errors import InvalidTransition
 
-CDI_KIND = "nvidia.com/imex-channel"
-CDI_ANNOTATION = "cdi.k8s.io/imex-channel"
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 DOMAIN_LABEL = "portal.domains/domain"
@@ -52,14 +48,19 @@ SHELL_IMAGE = "ubuntu:22.04"
 NVBANDWIDTH_IMAGE = "ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163"
 
 MANIFEST_PHASES = (Phase.FORMING, Phase.READY, Phase.DEGRADED)
+# A domain that follows its workload has manifests as soon as it is admitted.
+FOLLOW_PHASES = (Phase.ADMITTED, *MANIFEST_PHASES)
+FOLLOW_REPLICAS = 2  # a starting point: the header says to set the trays wanted
 
 
-def workload_manifests(domain: ComputeDomain) -> dict[str, str]:
-    """`{"deployment", "job", "mpijob"}` → YAML text, each pinned to the domain's trays.
+def workload_manifests(domain: ComputeDomain, *, replicas: int | None = None) -> dict[str, str]:
+    """`{"deployment", "job", "mpijob"}` → YAML text.
 
-    Raises InvalidTransition when the domain holds no trays (see the module docstring).
+    Placed domains: one pod per member tray, pinned there. Domains that follow their
+    workload: `replicas` pods (default FOLLOW_REPLICAS) in one clique, wherever they land.
+    Raises InvalidTransition when there is nothing to run on (see the module docstring).
     """
-    ctx = _Context.of(domain)
+    ctx = _Context.of(domain, replicas)
     return {
         "deployment": _dump(ctx, _deployment(ctx)),
         "job": _dump(ctx, _job(ctx)),
@@ -70,32 +71,32 @@ def workload_manifests(domain: ComputeDomain) -> dict[str, str]:
 class _Context:
     """What every manifest needs to know about the domain, read once."""
 
-    def __init__(self, domain: ComputeDomain, hostnames: list[str], clique: str, device: str):
+    def __init__(self, domain: ComputeDomain, hostnames: list[str], clique: str, replicas: int):
         self.domain = domain
         self.name = domain.name
         self.namespace = domain.namespace.name
-        self.hostnames = hostnames
+        self.hostnames = hostnames  # the placed trays; [] when it follows the workload
         self.clique = clique
-        self.device = device  # CDI device name: channel<N> or all
-        self.replicas = len(hostnames)
+        self.replicas = replicas
         self.gpus = domain.gpus_per_node
+        self.follows = domain.num_nodes == 0
 
     @classmethod
-    def of(cls, domain: ComputeDomain) -> _Context:
+    def of(cls, domain: ComputeDomain, replicas: int | None) -> _Context:
+        if domain.num_nodes == 0:
+            if domain.phase not in FOLLOW_PHASES:
+                raise InvalidTransition(
+                    f"{domain} is {domain.phase}: manifests exist while it is live"
+                )
+            return cls(domain, [], "", replicas or FOLLOW_REPLICAS)
         members = [m for m in domain_peers(domain) if m.active]
         if domain.phase not in MANIFEST_PHASES or not members:
             raise InvalidTransition(
                 f"{domain} is {domain.phase}: manifests exist only while it holds trays "
                 "(Forming, Ready or Degraded)"
             )
-        if domain.allocation_mode == AllocationMode.ALL:
-            device = "all"
-        else:
-            channels = domain_channels(domain)
-            if not channels:
-                raise InvalidTransition(f"{domain} has no IMEX channel allocated yet")
-            device = f"channel{channels[0]}"
-        return cls(domain, [m.node.hostname for m in members], members[0].clique.label, device)
+        hostnames = [m.node.hostname for m in members]
+        return cls(domain, hostnames, members[0].clique.label, len(hostnames))
 
     @property
     def labels(self) -> dict[str, str]:
@@ -109,33 +110,27 @@ class _Context:
 
 
 def _dump(ctx: _Context, obj: dict[str, Any]) -> str:
+    template = ctx.domain.resource_claim_template
+    if ctx.follows:
+        where = (
+            f"{ctx.replicas} pod(s), one per tray, all in one NVLink clique; the domain follows\n"
+            "# the workload: each tray joins it when its pod's claim is prepared (set the\n"
+            "# replicas to the trays you want)"
+        )
+    else:
+        where = f"{ctx.replicas} pod(s), one per placed tray, in clique {ctx.clique}"
     header = (
-        f"# {obj['kind']} for ComputeDomain {ctx.namespace}/{ctx.name}: "
-        f"{ctx.replicas} pod(s), one per tray, in clique {ctx.clique}.\n"
-        f"# The IMEX channel reaches each pod through the CDI annotation {CDI_ANNOTATION}\n"
-        f"# ({CDI_KIND}={ctx.device}); the resourceClaims entry follows NVIDIA's examples and\n"
-        f"# needs a ResourceClaimTemplate named {ctx.domain.resource_claim_template!r} in\n"
-        f"# namespace {ctx.namespace}.\n"
+        f"# {obj['kind']} for ComputeDomain {ctx.namespace}/{ctx.name}: {where}.\n"
+        f"# Each pod gets the IMEX channel through DRA: its resourceClaims entry names the\n"
+        f"# ResourceClaimTemplate {template!r} the portal created in namespace {ctx.namespace}.\n"
     )
     return header + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
 
 
 def _affinity(ctx: _Context, role: str) -> dict[str, Any]:
-    """Only the placed trays; all pods in one clique; one pod per tray."""
+    """Placed: only the placed trays. Always: all pods in one clique, one pod per tray."""
     same_workload = {"matchLabels": {DOMAIN_UID_LABEL: str(ctx.domain.uid), ROLE_LABEL: role}}
-    return {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {"key": HOSTNAME_LABEL, "operator": "In", "values": ctx.hostnames},
-                            {"key": CLIQUE_LABEL, "operator": "In", "values": [ctx.clique]},
-                        ]
-                    }
-                ]
-            }
-        },
+    affinity: dict[str, Any] = {
         "podAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {"labelSelector": same_workload, "topologyKey": CLIQUE_LABEL}
@@ -147,6 +142,19 @@ def _affinity(ctx: _Context, role: str) -> dict[str, Any]:
             ]
         },
     }
+    if ctx.hostnames:
+        expressions = [
+            {"key": HOSTNAME_LABEL, "operator": "In", "values": ctx.hostnames},
+            {"key": CLIQUE_LABEL, "operator": "In", "values": [ctx.clique]},
+        ]
+    else:  # wherever the scheduler puts them, as long as the node is in an NVLink clique
+        expressions = [{"key": CLIQUE_LABEL, "operator": "Exists"}]
+    affinity["nodeAffinity"] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": expressions}]
+        }
+    }
+    return affinity
 
 
 def _pod_spec(ctx: _Context, role: str, container: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -165,13 +173,7 @@ def _pod_spec(ctx: _Context, role: str, container: dict[str, Any], **extra: Any)
 
 
 def _pod_template(ctx: _Context, role: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "labels": ctx.pod_labels(role),
-            "annotations": {CDI_ANNOTATION: f"{CDI_KIND}={ctx.device}"},
-        },
-        "spec": spec,
-    }
+    return {"metadata": {"labels": ctx.pod_labels(role)}, "spec": spec}
 
 
 def _shell(ctx: _Context, script: str) -> dict[str, Any]:

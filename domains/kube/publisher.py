@@ -35,6 +35,7 @@ from domains.kube.crd import (
     UID_ANNOTATION,
     computedomain_object,
 )
+from domains.kube.dra import ClaimTemplates
 from domains.kube.models import PublishedDomain, RefusedComputeDomain
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class Cluster:
     def __init__(self, api: client.ApiClient | None = None) -> None:
         self.api = api or api_client()
         self.custom = client.CustomObjectsApi(self.api)
+        self.templates = ClaimTemplates(self.api)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -155,6 +157,8 @@ def _publish(cluster: Cluster, domain: ComputeDomain, row: PublishedDomain) -> s
     if current.get("status") != wanted["status"]:
         cluster.patch_status(ns, name, wanted["status"])
         outcome = "updated" if outcome == "unchanged" else outcome
+    if cluster.templates.ensure(domain) == "template created":
+        outcome = "updated" if outcome == "unchanged" else outcome
     _save(row, object_uid=current["metadata"]["uid"], hash_=desired_hash(domain))
     return outcome
 
@@ -174,6 +178,14 @@ def _remove(cluster: Cluster, domain: ComputeDomain, row: PublishedDomain) -> st
         outcome = "removed"
     else:
         outcome = "nothing to remove"
+    try:
+        template = cluster.templates.remove(domain)
+    except KubeRejected:
+        template = "no template"  # a cluster without DRA never had one
+    if template.startswith("waiting"):
+        # Pods still hold claims made from it; reconcile tries again (hash not "removed").
+        _save(row, last_error=f"ResourceClaimTemplate kept: {template}"[:2000])
+        return f"{outcome}; template {template}"
     _save(row, removed=True, hash_="removed")
     return outcome
 

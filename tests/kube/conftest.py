@@ -11,7 +11,7 @@ import pytest
 from domains.kube.client import api_client
 from domains.kube.sync import Watcher, resources
 from portal.celery import app as celery_app
-from tests.kube.schemas import computedomain_errors
+from tests.kube.schemas import computedomain_errors, dra_errors
 from tests.support import kubemock
 
 RACK_LABEL = "topology.kubernetes.io/rack"
@@ -23,6 +23,8 @@ def kube(tmp_path, settings, monkeypatch) -> Iterator[kubemock.KubeMock]:
     with kubemock.running() as mock:
         mock.max_watch_seconds = 0.2
         mock.validators["computedomains"] = computedomain_errors  # as the CRD would
+        for plural in ("resourceclaimtemplates", "resourceclaims", "resourceslices"):
+            mock.validators[plural] = dra_errors  # as Kubernetes 1.34 (v1) / 1.32 (v1beta1)
         for name in ("team-a", "team-b"):  # the fixtures' tenants exist in the cluster too
             mock.put_namespace(name)
         monkeypatch.setenv("KUBECONFIG", str(mock.write_kubeconfig(tmp_path / "kubeconfig")))

@@ -69,7 +69,8 @@ def test_it_runs_web_worker_beat_sync_and_the_agent_with_probes(objects):
     (container,) = agent["containers"]
     assert "--health-addr=0.0.0.0:8090" in container["args"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert agent["automountServiceAccountToken"] is False
+    # As the tray's DRA plugin it reads claims and owns its slice (see the DRA test below).
+    assert agent["serviceAccountName"] == "portal-domain-portal-agent"
 
 
 def daemonsets(objects) -> tuple[dict, dict]:
@@ -182,6 +183,13 @@ def test_rbac_allows_only_what_the_portal_does(objects):
             "delete",
         },
         ("resource.nvidia.com", "computedomains/status"): {"get", "patch"},
+        ("resource.k8s.io", "resourceclaimtemplates"): {"get", "create", "delete"},
+        ("resource.k8s.io", "resourceclaims"): {"list"},
+    }
+    agent = objects["ClusterRole", "portal-domain-portal-agent"]
+    assert {(r["resources"][0], tuple(r["verbs"])) for r in agent["rules"]} == {
+        ("resourceclaims", ("get",)),
+        ("resourceslices", ("get", "create", "update", "delete")),
     }
     web = objects["Deployment", "portal-domain-portal-web"]["spec"]["template"]["spec"]
     assert web["automountServiceAccountToken"] is False  # the web never calls the API
@@ -219,3 +227,33 @@ def test_the_chart_installs_nvidias_crd_when_absent():
     assert ours["metadata"]["name"] == "computedomains.resource.nvidia.com"
     if CRD_PATH.exists():
         assert ours == yaml.safe_load(CRD_PATH.read_text())
+
+
+def test_the_agent_is_the_trays_dra_plugin_with_the_portals_own_device_class(objects):
+    agent, runner = daemonsets(objects)
+    pod = agent["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "--kubelet-dir=/var/lib/kubelet" in container["args"]
+    assert pod["serviceAccountName"] == "portal-domain-portal-agent"
+    assert "automountServiceAccountToken" not in pod  # it reads claims, owns its slice
+    assert {
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins/imex-channel.portal.domains",
+        "/var/run/cdi",
+    } <= set(mounts(pod))
+    assert runner["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    klass = objects["DeviceClass", "compute-domain-channel.portal.domains"]
+    assert_valid_kubernetes(klass)
+    (selector,) = klass["spec"]["selectors"]
+    assert selector["cel"]["expression"] == "device.driver == 'imex-channel.portal.domains'"
+    assert "nvidia.com" not in str(klass)  # never NVIDIA's driver or class
+
+
+def test_without_dra_the_agent_has_no_api_access_and_no_device_class():
+    values = {**VALUES, "agent": {"dra": {"enabled": False}}}
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in render(values)}
+    agent, _ = daemonsets(objects)
+    pod = agent["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert not any(a.startswith("--kubelet-dir") for a in pod["containers"][0]["args"])
+    assert not any(kind == "DeviceClass" for kind, _ in objects)

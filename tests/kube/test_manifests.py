@@ -49,15 +49,13 @@ def test_pods_get_the_channel_and_stay_on_the_placed_trays_in_one_clique(topolog
     domain = request_and_place(ns_a, tenant_a, num_nodes=3)
     members = list(domain.members.select_related("node", "clique").order_by("index"))
     hostnames = [m.node.hostname for m in members]
-    (channel,) = domain.channels.values_list("channel", flat=True)
     manifests = docs(domain)
     assert manifests["deployment"]["spec"]["replicas"] == 3
     assert manifests["job"]["spec"]["completions"] == 3
     assert manifests["mpijob"]["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
     for template in pod_templates(manifests):
-        assert template["metadata"]["annotations"] == {
-            "cdi.k8s.io/imex-channel": f"nvidia.com/imex-channel=channel{channel}"
-        }
+        # The channel comes through DRA (the claim), never a pod annotation (see the module).
+        assert "annotations" not in template["metadata"]
         affinity = template["spec"]["affinity"]
         (term,) = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
             "nodeSelectorTerms"
@@ -71,16 +69,10 @@ def test_pods_get_the_channel_and_stay_on_the_placed_trays_in_one_clique(topolog
         assert claim["resourceClaimTemplateName"] == "train-channel"
         (container,) = template["spec"]["containers"]
         assert container["resources"]["limits"] == {"nvidia.com/gpu": 4}
+        assert container["resources"]["claims"] == [{"name": claim["name"]}]
     launcher = manifests["mpijob"]["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
     assert "-np" in launcher["spec"]["containers"][0]["args"]
     assert "12" in launcher["spec"]["containers"][0]["args"]
-
-
-def test_all_mode_asks_for_every_channel(topology, ns_a, tenant_a):
-    domain = request_and_place(ns_a, tenant_a, num_nodes=3, allocation_mode="All")
-    for template in pod_templates(docs(domain)):
-        annotation = template["metadata"]["annotations"]["cdi.k8s.io/imex-channel"]
-        assert annotation == "nvidia.com/imex-channel=all"
 
 
 def test_there_are_no_manifests_before_placement(topology, ns_a, tenant_a):

@@ -307,12 +307,16 @@ class KubeMock:
                     return fault
         return None
 
-    def list_body(self, kind: Kind, namespace: str) -> dict[str, Any]:
+    def list_body(self, kind: Kind, namespace: str, selector: str = "") -> dict[str, Any]:
+        """The list; `selector`: equality-based label selector (`a=b,c=d`) as kubectl's -l."""
+        wanted = dict(term.split("=", 1) for term in selector.split(",") if "=" in term)
         with self.cond:
             items = [
                 copy.deepcopy(o)
                 for (p, ns, _), o in sorted(self.objects.items())
-                if p == kind.plural and (not namespace or ns == namespace)
+                if p == kind.plural
+                and (not namespace or ns == namespace)
+                and all((o["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())
             ]
             return {
                 "apiVersion": self.api_version(kind),
@@ -520,19 +524,26 @@ def _handler(mock: KubeMock) -> type[BaseHTTPRequestHandler]:
                     return self._watch(kind, namespace, query)
                 self._send(
                     200 if method != "POST" else 201,
-                    self._dispatch(method, kind, namespace, name, sub, body),
+                    self._dispatch(method, kind, namespace, name, sub, body, query),
                 )
             except ApiError as exc:
                 self._send(exc.status, exc.body())
 
         def _dispatch(
-            self, method: str, kind: Kind, ns: str, name: str, sub: str, body: Any
+            self,
+            method: str,
+            kind: Kind,
+            ns: str,
+            name: str,
+            sub: str,
+            body: Any,
+            query: dict[str, str],
         ) -> dict[str, Any]:
             if sub and sub != "status":
                 raise ApiError(404, "NotFound", f"no subresource {sub}")
             if not name:
                 if method == "GET":
-                    return mock.list_body(kind, ns)
+                    return mock.list_body(kind, ns, query.get("labelSelector", ""))
                 if method == "POST":
                     return mock.create(kind, ns, body)
             elif method == "GET":

@@ -79,7 +79,6 @@ seccompProfile: {type: RuntimeDefault}
 {{- $root := . -}}
 hostNetwork: true
 dnsPolicy: ClusterFirstWithHostNet
-automountServiceAccountToken: false
 priorityClassName: system-node-critical
 {{- with $root.Values.agent.runtimeClassName }}
 runtimeClassName: {{ . }}

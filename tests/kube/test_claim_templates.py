@@ -1,0 +1,102 @@
+"""The domain's ResourceClaimTemplate: created with the domain in its namespace, in the
+`resource.k8s.io` version the API server speaks, deleted at release once its claims are
+gone, and never one that is not the domain's."""
+
+from __future__ import annotations
+
+import pytest
+
+from domains.audit.events import Actor
+from domains.kube import tasks
+from domains.kube.models import PublishedDomain
+from nodeagent.dra import DEVICE_CLASS, DRIVER_NAME
+from tests.kube.schemas import assert_valid_dra
+from tests.support.lifecycle import all_clean, request_and_place
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(params=["v1", "v1beta1"])
+def version(request, kube) -> str:
+    kube.resource_version = request.param
+    return request.param
+
+
+def template(kube, name: str = "train-channel") -> dict | None:
+    return kube.get("resourceclaimtemplates", name, "team-a")
+
+
+def test_a_published_domain_gets_its_template_naming_it(kube, version, topology, ns_a, tenant_a):
+    domain = request_and_place(ns_a, tenant_a, num_nodes=2)
+    assert tasks.publish_domain(domain.pk) == "created"
+    obj = template(kube)
+    assert_valid_dra(obj)
+    assert obj["apiVersion"] == f"resource.k8s.io/{version}"
+    devices = obj["spec"]["spec"]["devices"]
+    (request,) = devices["requests"]
+    klass = request["deviceClassName"] if version == "v1beta1" else request["exactly"]
+    assert request["name"] == "channel"
+    assert (klass if isinstance(klass, str) else klass["deviceClassName"]) == DEVICE_CLASS
+    (config,) = devices["config"]
+    assert config["opaque"]["driver"] == DRIVER_NAME
+    assert config["opaque"]["parameters"] == {
+        "apiVersion": "portal.domains/v1",
+        "kind": "ComputeDomainChannelConfig",
+        "domainID": str(domain.uid),
+        "allocationMode": "Single",
+    }
+    # Claims made from it carry the domain's uid: that is how its claims are found.
+    assert obj["spec"]["metadata"]["labels"] == {"portal.domains/domain-uid": str(domain.uid)}
+    assert tasks.publish_domain(domain.pk) == "unchanged"
+
+
+def claim_from(kube, domain, name: str) -> dict:
+    """A ResourceClaim as the control plane makes it from the template for a pod."""
+    spec = template(kube)["spec"]
+    return kube.apply(
+        {
+            "apiVersion": f"resource.k8s.io/{kube.resource_version}",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "team-a", **spec["metadata"]},
+            "spec": spec["spec"],
+        }
+    )
+
+
+def test_release_deletes_the_template_only_once_its_claims_are_gone(
+    kube, version, eager_celery, django_capture_on_commit_callbacks, topology, ns_a, tenant_a
+):
+    from domains.computedomains.services import domain_release
+
+    with django_capture_on_commit_callbacks(execute=True):
+        domain = request_and_place(ns_a, tenant_a, num_nodes=2)
+    claim_from(kube, domain, "worker-0-channel")
+    with django_capture_on_commit_callbacks(execute=True):
+        domain_release(actor=Actor.for_user(tenant_a), domain=domain)
+        all_clean(domain)
+    assert kube.get("computedomains", "train", "team-a") is None
+    assert template(kube) is not None  # a pod still holds a claim made from it
+    row = PublishedDomain.objects.get(domain=domain)
+    assert not row.removed and "worker-0-channel still exist" in row.last_error
+
+    kube.delete("resourceclaims", "worker-0-channel", "team-a")  # the pod is gone
+    assert tasks.reconcile()["domains"] == 1
+    assert template(kube) is None
+    assert PublishedDomain.objects.get(domain=domain).removed
+    assert tasks.reconcile() == {"domains": 0, "refusals": 0}
+
+
+def test_a_template_of_that_name_that_is_not_the_domains_is_left_alone(
+    kube, topology, ns_a, tenant_a
+):
+    theirs = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "train-channel", "namespace": "team-a"},
+        "spec": {"spec": {"devices": {"requests": []}}},
+    }
+    kube.apply(theirs)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=2)
+    assert tasks.publish_domain(domain.pk).startswith("refused")
+    assert "is not this domain's" in PublishedDomain.objects.get(domain=domain).last_error
+    assert template(kube)["spec"] == theirs["spec"]

@@ -216,7 +216,8 @@ def _check_may_rejoin(node: Node) -> None:
     if member is not None and node.agent_token_hash and node.state != NodeState.DOWN:
         raise Conflict(
             f"Tray {node.hostname} serves domain {member.domain}; its agent must keep its "
-            "node token. To register it afresh, an operator marks the tray down first.",
+            "node token. To register it afresh, an operator drains the tray and marks it down "
+            "first.",
             field="hostname",
         )
 

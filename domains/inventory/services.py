@@ -1,4 +1,4 @@
-"""Operator actions on trays (cordon, uncordon, drain, mark down) and the tray's conditions.
+"""Operator actions on trays (cordon, uncordon, drain, mark down and up) and their conditions.
 
 A cordoned or draining tray takes no new domain but keeps serving the one it has (its
 workload is not disturbed); draining says "and do not come back until I say so" on the
@@ -151,6 +151,21 @@ def node_mark_down(*, actor: Actor, node: Node, reason: str = "") -> Node:
         message = "node declared down by an operator" + (f": {reason}" if reason else "")
         signals.node_marked_down.send(sender=Node, node_id=node.pk, message=message)
         return node
+
+
+def node_mark_up(*, actor: Actor, node: Node, reason: str = "") -> Node:
+    """The operator says a tray marked down is back. It counts as unknown until its agent
+    reports again (a heartbeat makes it ready), so nothing lands on a tray still silent."""
+    node = _transition(
+        actor,
+        node,
+        NodeState.UNKNOWN,
+        allowed=(NodeState.DOWN,),
+        verb="node.marked_up",
+        reason=reason,
+    )
+    announce_capacity_freed()
+    return node
 
 
 def _transition(

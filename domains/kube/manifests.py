@@ -124,7 +124,15 @@ def _dump(ctx: _Context, obj: dict[str, Any]) -> str:
         f"# Each pod gets the IMEX channel through DRA: its resourceClaims entry names the\n"
         f"# ResourceClaimTemplate {template!r} the portal created in namespace {ctx.namespace}.\n"
     )
-    return header + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+    return header + yaml.dump(obj, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a value shared by two places twice: anchors (`&id001`) and aliases confuse
+    readers and some tools, and people copy these manifests by hand."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _affinity(ctx: _Context, role: str) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Resources (a trailing slash is optional):
 
     racks/  cliques/  nodes/                 every signed-in user reads; tenants see trays
     nodes/{hostname}/cordon|uncordon|drain   in use but only their own domains' names
-                                             (operators: POST, body {"reason"})
+    nodes/{hostname}/mark-down|mark-up       (operators: POST, body {"reason"}; 409 when it
+                                             changes nothing or the tray's domain runs)
     namespaces/                              yours (operators: all); POST: portal admins
     namespaces/{ns}/quota                    GET members; PUT/PATCH portal admins
     namespaces/{ns}/members/{username}       GET members; PUT {"role"}/DELETE: ns admins

@@ -39,6 +39,7 @@ def apply_error(form: forms.Form, error: DomainError) -> None:
 
 class DomainRequestForm(forms.Form):
     name = forms.CharField(
+        label="Name",
         max_length=63,
         help_text="Lowercase letters, digits and '-' (a Kubernetes name).",
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
@@ -70,6 +71,7 @@ class DomainRequestForm(forms.Form):
         label="Clique or rack",
         required=False,
         max_length=120,
+        widget=forms.TextInput(attrs={"list": "targets", "autocomplete": "off"}),
         help_text="The clique label/name or rack name, when placement is not 'any'.",
     )
     lifetime_hours = forms.IntegerField(

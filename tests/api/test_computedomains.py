@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.inventory.models import Node
 
@@ -201,6 +202,39 @@ def test_operators_cordon_and_drain_trays(clients, fabric) -> None:
     assert cordoned.json()["state"] == "cordoned"
     back = op.post(f"/api/v1/nodes/{node.hostname}/uncordon/", format="json")
     assert back.json()["state"] == "ready"
+
+
+def test_tray_actions_that_change_nothing_are_refused_with_a_message(clients, fabric) -> None:
+    op = clients["operator"]
+    node = Node.objects.filter(rack=fabric).order_by("slot").first()
+    again = op.post(f"/api/v1/nodes/{node.hostname}/uncordon/", format="json")
+    assert again.status_code == 409
+    assert again.json()["message"] == f"{node.hostname} is ready already: uncordon changes nothing."
+    assert op.post(f"/api/v1/nodes/{node.hostname}/mark-up/", format="json").status_code == 409
+
+
+def test_a_tray_whose_domain_runs_is_drained_before_it_is_marked_down(
+    clients, fabric, tenant_a, ns_a
+) -> None:
+    from tests.support.lifecycle import form, request_domain
+
+    domain = form(request_domain(ns_a, tenant_a, "train", num_nodes=2))
+    node = domain.members.order_by("index").first().node
+    op = clients["operator"]
+    url = f"/api/v1/nodes/{node.hostname}"
+    refused = op.post(f"{url}/mark-down/", {"reason": "dead"}, format="json")
+    assert refused.status_code == 409
+    assert "drain it first" in refused.json()["message"]
+    assert Node.objects.get(pk=node.pk).state == "ready"
+    assert op.post(f"{url}/drain/", {"reason": "PSU"}, format="json").status_code == 200
+    down = op.post(f"{url}/mark-down/", {"reason": "dead"}, format="json")
+    assert down.status_code == 200 and down.json()["state"] == "down"
+    domain.refresh_from_db()
+    assert domain.phase == "Degraded"
+    assert Event.objects.filter(verb="node.marked_down", object_id=str(node.pk)).exists()
+    up = op.post(f"{url}/mark-up/", {"reason": "PSU swapped"}, format="json")
+    assert up.status_code == 200 and up.json()["state"] == "unknown"
+    assert Event.objects.filter(verb="node.marked_up").count() == 1
 
 
 def test_quota_put_replaces_and_patch_changes_only_what_is_given(clients, ns_a) -> None:

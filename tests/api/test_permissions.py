@@ -61,6 +61,8 @@ MATRIX: list[tuple[str, str, Any, dict[str, int]]] = [
     ("post", "/api/v1/nodes/{node}/cordon/", {"reason": "fan"}, operators(200)),
     ("post", "/api/v1/nodes/{cordoned}/uncordon/", {}, operators(200)),
     ("post", "/api/v1/nodes/{node}/drain/", {"reason": "swap"}, operators(200)),
+    ("post", "/api/v1/nodes/{node}/mark-down/", {"reason": "dead"}, operators(200)),
+    ("post", "/api/v1/nodes/{down}/mark-up/", {}, operators(200)),
     ("get", "/api/v1/nodes/{node}/blast-radius", None, SIGNED_IN),
     ("get", "/api/v1/racks/{rack}/blast-radius", None, SIGNED_IN),
     ("get", "/api/v1/cliques/{clique}/blast-radius", None, SIGNED_IN),
@@ -109,6 +111,7 @@ MATRIX: list[tuple[str, str, Any, dict[str, int]]] = [
 def places(fabric, domain_a, domain_b, pending_a, clients, operator) -> dict[str, Any]:
     free = list(Node.objects.filter(rack=fabric, memberships__isnull=True).order_by("slot"))
     Node.objects.filter(pk=free[1].pk).update(state="cordoned")
+    Node.objects.filter(pk=free[3].pk).update(state="down")
     window = maintenance_schedule(
         actor=Actor.for_user(operator),
         starts_at=timezone.now() + timedelta(days=400),
@@ -122,6 +125,7 @@ def places(fabric, domain_a, domain_b, pending_a, clients, operator) -> dict[str
         "clique": free[0].clique.label,
         "node": free[0].hostname,
         "cordoned": free[1].hostname,
+        "down": free[3].hostname,
         "switch": f"{fabric.name}-s01",
         "shelf": f"{fabric.name}-p1",
         "uid": pending_a.uid,

@@ -22,6 +22,7 @@ from domains.computedomains.fabric import (
     racks_with_occupancy,
     switch_trays_visible_to,
 )
+from domains.computedomains.trays import tray_act
 from domains.errors import DomainError
 from domains.foresight.blast import (
     Scope,
@@ -41,9 +42,6 @@ from domains.foresight.maintenance import (
 )
 from domains.inventory.models import Clique, MaintenanceWindow, Node, PowerShelf, Rack, SwitchTray
 from domains.inventory.services import (
-    node_cordon,
-    node_drain,
-    node_uncordon,
     power_shelf_set_state,
     switch_tray_set_state,
 )
@@ -159,11 +157,12 @@ class NodeViewSet(
             return NodeDetailSerializer
         return super().get_serializer_class()
 
-    def _act(self, request: Request, service: Any) -> Response:
+    def _act(self, request: Request, action: str) -> Response:
+        """One tray action; a no-op, or marking down a tray whose domain runs, is a 409."""
         node = self.get_object()
         body = ReasonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        service(actor=self.actor, node=node, reason=body.validated_data["reason"])
+        tray_act(actor=self.actor, node=node, action=action, reason=body.validated_data["reason"])
         node = refreshed(node, self.get_queryset())
         return Response(NodeSerializer(node, context=self.get_serializer_context()).data)
 
@@ -174,7 +173,7 @@ class NodeViewSet(
     )
     @action(detail=True, methods=["post"], **_NODE_ACTION)
     def cordon(self, request: Request, hostname: str) -> Response:
-        return self._act(request, node_cordon)
+        return self._act(request, "cordon")
 
     @extend_schema(
         request=ReasonSerializer,
@@ -183,7 +182,7 @@ class NodeViewSet(
     )
     @action(detail=True, methods=["post"], **_NODE_ACTION)
     def uncordon(self, request: Request, hostname: str) -> Response:
-        return self._act(request, node_uncordon)
+        return self._act(request, "uncordon")
 
     @extend_schema(
         request=ReasonSerializer,
@@ -192,7 +191,26 @@ class NodeViewSet(
     )
     @action(detail=True, methods=["post"], **_NODE_ACTION)
     def drain(self, request: Request, hostname: str) -> Response:
-        return self._act(request, node_drain)
+        return self._act(request, "drain")
+
+    @extend_schema(
+        request=ReasonSerializer,
+        responses={200: NodeSerializer, **errors(*WRITE)},
+        summary="Mark a tray down: it is dead. A running domain on it turns Degraded, so a "
+        "tray whose domain runs is drained first (409 otherwise).",
+    )
+    @action(detail=True, methods=["post"], url_path="mark-down", **_NODE_ACTION)
+    def mark_down(self, request: Request, hostname: str) -> Response:
+        return self._act(request, "mark_down")
+
+    @extend_schema(
+        request=ReasonSerializer,
+        responses={200: NodeSerializer, **errors(*WRITE)},
+        summary="Mark a tray that was down up again: ready once its agent reports.",
+    )
+    @action(detail=True, methods=["post"], url_path="mark-up", **_NODE_ACTION)
+    def mark_up(self, request: Request, hostname: str) -> Response:
+        return self._act(request, "mark_up")
 
 
 _PART_ACTION: dict[str, Any] = {

@@ -10,6 +10,8 @@ from django.contrib import messages
 from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from domains.audit.events import Actor
@@ -27,8 +29,21 @@ from domains.computedomains.selectors import (
     domains_visible_to,
     events_visible_to,
 )
+from domains.computedomains.trays import (
+    TRAY_ACTIONS,
+    tray_act,
+    tray_action_refusal,
+    tray_actions_for,
+    trays_act,
+)
 from domains.errors import DomainError
-from domains.foresight.blast import blast_radius, rack_scope, scope_named, tray_scope
+from domains.foresight.blast import (
+    blast_radius,
+    rack_scope,
+    scope_named,
+    tray_scope,
+    trays_scope,
+)
 from domains.foresight.maintenance import (
     maintenance_cancel,
     maintenance_schedule,
@@ -47,12 +62,6 @@ from portal.web.forms import (
     ReasonForm,
     apply_error,
 )
-
-NODE_ACTIONS = {
-    "cordon": (inventory.node_cordon, "Cordon", "No new domain lands here; its domain runs on."),
-    "drain": (inventory.node_drain, "Drain", "Cordon it and mark it for maintenance."),
-    "uncordon": (inventory.node_uncordon, "Uncordon", "Put it back into the pool."),
-}
 
 
 @operator_required
@@ -98,7 +107,7 @@ def node(request: SignedInRequest, hostname: str) -> HttpResponse:
         "member": desired_member(tray),
         "report": tray.agent_report or {},
         "events": events_visible_to(request.user).filter(node=tray)[:50],
-        "actions": NODE_ACTIONS,
+        "actions": tray_actions_for(tray),
         "blast": blast_radius(tray_scope(tray)),
     }
     template = "operator/_node.html" if request.GET.get("partial") else "operator/node.html"
@@ -108,32 +117,89 @@ def node(request: SignedInRequest, hostname: str) -> HttpResponse:
 @operator_required
 @require_http_methods(["GET", "POST"])
 def node_action(request: SignedInRequest, hostname: str, action: str) -> HttpResponse:
-    """GET asks for confirmation (and a reason); POST calls the service."""
-    if action not in NODE_ACTIONS:
+    """GET asks for confirmation (and a reason) and says up front when the action would be
+    refused; POST calls the service."""
+    if action not in TRAY_ACTIONS:
         raise Http404("no such action")
-    service, title, explanation = NODE_ACTIONS[action]
+    chosen = TRAY_ACTIONS[action]
     tray = get_object_or_404(Node, hostname=hostname)
     form = ReasonForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            service(
-                actor=Actor.for_user(request.user), node=tray, reason=form.cleaned_data["reason"]
+            tray_act(
+                actor=Actor.for_user(request.user),
+                node=tray,
+                action=action,
+                reason=form.cleaned_data["reason"],
             )
         except DomainError as exc:
-            form.add_error(None, exc.message)
+            messages.error(request, exc.message)
         else:
-            messages.success(request, f"{tray.hostname}: {title.lower()} done.")
-            return redirect("operator:node", tray.hostname)
+            messages.success(request, f"{tray.hostname}: {chosen.title.lower()} done.")
+        return redirect("operator:node", tray.hostname)
     context = {
         "node": tray,
         "form": form,
-        "action": action,
-        "title": title,
-        "explanation": explanation,
+        "action": chosen,
+        "refusal": tray_action_refusal(tray, chosen),
         # Drain and cordon previews: who is on the tray and must end before any service.
         "blast": blast_radius(tray_scope(tray)),
     }
     return render(request, "operator/node_action.html", context)
+
+
+BULK_LIMIT = 1000
+
+
+def _next(request: SignedInRequest, data) -> str:
+    """Where to go back to after a bulk action: a page of this site, else the fabric."""
+    target = data.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return target
+    return reverse("operator:fabric")
+
+
+@operator_required
+@require_http_methods(["GET", "POST"])
+def bulk_action(request: SignedInRequest) -> HttpResponse:
+    """Cordon, drain or uncordon many trays: GET previews which trays it changes and which
+    domains and tenants a drain touches (the trays' blast radius); POST does it."""
+    data = request.POST if request.method == "POST" else request.GET
+    action = data.get("action", "")
+    if action not in TRAY_ACTIONS or not TRAY_ACTIONS[action].bulk:
+        messages.error(request, "Pick cordon, drain or uncordon for the selected trays.")
+        return redirect(_next(request, data))
+    chosen = TRAY_ACTIONS[action]
+    names = [h for h in data.getlist("tray") if h][:BULK_LIMIT]
+    trays = list(Node.objects.filter(hostname__in=names).order_by("rack__position", "slot"))
+    if not trays:
+        messages.error(request, "Select at least one tray first.")
+        return redirect(_next(request, data))
+    form = ReasonForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        outcomes = trays_act(
+            actor=Actor.for_user(request.user),
+            nodes=trays,
+            action=action,
+            reason=form.cleaned_data["reason"],
+        )
+        done = [o.hostname for o in outcomes if o.done]
+        refused = [o for o in outcomes if not o.done]
+        if done:
+            messages.success(request, f"{chosen.title} done on {len(done)} tray(s).")
+        for o in refused[:20]:
+            messages.error(request, o.message)
+        return redirect(_next(request, data))
+    rows = [(t, tray_action_refusal(t, chosen)) for t in trays]
+    context = {
+        "action": chosen,
+        "rows": rows,
+        "changes": sum(1 for _, refusal in rows if not refusal),
+        "form": form,
+        "next": data.get("next", ""),
+        "blast": blast_radius(trays_scope(trays)),
+    }
+    return render(request, "operator/bulk_action.html", context)
 
 
 @operator_required

@@ -9,6 +9,8 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 
 from domains.audit.events import Actor
@@ -21,8 +23,9 @@ from domains.computedomains.selectors import (
     domains_visible_to,
     quota_usage,
 )
-from domains.errors import DomainError, InvalidInput, InvalidTransition
+from domains.errors import DomainError, InvalidTransition
 from domains.foresight.maintenance import windows_for_domain
+from domains.inventory.models import Rack
 from domains.kube.manifests import workload_manifests
 from domains.tenancy.models import Quota
 from domains.tenancy.selectors import can_request_in
@@ -36,6 +39,7 @@ from portal.web.fabric import fabric_view
 from portal.web.forms import DomainRequestForm, ExtendLeaseForm, ReasonForm, apply_error
 
 MANIFEST_KINDS = ("deployment", "job", "mpijob")
+MANIFEST_TITLES = {"deployment": "Deployment", "job": "Job", "mpijob": "MPIJob"}
 QUOTA_LABELS = {"gpus": "GPUs", "nodes": "Trays", "domains": "Domains"}
 TIMELINE = (
     ("assigned", "Assigned"),
@@ -75,7 +79,8 @@ def dashboard(request: SignedInRequest, ns: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def request_domain(request: SignedInRequest, ns: str) -> HttpResponse:
     namespace = requestable_namespace(request, ns)
-    form = DomainRequestForm(request.POST or None)
+    initial = {k: v for k, v in request.GET.items() if k in DomainRequestForm.base_fields}
+    form = DomainRequestForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
             domain = services.domain_request(
@@ -84,7 +89,8 @@ def request_domain(request: SignedInRequest, ns: str) -> HttpResponse:
         except DomainError as exc:
             apply_error(form, exc)
         else:
-            messages.success(request, f"Requested {domain.name}: {domain.message}.")
+            # Not the phase's message: this banner stays put while the phase below moves on.
+            messages.success(request, f"Requested {domain.name}.")
             return redirect("tenant:domain", namespace.name, domain.uid)
     return render(
         request,
@@ -103,7 +109,7 @@ def preview(request: SignedInRequest, ns: str) -> HttpResponse:
     if form.is_valid():
         try:
             result = services.domain_dry_run(namespace=namespace, spec=form.to_spec())
-        except InvalidInput as exc:
+        except DomainError as exc:  # a name already live (Conflict) as much as bad input
             apply_error(form, exc)
     if result is not None and result.placeable and result.rack:
         racks = fabric_view(
@@ -111,7 +117,7 @@ def preview(request: SignedInRequest, ns: str) -> HttpResponse:
         )
     if not form.is_valid():
         problem = "; ".join(
-            f"{form.fields[f].label if f in form.fields else 'form'}: {' '.join(map(str, e))}"
+            f"{form[f].label if f in form.fields else 'Request'}: {' '.join(map(str, e))}"
             for f, e in form.errors.items()
         )
     rows = result.quota_impact if result else {}
@@ -139,16 +145,24 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         manifests = workload_manifests(domain)
     except InvalidTransition as exc:
         manifests_note = exc.message
+    ended = not domain.is_live
     context = {
         "namespace": namespace,
         "domain": domain,
+        "ended": ended,
         "members": members,
-        "timeline": [_timeline(m) for m in members],
+        "timeline": [_timeline(m, domain) for m in members],
         "matrix": _matrix(members),
         "channels": _channel_text(domain),
+        "teardown": _teardown(domain, members) if ended else None,
+        "racks": _racks_of(request, members) if not ended else [],
+        "again": _request_again_url(namespace, domain) if ended else "",
         "events": domain.events.all()[:50],
-        "manifests": [(k, manifests[k]) for k in MANIFEST_KINDS if k in manifests],
+        "manifests": [
+            (k, MANIFEST_TITLES[k], manifests[k]) for k in MANIFEST_KINDS if k in manifests
+        ],
         "manifests_note": manifests_note,
+        "can_request": can_request_in(request.user, namespace),
         "can_change": can_request_in(request.user, namespace) and domain.is_live,
         "can_extend": domain.phase in (Phase.READY, Phase.DEGRADED),
         "maintenance": list(windows_for_domain(domain)) if domain.is_live else [],
@@ -222,15 +236,64 @@ def extend(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
     return redirect("tenant:domain", namespace.name, domain.uid)
 
 
-def _timeline(member) -> dict:
-    """One tray's formation steps with the time each was reached (None: not yet)."""
+def _timeline(member, domain: ComputeDomain) -> dict:
+    """One tray's steps: (label, time reached or None, done). A step passed too quickly to
+    be reported on its own (Ready came straight after Assigned) is done all the same."""
     stamps = {
         "assigned": member.assigned_at,
         "configuring": member.configuring_at,
         "waiting_peers": member.waiting_peers_at,
         "ready": member.ready_at,
     }
-    return {"member": member, "steps": [(label, stamps[s]) for s, label in TIMELINE]}
+    steps: list[tuple[str, object, bool]] = []
+    later_reached = False
+    for key, label in reversed(TIMELINE):
+        reached = stamps[key] is not None or later_reached
+        later_reached = later_reached or reached
+        steps.insert(0, (label, stamps[key], reached))
+    if member.released_at or not domain.is_live:
+        steps.append(("Released", member.released_at, member.released_at is not None))
+    return {"member": member, "steps": steps}
+
+
+def _teardown(domain: ComputeDomain, members) -> dict:
+    """What the end of a domain took down, from its members' last reports and the ledger."""
+    released = [m for m in members if m.released_at is not None]
+    declared = [m for m in released if "declared down" in (m.message or "")]
+    channels = list(domain.channels.order_by("channel").values_list("channel", flat=True))
+    return {
+        "trays": len(members),
+        "clean": len(released) - len(declared),
+        "declared_down": [m.node.hostname for m in declared],
+        "channels": channels,
+        "all_mode": domain.allocation_mode == "All",
+    }
+
+
+def _racks_of(request: SignedInRequest, members) -> list:
+    """The racks holding the domain's trays, drawn with its trays outlined."""
+    held = [m for m in members if m.active]
+    rack_ids = {m.node.rack_id for m in held if m.node.rack_id}
+    names = sorted(Rack.objects.filter(pk__in=rack_ids).values_list("name", flat=True))
+    if not names:
+        return []
+    return fabric_view(
+        viewer=request.user, rack_names=names, highlight=[m.node_id for m in held], links=False
+    )
+
+
+def _request_again_url(namespace, domain: ComputeDomain) -> str:
+    """The request form filled in as this domain was asked for."""
+    query: dict[str, str | int] = {
+        "name": domain.name,
+        "num_nodes": domain.num_nodes,
+        "allocation_mode": domain.allocation_mode,
+        "placement_constraint": domain.placement_constraint,
+        "placement_target": domain.placement_target,
+    }
+    if domain.lifetime:
+        query["lifetime_hours"] = int(domain.lifetime.total_seconds() // 3600) or 1
+    return f"{reverse('tenant:request', args=[namespace.name])}?{urlencode(query)}"
 
 
 PEER_WORDS = {

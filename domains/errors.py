@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import db
+
 
 class DomainError(Exception):
     code = "error"
@@ -70,3 +72,8 @@ class QuotaExceeded(DomainError):
 
 class TransientError(Exception):
     """Worth retrying: a lost connection, a lock timeout, an API server hiccup."""
+
+
+# A lost or refused database connection (PostgreSQL restarting, failing over, unreachable):
+# worth retrying, never a bug. Tasks retry on these; requests answer 503 (docs/reliability.md).
+DATABASE_AWAY: tuple[type[Exception], ...] = (db.OperationalError, db.InterfaceError)

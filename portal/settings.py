@@ -85,6 +85,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "portal.middleware.RequestIdMiddleware",
+    # Outermost but one: sees a lost database in any view (PostgreSQL away → 503).
+    "portal.outage.DatabaseAwayMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -134,14 +136,19 @@ elif env_int("DB_POOL_MAX", 8) > 0:
     # connections pile up until PostgreSQL refuses clients ("too many clients already" in
     # bench/agent_load.py). A per-process pool bounds them; requests wait for a free one.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
-    # With a pool, Django's health checks become a round trip to PostgreSQL on every
-    # checkout (psycopg_pool's check_connection): a sixth of a status report's queries. The
-    # pool already drops connections that come back broken.
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("DB_POOL_CHECK", False)
+    # With a pool, Django's health checks are psycopg_pool's check_connection: an empty
+    # query (one loopback round trip, no planning) on every checkout. Without it the first
+    # request on each pooled connection after a PostgreSQL restart or failover fails
+    # ("terminating connection due to administrator command"); the pool only drops
+    # connections that come back broken. On by default (docs/reliability.md); DB_POOL_CHECK=0
+    # trades that for the round trip.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("DB_POOL_CHECK", True)
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
         "max_size": env_int("DB_POOL_MAX", 8),
-        "timeout": 30,
+        # How long a request waits for a connection before answering 503 (PostgreSQL away
+        # or every connection busy).
+        "timeout": env_int("DB_POOL_TIMEOUT", 30),
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -152,6 +159,8 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": os.environ.get("CACHE_KEY_PREFIX", "portal"),
+        # Redis away must not hang a request (the rate limiter then counts locally).
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
     }
 }
 

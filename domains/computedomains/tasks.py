@@ -2,7 +2,8 @@
 
 All are idempotent (compare-and-set on phase, row locks), so `acks_late` redelivery after
 a killed worker, a duplicate message or the beat reconcile running beside them is safe.
-Only `TransientError` is retried; anything else is a bug and is logged, not looped.
+Only `TransientError` and a lost database (`DATABASE_AWAY`: PostgreSQL restarting or
+unreachable) are retried; anything else is a bug and is logged, not looped.
 Business code never imports this module: it announces "placement wanted" or "capacity
 freed", and `apps.py` queues these tasks when it hears that.
 """
@@ -16,13 +17,13 @@ from celery import shared_task
 
 from domains.computedomains import reconcile as controller
 from domains.computedomains.placing import domain_place, domains_place_queued
-from domains.errors import TransientError
+from domains.errors import DATABASE_AWAY, TransientError
 
 log = logging.getLogger(__name__)
 
 RETRY: dict[str, Any] = {
     "acks_late": True,
-    "autoretry_for": (TransientError,),
+    "autoretry_for": (TransientError, *DATABASE_AWAY),
     "retry_backoff": 1,
     "retry_backoff_max": 30,
     "retry_jitter": True,

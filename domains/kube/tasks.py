@@ -12,6 +12,7 @@ from typing import Any
 
 from celery import shared_task
 
+from domains.errors import DATABASE_AWAY
 from domains.kube import publisher
 from domains.kube.client import KubeUnavailable, kube_enabled
 
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 
 RETRY: dict[str, Any] = {
     "acks_late": True,
-    "autoretry_for": (KubeUnavailable,),
+    "autoretry_for": (KubeUnavailable, *DATABASE_AWAY),
     "retry_backoff": 1,
     "retry_backoff_max": 60,
     "retry_jitter": True,

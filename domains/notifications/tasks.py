@@ -8,22 +8,40 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
+from domains.errors import DATABASE_AWAY
 from domains.notifications import delivery, dispatch
 
+# PostgreSQL away: try again shortly (docs/reliability.md); anything else is a bug.
+DB_RETRY: dict[str, Any] = {
+    "autoretry_for": DATABASE_AWAY,
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "retry_jitter": True,
+    "max_retries": 8,
+}
 
-@shared_task(name="notifications.notify_event", acks_late=True)
+
+@shared_task(name="notifications.notify_event", acks_late=True, **DB_RETRY)
 def notify_event(event_id: int) -> int:
     """Match one recorded event against the subscriptions."""
     return dispatch.notify_event(event_id=event_id)
 
 
-@shared_task(name="notifications.scan_ahead", acks_late=True)
+@shared_task(name="notifications.scan_ahead", acks_late=True, **DB_RETRY)
 def scan_ahead() -> int:
     """Leases ending soon and maintenance ahead, each told once (beat)."""
     return dispatch.scan_ahead()
 
 
-@shared_task(name="notifications.deliver", bind=True, acks_late=True, max_retries=None)
+@shared_task(
+    name="notifications.deliver",
+    bind=True,
+    acks_late=True,
+    max_retries=None,
+    autoretry_for=DATABASE_AWAY,
+    retry_backoff=1,
+    retry_backoff_max=30,
+)
 def deliver(self: Any, notification_id: int) -> str:
     """Send one e-mail or webhook; a failed try is retried after base times 2^tries seconds."""
     try:

@@ -8,6 +8,7 @@ one in `field`/`message` and all of them in `details.errors`.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -18,8 +19,9 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from domains.errors import DomainError
+from domains.errors import DATABASE_AWAY, DomainError
 from portal.api.parsers import PayloadTooLarge
+from portal.outage import RETRY_AFTER_S, database_away, unavailable, unavailable_body
 
 # Stable codes for DRF's exceptions (clients branch on these, never on messages).
 _CODES: dict[type[exceptions.APIException], str] = {
@@ -82,6 +84,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, DomainError):
         set_rollback()
         return Response(exc.as_dict(), status=exc.http_status)
+    if isinstance(exc, DATABASE_AWAY):  # PostgreSQL away: try again, not a bug (portal.outage)
+        return Response(unavailable_body(), status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -136,6 +140,8 @@ def permission_denied(request: Any, exception: Exception, *args: Any, **kwargs: 
 
 
 def server_error(request: Any, *args: Any, **kwargs: Any) -> Any:
+    if database_away(sys.exc_info()[1]):  # PostgreSQL away anywhere in the request: 503
+        return unavailable(request)
     if not _is_api(request):
         return defaults.server_error(request)
     message = "The portal failed to handle this request; it has been logged."

@@ -22,6 +22,9 @@ node_changed = Signal()
 desired_state_changed = Signal()
 # kwargs: event_id (int), namespace_id (int | None), domain_uid (str | None), verb (str)
 event_recorded = Signal()
+# kwargs: domain_id (int) whose members' agents reported changes, recorded on the trays and
+# waiting to be folded into the members and the phase
+member_reports_pending = Signal()
 # kwargs: domain_id (int) of a domain admitted and waiting to be placed
 placement_wanted = Signal()
 # no kwargs: trays or channels came free, so queued domains may fit now

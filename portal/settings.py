@@ -343,6 +343,13 @@ PORTAL: PortalSettings = {
     "BASE_URL": os.environ.get("PORTAL_BASE_URL", ""),
     "NOTIFY_ATTEMPTS": env_int("PORTAL_NOTIFY_ATTEMPTS", 6),
     "NOTIFY_BACKOFF_S": env_int("PORTAL_NOTIFY_BACKOFF_S", 30),
+    # Agents' reports that change their members are folded on a worker, once per burst per
+    # domain. Off: folded in the request, one by one. Off by default only inside pytest's
+    # own process, whose tests read the effect of a report right after sending it (the
+    # servers and workers that tests start run the worker path).
+    "FOLD_REPORTS_ON_WORKER": env_bool(
+        "PORTAL_FOLD_REPORTS_ON_WORKER", "pytest" not in sys.modules
+    ),
 }
 
 # --- e-mail (notifications) ------------------------------------------------------------------

@@ -28,3 +28,4 @@ class PortalSettings(TypedDict):
     BASE_URL: str  # the portal's address as users reach it (links in e-mail); "" = none
     NOTIFY_ATTEMPTS: int  # tries at sending one e-mail or webhook notification
     NOTIFY_BACKOFF_S: int  # first retry after this, then doubling
+    FOLD_REPORTS_ON_WORKER: bool  # changing reports folded on a worker, per domain and burst

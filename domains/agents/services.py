@@ -1,9 +1,12 @@
 """Writes for the agent protocol: joining, facts, status reports, refused access.
 
-`agent_report` is the heartbeat of 2,000 trays every 10 s, so it does one UPDATE on the
-node and leaves the member/domain bookkeeping to `domain_member_report` (the lifecycle's
-single owner of member and phase changes), telling it what the agent's step means in the
-lifecycle's words (`agent_member_report`).
+A report is the heartbeat of 2,000 trays every 10 s, so `agent_heartbeat` records it in
+one UPDATE on the node that also reads the tray's membership, and leaves the member/domain
+bookkeeping to the lifecycle (`domain_members_report`, the single owner of member and
+phase changes), telling it what the agent's step means in the lifecycle's words
+(`member_report`). A report that changes its member is folded on a worker, once per burst
+for the whole domain (`reports_fold`); `agent_report`, the rarer path through Django,
+folds its report at once.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hmac
+import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,12 +26,22 @@ from django.db.models import F
 from django.utils import timezone
 
 from domains.agents.models import JoinToken
-from domains.agents.report import AgentReport, Step
+from domains.agents.report import AgentReport, PeerStatus, Step
 from domains.agents.selectors import usable_join_token
-from domains.audit.announce import announce_capacity_freed, announce_nodes
+from domains.audit.announce import (
+    announce_capacity_freed,
+    announce_member_reports,
+    announce_nodes,
+)
 from domains.audit.events import Actor, record_event
-from domains.computedomains.members import MemberReport, domain_member_report
-from domains.computedomains.models import DomainMember, MemberState
+from domains.computedomains.members import (
+    REPORTED_FIELDS,
+    MemberReport,
+    domain_member_report,
+    domain_members_report,
+    report_changes_member,
+)
+from domains.computedomains.models import ComputeDomain, DomainMember, MemberState
 from domains.errors import Conflict, PermissionDenied
 from domains.inventory.models import Clique, Gpu, Node, NodeCondition, NodeSource, NodeState
 from domains.inventory.services import ConditionFacts, node_conditions_set
@@ -279,25 +293,29 @@ def _sync_gpus(node: Node, gpus: list[GpuFacts]) -> None:
 
 
 def agent_heartbeat(*, node_id: int, token: str, report: AgentReport) -> bool:
-    """The steady-state report of 2,000 trays every 10 s, in one statement.
+    """Any report of a tray in service, the steady state of 2,000 trays every 10 s, in one
+    statement.
 
-    Records the report on node `node_id` if `token` is that node's token and the report
-    changes nothing about the node (its daemon state is as last reported and its state is
-    not one a heartbeat recovers), then folds it into its membership if it has one. False
-    when that is not the case (another node's token, a revoked one, a change): nothing was
-    written, and the caller authenticates and goes through `agent_report`.
+    Records the report on node `node_id` if `token` is that node's token and the node is
+    not in a state a heartbeat recovers, reading in the same statement the daemon state it
+    replaces and the tray's membership, so that deciding whether the report changes its
+    member costs no query. False when that is not the case (another node's token, a
+    revoked one, a tray to recover, a database other than PostgreSQL): nothing was written,
+    and the caller authenticates and goes through `agent_report`.
 
     Hand-written SQL (from the models' column names) because building the same UPDATE and
     membership check through the ORM cost three times the round trips' own time.
     """
+    if connection.vendor != "postgresql":
+        return False  # UPDATE … FROM (… FOR UPDATE) … RETURNING the old row is PostgreSQL's
     now = timezone.now()
     meta = Node._meta
     params = [
         meta.get_field("last_heartbeat").get_db_prep_save(now, connection),
         meta.get_field("agent_report").get_db_prep_save(_stored(report, now), connection),
+        report.daemon_state,
         node_id,
         hash_token(token),
-        report.daemon_state,
         *_RECOVERABLE,
     ]
     with connection.cursor() as cursor:
@@ -305,17 +323,33 @@ def agent_heartbeat(*, node_id: int, token: str, report: AgentReport) -> bool:
         row = cursor.fetchone()
     if row is None:
         return False
-    if row[0]:
-        agent_member_report(node_id=node_id, report=report)
+    old_daemon, domain_id, uid, phase, generation, *fields = row
+    if old_daemon != report.daemon_state:
+        announce_nodes([node_id])  # the fabric view shows the daemon's state
+    if domain_id is None:
+        return True
+    member = dict(zip(REPORTED_FIELDS, fields, strict=True))
+    if isinstance(member["connections"], str):  # Django reads jsonb as text and decodes it
+        member["connections"] = json.loads(member["connections"])
+    folded = member_report(report, received_at=now)
+    if report_changes_member(
+        uid=str(uid), phase=phase, generation=generation, member=member, report=folded
+    ):
+        if settings.PORTAL["FOLD_REPORTS_ON_WORKER"]:
+            announce_member_reports(domain_id)
+        else:
+            domain_members_report(domain_id=domain_id, reports={node_id: folded})
     return True
 
 
 _HEARTBEAT_SQL = (
-    "UPDATE {node} SET {beat} = %s, {report} = %s"
-    " WHERE {id} = %s AND {token} = %s AND NOT {gone} AND {daemon} = %s"
-    " AND {state} NOT IN ({recoverable})"
-    " RETURNING EXISTS (SELECT 1 FROM {member}"
-    " WHERE {member}.{member_node} = {node}.{id} AND {member}.{active})"
+    "UPDATE {node} SET {beat} = %s, {report} = %s, {daemon} = %s"
+    " FROM (SELECT {id}, {daemon} FROM {node} WHERE {id} = %s FOR UPDATE) AS old"
+    " LEFT JOIN {member} AS m ON m.{member_node} = old.{id} AND m.{active}"
+    " LEFT JOIN {domain} AS d ON d.{domain_id} = m.{member_domain}"
+    " WHERE {node}.{id} = old.{id} AND {node}.{token} = %s AND NOT {node}.{gone}"
+    " AND {node}.{state} NOT IN ({recoverable})"
+    " RETURNING old.{daemon}, m.{member_domain}, d.{uid}, d.{phase}, d.{generation}, {reported}"
 )
 
 
@@ -340,7 +374,14 @@ def _heartbeat_sql() -> str:
         recoverable=", ".join(["%s"] * len(_RECOVERABLE)),
         member=connection.ops.quote_name(DomainMember._meta.db_table),
         member_node=col(DomainMember, "node"),
+        member_domain=col(DomainMember, "domain"),
         active=col(DomainMember, "active"),
+        domain=connection.ops.quote_name(ComputeDomain._meta.db_table),
+        domain_id=col(ComputeDomain, "id"),
+        uid=col(ComputeDomain, "uid"),
+        phase=col(ComputeDomain, "phase"),
+        generation=col(ComputeDomain, "generation"),
+        reported=", ".join(f"m.{col(DomainMember, name)}" for name in REPORTED_FIELDS),
     )
 
 
@@ -390,20 +431,58 @@ _STEP_STATE = {
 
 
 def agent_member_report(*, node_id: int, report: AgentReport) -> None:
-    """Fold the report into the membership that holds the tray, if any (no heartbeat)."""
-    domain_member_report(
-        node_id=node_id,
-        report=MemberReport(
-            domain_uid=report.domain_uid,
-            state=_STEP_STATE.get(report.step, MemberState.CONFIGURING),
-            clean=report.clean,
-            generation_applied=report.generation_applied,
-            step=report.step,
-            message=report.error or report.message,
-            daemon_state=report.daemon_state,
-            connections={str(p.index): p.status for p in report.peers},
-        ),
+    """Fold the report into the membership that holds the tray, if any, now (no heartbeat)."""
+    domain_member_report(node_id=node_id, report=member_report(report))
+
+
+def member_report(report: AgentReport, *, received_at: datetime | None = None) -> MemberReport:
+    """The agent's report in the lifecycle's words."""
+    return MemberReport(
+        domain_uid=report.domain_uid,
+        state=_STEP_STATE.get(report.step, MemberState.CONFIGURING),
+        clean=report.clean,
+        generation_applied=report.generation_applied,
+        step=report.step,
+        message=report.error or report.message,
+        daemon_state=report.daemon_state,
+        connections={str(p.index): p.status for p in report.peers},
+        received_at=received_at,
     )
+
+
+def reports_fold(*, domain_id: int) -> int:
+    """Fold the latest report of every active member of the domain (as recorded on its
+    tray) into the members and the phase, in one transaction; returns how many changed.
+
+    Run on a worker once per burst of changing reports (`announce_member_reports`); a
+    report that lands while this runs announces itself again, so nothing is missed.
+    """
+    rows = DomainMember.objects.filter(domain_id=domain_id, active=True).values_list(
+        "node_id", "node__agent_report"
+    )
+    reports = {}
+    for node_id, stored in rows:
+        report = _from_stored(stored)
+        if report is not None:
+            reports[node_id] = member_report(report, received_at=_received_at(stored))
+    return domain_members_report(domain_id=domain_id, reports=reports)
+
+
+def _from_stored(stored: dict[str, Any]) -> AgentReport | None:
+    """The report `_stored` recorded on the tray; None when there is none (never reported)."""
+    if not stored or "step" not in stored:
+        return None
+    names = {f.name for f in dataclasses.fields(AgentReport)}
+    values = {k: v for k, v in stored.items() if k in names}
+    values["peers"] = [PeerStatus(**peer) for peer in stored.get("peers") or []]
+    return AgentReport(**values)
+
+
+def _received_at(stored: dict[str, Any]) -> datetime | None:
+    try:
+        return datetime.fromisoformat(stored["received_at"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def agent_access_denied(*, node: Node, target_node_id: int | str, action: str) -> None:

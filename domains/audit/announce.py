@@ -53,6 +53,13 @@ def announce_desired_state(node_ids: Iterable[int]) -> None:
         after_commit(signals.desired_state_changed, node_ids=ids)
 
 
+def announce_member_reports(domain_id: int) -> None:
+    """Reports that change members of this domain were recorded on their trays: fold them."""
+    transaction.on_commit(
+        lambda: signals.member_reports_pending.send(sender=None, domain_id=domain_id)
+    )
+
+
 def announce_placement_wanted(domain_id: int) -> None:
     """This domain was admitted and waits to be placed."""
     after_commit(signals.placement_wanted, domain_id=domain_id)

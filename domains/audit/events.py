@@ -63,12 +63,39 @@ def record_event(
 ) -> Event:
     """Write one audit/timeline line. `obj` also fills the event's own foreign key to its
     model (a domain is the event's domain, a tray its node); a domain brings its namespace."""
+    event = new_event(
+        actor=actor,
+        verb=verb,
+        obj=obj,
+        message=message,
+        namespace=namespace,
+        domain=domain,
+        node=node,
+        details=details,
+    )
+    event.save(force_insert=True)
+    _announce(event)
+    return event
+
+
+def new_event(
+    *,
+    actor: Actor,
+    verb: str,
+    obj: models.Model,
+    message: str = "",
+    namespace: Namespace | None = None,
+    domain: ComputeDomain | None = None,
+    node: Node | None = None,
+    details: dict[str, Any] | None = None,
+) -> Event:
+    """The line `record_event` would write, not saved yet (for `record_events`)."""
     namespace = namespace or _if_target(obj, "namespace")
     domain = domain or _if_target(obj, "domain")
     node = node or _if_target(obj, "node")
     if domain is not None and namespace is None:
         namespace = domain.namespace
-    event = Event.objects.create(
+    return Event(
         actor_kind=actor.kind,
         actor_user=actor.saved_user,
         actor_name=actor.name[:150],
@@ -83,8 +110,13 @@ def record_event(
         message=message[:500],
         details=details or {},
     )
-    _announce(event, namespace, domain)
-    return event
+
+
+def record_events(events: list[Event]) -> None:
+    """Write several lines made by `new_event` in one INSERT (a batch of one change, such as
+    the members of a domain reporting at once); each is announced as `record_event` does."""
+    for event in Event.objects.bulk_create(events):
+        _announce(event)
 
 
 def _if_target(obj: models.Model, field: str) -> Any:
@@ -93,9 +125,9 @@ def _if_target(obj: models.Model, field: str) -> Any:
     return obj if isinstance(model, type) and isinstance(obj, model) else None
 
 
-def _announce(event: Event, namespace: Namespace | None, domain: ComputeDomain | None) -> None:
-    ns_id = namespace.pk if namespace else None
-    domain_uid = str(domain.uid) if domain else None
+def _announce(event: Event) -> None:
+    ns_id = event.namespace_id
+    domain_uid = str(event.domain.uid) if event.domain_id and event.domain else None
     verb = event.verb
     after_commit(
         signals.event_recorded,

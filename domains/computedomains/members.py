@@ -1,12 +1,16 @@
 """What happens to a domain's members: their agents' reports, and the ways a tray stops
 serving its domain (agent silent, tray declared down).
 
-Each change locks the domain row, updates the member and folds the members' states into
-the domain's phase (`phases.aggregate`), so the phase always follows its members.
+Each change locks the domain row, updates the members and folds the members' states into
+the domain's phase (`phases.aggregate`), so the phase always follows its members. Reports
+are folded per domain and in batches (`domain_members_report`): the 18 trays of a rack
+report "ready" within milliseconds of each other, and one transaction for all of them (one
+lock, one UPDATE, one INSERT of their events, one aggregation) costs what one of them did.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,9 +19,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from domains.audit.announce import announce_domain, announce_nodes
-from domains.audit.events import Actor, record_event
+from domains.audit.events import Actor, new_event, record_events
 from domains.computedomains.models import (
-    NODE_REPORT,
     ComputeDomain,
     DomainMember,
     MemberState,
@@ -40,6 +43,7 @@ class MemberReport:
     message: str
     daemon_state: str
     connections: dict[str, str]  # peer index → connection status
+    received_at: datetime | None = None  # when the portal got it; None: now
 
 
 _STATE_STAMP: dict[str, str] = {
@@ -54,10 +58,22 @@ _UNCHANGED_CHECK_FIELDS = (
     "state", "step", "message", "daemon_state", "connections", "generation_applied",
     "domain__uid", "domain__phase", "domain__generation",
 )  # fmt: skip
+# The member's fields a report may change (compared to decide whether it changes anything).
+REPORTED_FIELDS = ("state", "step", "message", "daemon_state", "connections", "generation_applied")
+# What folding reads of each member: the reported fields, what aggregation and the events
+# say, and the stamps a batched UPDATE writes back as they are.
+_FOLD_FIELDS = (
+    *REPORTED_FIELDS, "domain_id", "node_id", "index", "active", "node__hostname",
+    "state_changed_at", "configuring_at", "waiting_peers_at", "ready_at", "released_at",
+)  # fmt: skip
+_WRITTEN_FIELDS = (
+    *REPORTED_FIELDS, "active", "state_changed_at", "configuring_at", "waiting_peers_at",
+    "ready_at", "released_at",
+)  # fmt: skip
 
 
 def domain_member_report(*, node_id: int, report: MemberReport) -> None:
-    """Fold one agent report into its member's state and the domain's phase.
+    """Fold one agent report into its member's state and the domain's phase, now.
 
     Reports are level-triggered observations, so an old or repeated one is harmless: a
     report about another domain than the one holding the tray is ignored, and `ready`
@@ -72,27 +88,78 @@ def domain_member_report(*, node_id: int, report: MemberReport) -> None:
         .only(*_UNCHANGED_CHECK_FIELDS)
         .first()
     )
-    if current is None or _outcome_unchanged(current.domain, current, report):
+    if current is None:
         return
+    domain = current.domain
+    member = {name: getattr(current, name) for name in REPORTED_FIELDS}
+    if report_changes_member(
+        uid=str(domain.uid),
+        phase=domain.phase,
+        generation=domain.generation,
+        member=member,
+        report=report,
+    ):
+        domain_members_report(domain_id=current.domain_id, reports={node_id: report})
+
+
+def report_changes_member(
+    *, uid: str, phase: str, generation: int, member: Mapping[str, Any], report: MemberReport
+) -> bool:
+    """Whether folding `report` would change the member (its `REPORTED_FIELDS` given), in a
+    domain with this uid, phase and generation. No query: the agents' heartbeat reads
+    these along with its own UPDATE."""
+    outcome = _outcome(uid, phase, generation, report)
+    if outcome is None:
+        return False
+    state, fields = outcome
+    return state != member["state"] or any(member[k] != v for k, v in fields.items())
+
+
+def domain_members_report(*, domain_id: int, reports: Mapping[int, MemberReport]) -> int:
+    """Fold the reports (node id → its agent's latest report) of one domain's members in one
+    transaction, and the members' states into the phase once. Returns how many members
+    changed. Reports of trays that hold no active membership in the domain are ignored."""
     with transaction.atomic():
-        domain = lock_domain(current.domain_id)
-        member = (
-            DomainMember.objects.select_related("node")
-            .defer(NODE_REPORT)
-            .filter(pk=current.pk, active=True)
-            .order_by()
-            .first()
+        domain = lock_domain(domain_id)
+        if domain is None:
+            return 0
+        members = list(
+            DomainMember.objects.filter(domain_id=domain_id)
+            .select_related("node")
+            .only(*_FOLD_FIELDS)
+            .order_by("index")
         )
-        if domain is None or member is None:
-            return
-        if _fold(domain, member, report):
-            aggregate(domain)
+        now = timezone.now()
+        changed: list[DomainMember] = []
+        events = []
+        for member in members:
+            report = reports.get(member.node_id)
+            if report is None or not member.active:
+                continue
+            verb = _fold(domain, member, report, now)
+            if verb is None:
+                continue
+            changed.append(member)
+            if verb:
+                message = member.message if verb != "member.released" else report.message
+                events.append(_member_event(domain, member, verb, message[:2000]))
+        if not changed:
+            return 0
+        DomainMember.objects.bulk_update(changed, _WRITTEN_FIELDS)
+        record_events(events)
+        if events:
+            announce_nodes([m.node_id for m in changed])
+        if not aggregate(domain, members=members) and events:
+            announce_domain(domain)
+        return len(changed)
 
 
-def _outcome(domain: ComputeDomain, report: MemberReport) -> tuple[str, dict[str, Any]] | None:
+def _outcome(
+    uid: str, phase: str, generation: int, report: MemberReport
+) -> tuple[str, dict[str, Any]] | None:
     """(member state, fields) the report calls for; None when it is not about this domain
     or the domain is past listening. State RELEASED means: the tray is clean, let it go."""
-    if report.domain_uid not in (None, str(domain.uid)):
+    if report.domain_uid not in (None, uid):
         return None  # still about a domain the tray served before
     fields: dict[str, Any] = {
         "step": report.step[:64],
@@ -101,53 +168,47 @@ def _outcome(domain: ComputeDomain, report: MemberReport) -> tuple[str, dict[str
         "connections": report.connections,
         "generation_applied": report.generation_applied,
     }
-    if domain.phase == Phase.RELEASING:
+    if phase == Phase.RELEASING:
         return (MemberState.RELEASED if report.clean else MemberState.RELEASING), fields
-    if domain.phase in RUNNING_PHASES:
+    if phase in RUNNING_PHASES:
         state = report.state
-        if state == MemberState.READY and report.generation_applied < domain.generation:
+        if state == MemberState.READY and report.generation_applied < generation:
             state = MemberState.CONFIGURING  # ready, but for a desired state since replaced
         return state, fields
     return None
 
 
-def _outcome_unchanged(domain: ComputeDomain, member: DomainMember, report: MemberReport) -> bool:
-    outcome = _outcome(domain, report)
+def _fold(
+    domain: ComputeDomain, member: DomainMember, report: MemberReport, now: datetime
+) -> str | None:
+    """Apply the report to the member (in memory; the caller writes every changed member
+    back at once). None: nothing changed; "": fields changed but not the state; else the
+    verb of the event the state change writes."""
+    outcome = _outcome(str(domain.uid), domain.phase, domain.generation, report)
     if outcome is None:
-        return True
+        return None
     state, fields = outcome
-    return state == member.state and all(getattr(member, k) == v for k, v in fields.items())
-
-
-def _fold(domain: ComputeDomain, member: DomainMember, report: MemberReport) -> bool:
-    """Update the member row from the report; True when its state changed."""
-    outcome = _outcome(domain, report)
-    if outcome is None:
-        return False
-    state, fields = outcome
-    now = timezone.now()
-    message = fields["message"]
+    stamp = report.received_at or now
     if state == MemberState.RELEASED:
-        release_member(member, message=message or "agent confirmed a clean node", now=now)
-        _member_event(domain, member, "member.released", message)
-        return True
+        member.message = fields["message"] or "agent confirmed a clean node"
+        member.active, member.state = False, MemberState.RELEASED
+        member.released_at = member.state_changed_at = stamp
+        return "member.released"
     changed = state != member.state
-    if changed:
-        fields.update(state=state, state_changed_at=now)
-        if state in _STATE_STAMP:
-            fields[_STATE_STAMP[state]] = now
-    elif all(getattr(member, k) == v for k, v in fields.items()):
-        return False
-    DomainMember.objects.filter(pk=member.pk).update(**fields)
-    if changed:
-        member.state = state
-        member.message = message
-        _member_event(domain, member, f"member.{state}", message)
-    return changed
+    if not changed and all(getattr(member, k) == v for k, v in fields.items()):
+        return None
+    for name, value in fields.items():
+        setattr(member, name, value)
+    if not changed:
+        return ""
+    member.state, member.state_changed_at = state, stamp
+    if state in _STATE_STAMP:
+        setattr(member, _STATE_STAMP[state], stamp)
+    return f"member.{state}"
 
 
-def _member_event(domain: ComputeDomain, member: DomainMember, verb: str, message: str) -> None:
-    record_event(
+def _member_event(domain: ComputeDomain, member: DomainMember, verb: str, message: str) -> Any:
+    return new_event(
         actor=Actor.for_agent(member.node),
         verb=verb,
         obj=domain,
@@ -155,8 +216,6 @@ def _member_event(domain: ComputeDomain, member: DomainMember, verb: str, messag
         message=f"{member.node.hostname} #{member.index}" + (f": {message}" if message else ""),
         details={"index": member.index, "state": member.state},
     )
-    announce_nodes([member.node_id])
-    announce_domain(domain)
 
 
 # --- a tray that stops serving ----------------------------------------------------------------

@@ -52,7 +52,14 @@ def set_phase(
         updates["generation"] = F("generation") + 1
     if not ComputeDomain.objects.filter(pk=domain.pk, phase__in=olds).update(**updates):
         return False
-    domain.refresh_from_db()
+    # Mirror what was written rather than re-read the row (and, with it, lose the cached
+    # namespace every event of the domain then reads again): only the bumped generation
+    # is the database's to tell.
+    for name, value in updates.items():
+        if name != "generation":
+            setattr(domain, name, value)
+    if bump:
+        domain.refresh_from_db(fields=["generation"])
     return True
 
 
@@ -85,27 +92,35 @@ def request_id_from(domain: ComputeDomain) -> Iterator[None]:
 _AGGREGATE_FIELDS = ("domain_id", "index", "active", "state", "message", "step", "node__hostname")
 
 
-def aggregate(domain: ComputeDomain) -> None:
-    """Fold the members' states into the domain's phase. Caller holds the domain row lock."""
-    members = list(domain.members.select_related("node").only(*_AGGREGATE_FIELDS).order_by("index"))
+def aggregate(domain: ComputeDomain, *, members: list[DomainMember] | None = None) -> bool:
+    """Fold the members' states into the domain's phase. Caller holds the domain row lock.
+
+    `members`: every member of the domain in index order as the caller holds them (with
+    `_AGGREGATE_FIELDS` and the tray's hostname), when it has just read and changed them.
+    True when the domain's status changed (and was announced).
+    """
+    if members is None:
+        members = list(
+            domain.members.select_related("node").only(*_AGGREGATE_FIELDS).order_by("index")
+        )
     if domain.phase == Phase.RELEASING:
-        if not any(m.active for m in members):
-            finish_release(domain)
-        return
+        return not any(m.active for m in members) and finish_release(domain)
     not_ready = [m for m in members if m.active and m.state != MemberState.READY]
     if domain.phase == Phase.FORMING:
-        _aggregate_forming(domain, members, not_ready)
-    elif domain.phase == Phase.READY and not_ready:
+        return _aggregate_forming(domain, members, not_ready)
+    if domain.phase == Phase.READY and not_ready:
         message = _not_ready_message(not_ready)
         if set_phase(domain, Phase.READY, Phase.DEGRADED, reason="MemberNotReady", message=message):
             _phase_event(domain, "domain.degraded", message, not_ready)
+            return True
     elif domain.phase == Phase.DEGRADED:
-        _aggregate_degraded(domain, members, not_ready)
+        return _aggregate_degraded(domain, members, not_ready)
+    return False
 
 
 def _aggregate_forming(
     domain: ComputeDomain, members: list[DomainMember], not_ready: list[DomainMember]
-) -> None:
+) -> bool:
     if members and not not_ready:
         now = timezone.now()
         message = f"all {len(members)} members ready"
@@ -120,24 +135,25 @@ def _aggregate_forming(
             lease_expires_at=expires,
         ):
             _phase_event(domain, "domain.ready", message, [])
-        return
+            return True
+        return False
     failed = [m for m in not_ready if m.state == MemberState.FAILED]
     if failed:
-        _update_message(domain, "MemberFailed", _not_ready_message(failed))
-    else:
-        ready = len(members) - len(not_ready)
-        _update_message(domain, "Forming", f"{ready} of {len(members)} members ready")
+        return _update_message(domain, "MemberFailed", _not_ready_message(failed))
+    ready = len(members) - len(not_ready)
+    return _update_message(domain, "Forming", f"{ready} of {len(members)} members ready")
 
 
 def _aggregate_degraded(
     domain: ComputeDomain, members: list[DomainMember], not_ready: list[DomainMember]
-) -> None:
+) -> bool:
     if not_ready:
-        _update_message(domain, "MemberNotReady", _not_ready_message(not_ready))
-        return
+        return _update_message(domain, "MemberNotReady", _not_ready_message(not_ready))
     message = f"recovered: all {len(members)} members ready"
     if set_phase(domain, Phase.DEGRADED, Phase.READY, reason="", message=message):
         _phase_event(domain, "domain.recovered", message, [])
+        return True
+    return False
 
 
 def _not_ready_message(members: list[DomainMember]) -> str:
@@ -154,14 +170,15 @@ def _not_ready_message(members: list[DomainMember]) -> str:
     return "; ".join(parts) + more
 
 
-def _update_message(domain: ComputeDomain, reason: str, message: str) -> None:
+def _update_message(domain: ComputeDomain, reason: str, message: str) -> bool:
     if domain.reason == reason and domain.message == message:
-        return
+        return False
     ComputeDomain.objects.filter(pk=domain.pk).update(
         reason=reason, message=message, updated_at=timezone.now()
     )
     domain.reason, domain.message = reason, message
     announce_domain(domain)
+    return True
 
 
 def _phase_event(

@@ -261,7 +261,7 @@ def test_a_tray_marked_gone_cannot_join(rack):
     assert resp.status_code == 409 and "gone" in resp.json()["message"]
 
 
-# --- the steady heartbeat in one statement (the fast path's) ----------------------------------
+# --- a report of a tray in service in one statement (the fast path's) -------------------------
 
 
 def idle_report(**over: object) -> AgentReport:
@@ -289,7 +289,18 @@ def test_a_steady_heartbeat_of_a_member_also_folds_the_report(rack, ns_a, tenant
     assert member.state == MemberState.CONFIGURING and member.step == Step.CONFIGURING
 
 
-@pytest.mark.parametrize("case", ["other node", "old token", "daemon changed", "unknown", "gone"])
+def test_a_report_that_changes_the_daemon_state_is_one_statement_too(
+    rack, django_assert_num_queries, django_capture_on_commit_callbacks
+):
+    node = rack.nodes.first()
+    _, raw = agent_join(join_token=JOIN, facts=NodeFacts(hostname=node.hostname))
+    with django_capture_on_commit_callbacks() as callbacks, django_assert_num_queries(1):
+        assert agent_heartbeat(node_id=node.pk, token=raw, report=idle_report(daemon_state="READY"))
+    assert Node.objects.get(pk=node.pk).daemon_state == "READY"
+    assert len(callbacks) == 1  # the fabric view hears of the daemon's new state
+
+
+@pytest.mark.parametrize("case", ["other node", "old token", "unknown", "gone"])
 def test_a_heartbeat_that_is_not_steady_writes_nothing(rack, case):
     node, other = list(rack.nodes.all())[:2]
     _, raw = agent_join(join_token=JOIN, facts=NodeFacts(hostname=node.hostname))
@@ -298,8 +309,6 @@ def test_a_heartbeat_that_is_not_steady_writes_nothing(rack, case):
         target = other.pk
     elif case == "old token":
         agent_join(join_token=JOIN, facts=NodeFacts(hostname=node.hostname))
-    elif case == "daemon changed":
-        report_ = idle_report(daemon_state="READY")
     elif case == "unknown":
         Node.objects.filter(pk=node.pk).update(state=NodeState.UNKNOWN)
     else:

@@ -23,6 +23,7 @@ from tests import factories
 from tests.e2e.conftest import IP_PREFIX
 from tests.support.agents import ensure_join_token, node_facts
 from tests.support.lifecycle import request_and_place
+from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -89,8 +90,14 @@ def test_reports_move_the_member_of_a_domain(trays):
         "peers": [{"index": 1, "ip": f"{IP_PREFIX}.1.2", "status": "NEVER_CONNECTED"}],
     }
     assert client.post(f"/{node.pk}/status/", json=body).status_code == 200
-    member = DomainMember.objects.get(domain=domain, node=node)
-    assert member.state == MemberState.WAITING_PEERS
+    # Folded into the member on the worker, once per burst of the domain's reports.
+    member = wait_until(
+        lambda: DomainMember.objects.filter(
+            domain=domain, node=node, state=MemberState.WAITING_PEERS
+        ).first(),
+        timeout=30,
+        what="the report folded into the member",
+    )
     assert member.connections == {"1": "NEVER_CONNECTED"}
     # The same report again is the steady state: recorded, and the member is unchanged.
     assert client.post(f"/{node.pk}/status/", json=body).status_code == 200

@@ -1,0 +1,39 @@
+"""What the agent protocol does when the business announces a change (connected by
+`apps.ready()`): reports that change members are folded on a worker, once per burst.
+
+A rack's 18 trays report "ready" within milliseconds of each other. The first report of a
+burst queues one fold for the domain and marks it pending in the cache; the reports behind
+it find the mark and queue nothing, and the fold reads all of them from the trays' rows.
+The fold clears the mark before it reads, so a report that lands meanwhile queues the next
+one. The mark expires after FOLD_PENDING_S, so a fold lost with a killed worker costs one
+heartbeat's delay: the tray's next report, still differing from its member, queues again.
+When the cache or the broker is away, the report is folded here and now.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.cache import cache
+from django.dispatch import receiver
+
+from domains import signals
+from domains.agents.services import reports_fold
+from domains.agents.tasks import fold_key, fold_reports, release_fold
+
+log = logging.getLogger(__name__)
+
+FOLD_PENDING_S = 5
+
+
+@receiver(signals.member_reports_pending, dispatch_uid="agents.fold_reports")
+def queue_fold(sender: object, domain_id: int, **kwargs: Any) -> None:
+    try:
+        if cache.add(fold_key(domain_id), 1, FOLD_PENDING_S):
+            fold_reports.delay(domain_id)
+        return
+    except Exception:  # Redis away: the report must not be lost
+        log.warning("could not queue agents.fold_reports for %s; folding now", domain_id)
+    release_fold(domain_id)
+    reports_fold(domain_id=domain_id)

@@ -1,0 +1,151 @@
+"""What an agent's report that changes its member costs, in queries, whatever the domain's
+size: one statement on the web, and one fold per burst of reports on a worker."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from domains.agents.report import AgentReport, PeerStatus, Step
+from domains.agents.services import agent_heartbeat, agent_join, reports_fold
+from domains.audit.events import Actor
+from domains.audit.models import Event
+from domains.computedomains.models import ComputeDomain, DomainMember, MemberState, Phase
+from domains.computedomains.services import domain_release
+from domains.inventory.models import Node
+from tests import factories
+from tests.support.agents import ensure_join_token, node_facts
+from tests.support.lifecycle import request_and_place
+
+pytestmark = pytest.mark.django_db
+
+SIZES = (2, 16)  # both fit the 18 trays of `topology` at once
+# The fold of a burst: the trays' reports; the domain's lock, its members, one UPDATE of the
+# members, one INSERT of their events, the phase's compare-and-set, the domain's event; and
+# here, inside the test's transaction, a savepoint and its release.
+FOLD_QUERIES = 9
+
+
+@pytest.fixture
+def big_ns(db):
+    return factories.make_namespace("team-big", max_nodes=36, max_nodes_per_domain=18)
+
+
+@pytest.fixture
+def worker_folds(settings):
+    settings.PORTAL = {**settings.PORTAL, "FOLD_REPORTS_ON_WORKER": True}
+
+
+def placed_with_tokens(ns, user, size: int) -> tuple[ComputeDomain, dict[Node, str]]:
+    domain = request_and_place(ns, user, name=f"d{size}", num_nodes=size)
+    assert domain.phase == Phase.FORMING
+    join = ensure_join_token()
+    tokens = {}
+    for member in DomainMember.objects.filter(domain=domain).select_related("node__clique"):
+        _, raw = agent_join(join_token=join, facts=node_facts(member.node))
+        tokens[member.node] = raw
+    domain.refresh_from_db()
+    return domain, tokens
+
+
+def ready(domain: ComputeDomain) -> AgentReport:
+    peers = domain.members.order_by("index").values_list("index", "ip_address")
+    return AgentReport(
+        domain_uid=str(domain.uid),
+        generation_applied=domain.generation,
+        step=Step.READY,
+        daemon_state="READY",
+        domain_state="UP",
+        peers=[PeerStatus(index, ip, "CONNECTED") for index, ip in peers],
+        message="IMEX domain UP",
+    )
+
+
+def test_a_changing_report_is_one_statement_on_the_web_whatever_the_size(
+    topology, big_ns, tenant_a, worker_folds, django_capture_on_commit_callbacks
+):
+    counts = []
+    for size in SIZES:
+        domain, tokens = placed_with_tokens(big_ns, tenant_a, size)
+        node, token = next(iter(tokens.items()))
+        report = ready(domain)
+        with (
+            django_capture_on_commit_callbacks() as callbacks,
+            CaptureQueriesContext(connection) as queries,
+        ):
+            assert agent_heartbeat(node_id=node.pk, token=token, report=report)
+        counts.append(len(queries))
+        assert len(callbacks) == 2  # the daemon's state for the fabric view; a fold to queue
+        member = DomainMember.objects.get(domain=domain, node=node)
+        assert member.state == MemberState.ASSIGNED  # folded on a worker, not here
+        assert Node.objects.get(pk=node.pk).agent_report["step"] == Step.READY
+    assert counts == [1, 1]
+
+
+def test_a_burst_of_reports_is_folded_in_a_constant_number_of_queries(
+    topology, big_ns, tenant_a, worker_folds, django_capture_on_commit_callbacks
+):
+    counts = []
+    for size in SIZES:
+        domain, tokens = placed_with_tokens(big_ns, tenant_a, size)
+        with django_capture_on_commit_callbacks():
+            for node, token in tokens.items():
+                assert agent_heartbeat(node_id=node.pk, token=token, report=ready(domain))
+        with CaptureQueriesContext(connection) as queries:
+            assert reports_fold(domain_id=domain.pk) == size
+        counts.append(len(queries))
+        domain.refresh_from_db()
+        assert domain.phase == Phase.READY
+        assert Event.objects.filter(domain=domain, verb="member.ready").count() == size
+        assert not domain.members.exclude(state=MemberState.READY).exists()
+    assert counts[0] == counts[1] <= FOLD_QUERIES
+
+
+def test_a_fold_with_nothing_new_changes_nothing(topology, big_ns, tenant_a, worker_folds):
+    domain, tokens = placed_with_tokens(big_ns, tenant_a, 2)
+    for node, token in tokens.items():
+        agent_heartbeat(node_id=node.pk, token=token, report=ready(domain))
+    assert reports_fold(domain_id=domain.pk) == 2
+    events = Event.objects.count()
+    assert reports_fold(domain_id=domain.pk) == 0
+    assert Event.objects.count() == events
+
+
+def test_clean_reports_folded_at_once_finish_the_release(
+    topology, big_ns, tenant_a, worker_folds, django_capture_on_commit_callbacks
+):
+    domain, tokens = placed_with_tokens(big_ns, tenant_a, 4)
+    for node, token in tokens.items():
+        agent_heartbeat(node_id=node.pk, token=token, report=ready(domain))
+    reports_fold(domain_id=domain.pk)
+    domain_release(actor=Actor.for_user(tenant_a), domain=domain)
+    domain.refresh_from_db()
+    clean = AgentReport(
+        domain_uid=str(domain.uid),
+        generation_applied=domain.generation,
+        step=Step.IDLE,
+        clean=True,
+        message="tray clean",
+    )
+    with django_capture_on_commit_callbacks():
+        for node, token in tokens.items():
+            assert agent_heartbeat(node_id=node.pk, token=token, report=clean)
+    assert reports_fold(domain_id=domain.pk) == 4
+    domain.refresh_from_db()
+    assert domain.phase == Phase.RELEASED
+    assert not domain.members.filter(active=True).exists()
+    assert Event.objects.filter(domain=domain, verb="member.released").count() == 4
+
+
+def test_a_report_about_another_domain_queues_no_fold(
+    topology, big_ns, tenant_a, worker_folds, django_capture_on_commit_callbacks
+):
+    _, tokens = placed_with_tokens(big_ns, tenant_a, 2)
+    node, token = next(iter(tokens.items()))
+    stale = AgentReport(
+        domain_uid="00000000-0000-4000-8000-000000000000", generation_applied=1, step=Step.READY
+    )
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert agent_heartbeat(node_id=node.pk, token=token, report=stale)
+    assert callbacks == []

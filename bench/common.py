@@ -77,8 +77,16 @@ def summary_ms(values_s: list[float]) -> str:
     )
 
 
+def load_average() -> str:
+    """The machine's 1/5/15-minute load averages (other work on a shared machine skews
+    every figure, so each is printed with the load it was measured under)."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
 def banner(title: str) -> None:
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     cpus = os.cpu_count()
     print(f"# {title}")
     print(f"# {now} · {platform.python_implementation()} {platform.python_version()} · {cpus} CPUs")
+    print(f"# {load_average()}")

@@ -15,13 +15,30 @@ where the formation time went:
            + last member ready → domain Ready (aggregation)
   agents = Forming → last member ready (nudge, desired-state fetch, config, mknod, CDI,
            daemon start, peers connecting, readiness polling, the status report)
+and the CPU each process used per round, with the web's per tray formed and released.
 
-    .venv/bin/python bench/formation.py [--rounds 5] [--sizes 4,18,72,144]
+For one-domain scenarios it also prints the timeline of a formation, tray by tray (first,
+median and last tray, medians over the rounds), from the request to Ready:
+  placed     the domain's `placed_at` (admission, the placement task, members, channel)
+  rendered   the tray's IMEX nodes file written (the nudge, the desired-state fetch, the
+             agent's render of config, channels and CDI spec)
+  daemon     the tray's `nvidia-imex` started (the emulator's `starts` file)
+  peers      the tray's daemon recorded its last peer (its `persist.dat` rewritten)
+  reported   the portal recorded the tray's ready report (the member's `ready_at`: the
+             agent's readiness poll, the report's request)
+  Ready      the domain's `ready_at` (the members' reports folded into the phase)
+From file modification times and database timestamps on this one machine's clock.
+
+`--web N` runs N uvicorn processes (`--workers N`, one listening socket) and `--workers N`
+N Celery workers, to show what a second process of each buys.
+
+    .venv/bin/python bench/formation.py [--rounds 5] [--sizes 4,18,72,144] [--web 1] [--workers 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -29,11 +46,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import banner, percentile, setup_django
+from bench.common import banner, load_average, percentile, setup_django
 
 TRAYS_PER_RACK = 18
-IP_PREFIX = "127.12"  # this suite's loopback range
-FIRST_RACK = 101  # trays at 127.12.101.x … away from the tests' 127.12.1.x
+FIRST_RACK = 101  # trays at 127.<base>.101.x … away from the tests' 127.<base>.1.x
+STAGES = ("placed", "rendered", "daemon", "peers", "reported", "Ready")
 
 
 def stats(values: list[float]) -> str:
@@ -42,13 +59,52 @@ def stats(values: list[float]) -> str:
 
 
 def cpu_seconds(pid: int, *, children: bool) -> float:
-    """CPU time of a process itself, or of the children it has reaped (for the fleet: its
-    daemons and every nvidia-imex-ctl it ran)."""
+    """CPU time of a process and its live descendants (uvicorn's worker processes), or of
+    the children it has reaped (for the fleet: its daemons and every nvidia-imex-ctl it
+    ran)."""
     import os
 
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = sum(int(f) for f in (fields[13:15] if children else fields[11:13]))
-    return ticks / os.sysconf("SC_CLK_TCK")
+    seconds = ticks / os.sysconf("SC_CLK_TCK")
+    if children:
+        return seconds
+    return seconds + sum(cpu_seconds(kid, children=False) for kid in _children(pid))
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # the thread ended meanwhile
+            kids += [int(k) for k in (task / "children").read_text().split()]
+    return kids
+
+
+def start_web(processes: int):
+    """One uvicorn, or `processes` of them behind one listening socket (uvicorn --workers)."""
+    from tests.support.processes import start_server
+
+    if processes == 1:
+        return start_server(LOG_LEVEL="WARNING")
+    import httpx
+
+    from tests.support.processes import VENV_BIN, Proc, free_port, process_env, wait_until
+
+    port = free_port()
+    argv = [str(VENV_BIN / "uvicorn"), "portal.asgi:application", "--host", "127.0.0.1",
+            "--port", str(port), "--no-access-log", "--workers", str(processes)]  # fmt: skip
+    proc = Proc("web", argv, process_env(LOG_LEVEL="WARNING"))
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, timeout=60, what="web servers")
+    wait_until(lambda: len(_children(proc.pid)) >= processes, timeout=30, what="web workers")
+    return proc, url
 
 
 def wait(predicate, timeout: float, what: str, interval: float = 0.01) -> float:
@@ -65,6 +121,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sizes", default="4,18,72,144")
+    parser.add_argument("--web", type=int, default=1, help="uvicorn processes")
+    parser.add_argument("--workers", type=int, default=1, help="Celery worker processes")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -78,19 +136,25 @@ def main() -> int:
     from domains.tenancy.tokens import token_create
     from tests import factories
     from tests.support.agents import AgentFleet
-    from tests.support.processes import running, start_server, start_worker
+    from tests.support.processes import running, start_worker
 
     racks = max(1, -(-max(sizes) // TRAYS_PER_RACK))
-    built = factories.make_racks(*["18"] * racks, ip_prefix=IP_PREFIX, first_rack=FIRST_RACK)
+    ip_prefix = factories.tray_ip_prefix()  # TEST_TRAY_IP_BASE keeps two runs apart
+    built = factories.make_racks(*["18"] * racks, ip_prefix=ip_prefix, first_rack=FIRST_RACK)
     ns = factories.make_namespace("bench")
     user = factories.make_user("bench")
     factories.add_member(user, ns, "member")
     _, raw = token_create(actor=SYSTEM, user=user, name="bench")
 
     banner("Formation and release on the emulator (zero emulated delay)")
-    print(f"# {racks} racks x 18 trays; 1 web process, 1 Celery worker (4 threads), 1 agent fleet")
-    server, url = start_server(LOG_LEVEL="WARNING")
-    worker = start_worker(concurrency=4, LOG_LEVEL="WARNING")
+    print(
+        f"# {racks} racks x 18 trays; {args.web} web process(es), {args.workers} Celery "
+        "worker(s) (4 threads each), 1 agent fleet"
+    )
+    server, url = start_web(args.web)
+    workers = [
+        start_worker(f"worker{i}", concurrency=4, LOG_LEVEL="WARNING") for i in range(args.workers)
+    ]
     api = httpx.Client(
         base_url=f"{url}/api/v1/namespaces/bench",
         headers={"Authorization": f"Bearer {raw}"},
@@ -98,7 +162,7 @@ def main() -> int:
     )
     nodes = Node.objects.filter(rack__in=built)
     with (
-        running(worker, server),
+        running(*workers, server),
         AgentFleet(url, nodes, poll_interval=10, heartbeat_interval=10) as fleet,
     ):
         fleet.wait_joined(timeout=120)
@@ -110,16 +174,17 @@ def main() -> int:
             per_domain = min(size, TRAYS_PER_RACK)
             count = size // per_domain
             ready_t, release_t, portal_t, agent_t = [], [], [], []
+            timelines: list[dict[str, list[float]]] = []
             procs = {
-                "web": (server.pid, False),
-                "worker": (worker.pid, False),
-                "agents": (fleet.proc.pid, False),
-                "IMEX daemons+ctl": (fleet.proc.pid, True),
+                "web": [(server.pid, False)],
+                "worker": [(w.pid, False) for w in workers],
+                "agents": [(fleet.proc.pid, False)],
+                "IMEX daemons+ctl": [(fleet.proc.pid, True)],
             }
-            cpu_before = {name: cpu_seconds(pid, children=c) for name, (pid, c) in procs.items()}
+            cpu_before = {name: _cpu(pids) for name, pids in procs.items()}
             for rnd in range(args.rounds + 1):  # round 0 warms up
                 names = [f"b{size}-{rnd}-{i}" for i in range(count)]
-                t0 = time.monotonic()
+                t0, wall0 = time.monotonic(), time.time()
                 for name in names:
                     body = {"metadata": {"name": name}, "spec": {"numNodes": per_domain}}
                     resp = api.post("/computedomains/", json=body)
@@ -131,6 +196,8 @@ def main() -> int:
                     f"{count} domains Ready",
                 )
                 split = _split(domains, DomainMember, Max)
+                if count == 1:
+                    timelines.append(_timeline(domains.get(), wall0, fleet, DomainMember))
                 t1 = time.monotonic()
                 for name in names:
                     assert api.delete(f"/computedomains/{name}/").status_code in (200, 202)
@@ -147,8 +214,8 @@ def main() -> int:
                 agent_t.append(split[1])
             print(f"{size:>5} {count:>7}  {stats(ready_t):<34}  {stats(release_t):<34}")
             cpu = {
-                name: (cpu_seconds(pid, children=c) - cpu_before[name]) / (args.rounds + 1)
-                for name, (pid, c) in procs.items()
+                name: (_cpu(pids) - cpu_before[name]) / (args.rounds + 1)
+                for name, pids in procs.items()
             }
             portal, agents = statistics.median(portal_t), statistics.median(agent_t)
             total = portal + agents
@@ -160,8 +227,56 @@ def main() -> int:
                 f"{'':>14}CPU per round: "
                 + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in cpu.items())
             )
+            print(
+                f"{'':>14}web CPU per tray formed and released: "
+                f"{cpu['web'] / size * 1000:.1f} ms; {load_average()}"
+            )
+            if timelines:
+                _print_timeline(timelines)
     print("\nTargets (DESIGN.md §8): 18 trays median < 1 s; 144 trays < 3 s; release as fast.")
     return 0
+
+
+def _cpu(pids: list[tuple[int, bool]]) -> float:
+    return sum(cpu_seconds(pid, children=c) for pid, c in pids)
+
+
+def _timeline(domain, wall0: float, fleet, member_model) -> dict[str, list[float]]:
+    """Seconds after the request at which each tray passed each stage (see the docstring)."""
+    from nodeagent.config import Paths
+    from nodeagent.emulator.tray import EMU_DIR
+
+    def mtime(path: Path) -> float:
+        return path.stat().st_mtime - wall0
+
+    out: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    out["placed"].append(domain.placed_at.timestamp() - wall0)
+    out["Ready"].append(domain.ready_at.timestamp() - wall0)
+    for hostname, ready_at in member_model.objects.filter(domain=domain).values_list(
+        "node__hostname", "ready_at"
+    ):
+        root = fleet.tray_root(hostname)
+        out["rendered"].append(mtime(Paths(root).nodes_file))
+        out["daemon"].append(mtime(root / EMU_DIR / "starts"))
+        out["peers"].append(mtime(root / "var/run/nvidia-imex/persist.dat"))
+        out["reported"].append(ready_at.timestamp() - wall0)
+    return out
+
+
+def _print_timeline(timelines: list[dict[str, list[float]]]) -> None:
+    """First, median and last tray per stage (medians over the rounds), and how much each
+    stage added to the last tray's path."""
+    print(f"{'':>14}timeline from the request, ms (first / median / last tray; medians of rounds)")
+    before = 0.0
+    for stage in STAGES:
+        first = statistics.median(min(t[stage]) for t in timelines) * 1000
+        middle = statistics.median(statistics.median(t[stage]) for t in timelines) * 1000
+        last = statistics.median(max(t[stage]) for t in timelines) * 1000
+        print(
+            f"{'':>16}{stage:<9} {first:7.0f} / {middle:7.0f} / {last:7.0f}"
+            f"   (+{last - before:.0f} on the last tray's path)"
+        )
+        before = last
 
 
 def _split(domains, member_model, max_agg) -> tuple[float, float]:

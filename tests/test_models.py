@@ -120,5 +120,6 @@ def test_namespace_names_must_be_dns1123_labels(db):
     assert refuses(lambda: Namespace.objects.create(name="Team_A"))
 
 
-def test_a_domain_needs_at_least_one_node(ns_a):
-    assert refuses(lambda: make_domain(ns_a, num_nodes=0))
+def test_a_domain_cannot_ask_for_a_negative_number_of_nodes(ns_a):
+    # 0 is allowed: the domain follows its workload (NVIDIA's default).
+    assert refuses(lambda: make_domain(ns_a, num_nodes=-1))

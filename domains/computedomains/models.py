@@ -140,7 +140,8 @@ class ComputeDomain(models.Model):
                 condition=Q(name__regex=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
                 name="domain_name_dns1123",
             ),
-            models.CheckConstraint(condition=Q(num_nodes__gte=1), name="domain_num_nodes_gte_1"),
+            # 0: the domain follows its workload (trays join as its claims are prepared).
+            models.CheckConstraint(condition=Q(num_nodes__gte=0), name="domain_num_nodes_gte_0"),
         ]
         indexes = [
             models.Index(fields=["phase", "created_at"], name="domain_phase_created"),
@@ -157,6 +158,11 @@ class ComputeDomain(models.Model):
     @property
     def gpu_count(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+    @property
+    def follows_workload(self) -> bool:
+        """`numNodes: 0`: nothing reserved; trays join as the workload's claims arrive."""
+        return self.num_nodes == 0
 
 
 class MemberState(models.TextChoices):
@@ -236,3 +242,34 @@ class ChannelAllocation(models.Model):
 
     def __str__(self) -> str:
         return f"channel {self.channel} in {self.clique} → {self.domain}"
+
+
+class DomainClaim(models.Model):
+    """A DRA ResourceClaim of the domain, prepared on one of its trays (Kubernetes).
+
+    The node agent records each claim it prepares (`claim_admit`) and lets go of it when it
+    unprepares it (`claim_release`); for a domain that follows its workload, a tray's first
+    claim makes it a member and its last one takes it out.
+    """
+
+    domain = models.ForeignKey(ComputeDomain, on_delete=models.CASCADE, related_name="claims")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="+")
+    claim_uid = models.UUIDField()
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    prepared_at = models.DateTimeField(auto_now_add=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["domain", "prepared_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["claim_uid"],
+                condition=Q(released_at__isnull=True),
+                name="claim_prepared_once",
+            ),
+        ]
+        indexes = [models.Index(fields=["domain", "node"], name="claim_domain_node")]
+
+    def __str__(self) -> str:
+        return f"ResourceClaim {self.namespace}/{self.name} on {self.node}"

@@ -70,6 +70,8 @@ class AgentFleet:
         heartbeat_interval: float = 5.0,
         faults: dict[str, dict[str, Any]] | None = None,
         name: str = "agents",
+        kubelet_dir: Path | None = None,
+        kubeconfig: Path | None = None,
     ) -> None:
         """`faults`: hostname → emulator fault knobs (start_delay_s, crash_after_s,
         refuse_peers, version), applied before the daemons start."""
@@ -88,6 +90,10 @@ class AgentFleet:
         self.poll_interval = poll_interval
         self.heartbeat_interval = heartbeat_interval
         self.name = name
+        # Kubernetes: every tray is a DRA kubelet plugin; its kubelet directory is
+        # <kubelet_dir>/<hostname> (short: unix socket paths hold 107 bytes).
+        self.kubelet_dir = kubelet_dir
+        self.kubeconfig = kubeconfig
         self.health_port = free_port()
         self.proc: Proc | None = None
         ensure_join_token()
@@ -117,6 +123,8 @@ class AgentFleet:
         ]
         if only:
             argv += ["--only", ",".join(only)]
+        if self.kubelet_dir:
+            argv += ["--kubelet-dir", str(self.kubelet_dir), "--kubeconfig", str(self.kubeconfig)]
         self.proc = Proc(self.name, argv, process_env())
         return self
 

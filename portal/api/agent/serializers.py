@@ -105,3 +105,30 @@ class ReportSerializer(serializers.Serializer):
         uid = data.pop("domain_uid")
         data["peers"] = [PeerStatus(**p) for p in data.get("peers", [])]
         return AgentReport(domain_uid=str(uid) if uid else None, **data)
+
+
+_K8S_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+
+
+class ClaimRefSerializer(serializers.Serializer):
+    uid = serializers.UUIDField(format="hex_verbose")
+    namespace = serializers.RegexField(_K8S_NAME, max_length=63)
+    name = serializers.RegexField(_K8S_NAME, max_length=253)
+
+
+class ClaimRequestSerializer(serializers.Serializer):
+    """A DRA claim the tray's agent is about to prepare (nodeagent.protocol.ClaimRequest)."""
+
+    claim = ClaimRefSerializer()
+    domain_uid = serializers.UUIDField(
+        format="hex_verbose", help_text="From the claim's opaque config (its template)."
+    )
+
+
+class ClaimAdmissionSerializer(serializers.Serializer):
+    """The portal's answer (nodeagent.protocol.ClaimAdmission)."""
+
+    domain_uid = serializers.UUIDField(format="hex_verbose")
+    domain_name = serializers.CharField(help_text="<namespace>/<name>")
+    index = serializers.IntegerField(help_text="The tray's index in the domain.")
+    joined = serializers.BooleanField(help_text="This claim made the tray a member.")

@@ -24,9 +24,17 @@ from domains.agents.services import (
     agent_join,
     agent_report,
 )
+from domains.computedomains.claims import ClaimRef, claim_admit, claim_release
 from domains.inventory.models import Node
+from nodeagent.protocol import ClaimAdmission
 from portal.api.agent.auth import IsNodeAgent, NodeTokenAuthentication
-from portal.api.agent.serializers import FactsSerializer, JoinSerializer, ReportSerializer
+from portal.api.agent.serializers import (
+    ClaimAdmissionSerializer,
+    ClaimRequestSerializer,
+    FactsSerializer,
+    JoinSerializer,
+    ReportSerializer,
+)
 
 
 class JoinView(APIView):
@@ -95,3 +103,44 @@ class FactsView(NodeScopedView):
         changed = agent_facts_update(node=node, facts=serializer.facts())
         body: dict[str, Any] = {"ok": True, "changed": changed}
         return Response(body)
+
+
+class ClaimsView(NodeScopedView):
+    """The tray's agent (its DRA plugin) is about to prepare a claim: admit it, or say why
+    not (the agent passes the message to the kubelet, which shows it on the pod)."""
+
+    action_name = "prepare a claim"
+
+    @extend_schema(
+        request=ClaimRequestSerializer, responses={200: ClaimAdmissionSerializer}, tags=["agent"]
+    )
+    def post(self, request: Request, node_id: int) -> Response:
+        node = self.own_node(request, node_id)
+        serializer = ClaimRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        ref = serializer.validated_data["claim"]
+        admitted = claim_admit(
+            node=node,
+            claim=ClaimRef(uid=str(ref["uid"]), namespace=ref["namespace"], name=ref["name"]),
+            domain_uid=str(serializer.validated_data["domain_uid"]),
+        )
+        domain = admitted.domain
+        body: ClaimAdmission = {
+            "domain_uid": str(domain.uid),
+            "domain_name": f"{domain.namespace.name}/{domain.name}",
+            "index": admitted.member.index,
+            "joined": admitted.joined,
+        }
+        return Response(body)
+
+
+class ClaimView(NodeScopedView):
+    """The agent unprepared the claim on its tray."""
+
+    action_name = "unprepare a claim"
+
+    @extend_schema(responses={204: None}, tags=["agent"])
+    def delete(self, request: Request, node_id: int, claim_uid: str) -> Response:
+        node = self.own_node(request, node_id)
+        claim_release(node=node, claim_uid=str(claim_uid))
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -72,9 +72,13 @@ class AgentFleet:
         name: str = "agents",
         kubelet_dir: Path | None = None,
         kubeconfig: Path | None = None,
+        wrap: list[str] | None = None,
+        health_host: str = "127.0.0.1",
     ) -> None:
         """`faults`: hostname → emulator fault knobs (start_delay_s, crash_after_s,
-        refuse_peers, version), applied before the daemons start."""
+        refuse_peers, version), applied before the daemons start. `wrap`: an argv prefix the
+        agent process runs under (`ip netns exec …`: tests.support.netcut), `health_host`
+        the address its health endpoint listens on (reachable from here)."""
         self.url = portal_url
         nodes = list(nodes)
         self.hostnames = [n.hostname for n in nodes]
@@ -95,6 +99,8 @@ class AgentFleet:
         self.kubelet_dir = kubelet_dir
         self.kubeconfig = kubeconfig
         self.health_port = free_port()
+        self.wrap = list(wrap or [])
+        self.health_host = health_host
         self.proc: Proc | None = None
         ensure_join_token()
 
@@ -118,14 +124,14 @@ class AgentFleet:
             "--heartbeat-interval",
             str(self.heartbeat_interval),
             "--health-addr",
-            f"127.0.0.1:{self.health_port}",
+            f"{self.health_host}:{self.health_port}",
             "--stop-daemons-on-exit",  # SIGTERM = graceful removal; kill_agents() = a crash
         ]
         if only:
             argv += ["--only", ",".join(only)]
         if self.kubelet_dir:
             argv += ["--kubelet-dir", str(self.kubelet_dir), "--kubeconfig", str(self.kubeconfig)]
-        self.proc = Proc(self.name, argv, process_env())
+        self.proc = Proc(self.name, [*self.wrap, *argv], process_env())
         return self
 
     def kill_agents(self) -> None:
@@ -157,7 +163,7 @@ class AgentFleet:
     # --- waiting --------------------------------------------------------------------------
     def health(self, path: str = "/readyz") -> dict[str, Any]:
         try:
-            resp = httpx.get(f"http://127.0.0.1:{self.health_port}{path}", timeout=2)
+            resp = httpx.get(f"http://{self.health_host}:{self.health_port}{path}", timeout=2)
             return resp.json()
         except (httpx.HTTPError, ValueError):
             return {"ok": False, "trays": []}

@@ -112,22 +112,26 @@ def wait_until(predicate, timeout: float = 30, interval: float = 0.1, what: str 
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
-def start_server(**env: str) -> tuple[Proc, str]:
-    port = free_port()
+def start_server(host: str = "127.0.0.1", **env: str) -> tuple[Proc, str]:
+    """uvicorn on a free port of `host` (another address than 127.0.0.1: the host end of a
+    tests.support.netcut link, which ALLOWED_HOSTS then names too)."""
+    port = free_port(host)
+    if host != "127.0.0.1":
+        env.setdefault("ALLOWED_HOSTS", f"{host},127.0.0.1,localhost")
     proc = Proc(
         "web",
         [
             str(VENV_BIN / "uvicorn"),
             "portal.asgi:application",
             "--host",
-            "127.0.0.1",
+            host,
             "--port",
             str(port),
             "--no-access-log",
         ],
         process_env(**env),
     )
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{host}:{port}"
 
     def healthy() -> bool:
         if not proc.alive():

@@ -85,7 +85,9 @@ def test_agents_cut_off_for_60_s_keep_daemons_and_channels_and_the_domain_recove
                 silent_since = {n.pk: _heartbeat(n) for n in nodes}
                 link.heal()
                 wait_for(lambda: _phase(domain) == Phase.READY, 60, "Ready after the link returned")
-            assert all(_heartbeat(n) > silent_since[n.pk] for n in nodes)  # reports again
+            wait_for(  # every tray reports again
+                lambda: all(_heartbeat(n) > silent_since[n.pk] for n in nodes), 30, "heartbeats"
+            )
             assert {h: fleet.daemon_pid(h) for h in hosts} == pids  # never restarted
             assert {h: fleet.channel_devices(h) for h in hosts} == channels
             assert phases.seen[0] == Phase.READY and phases.seen[-1] == Phase.READY

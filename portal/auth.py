@@ -1,17 +1,26 @@
-"""Authentication backend: the demo's well-known logins only work while DEBUG is on.
+"""The one authentication backend: every password form (the portal's /login/ and Django
+admin's /django-admin/login/) goes through it, so both follow one sign-in policy
+(portal/signin.py): an address over its failure budget and a locked (account, address)
+pair get no password checked at all.
 
-With DEBUG off the demo users are inert: their password is refused here, their sessions
-(ModelBackend.get_user asks `user_can_authenticate`, so websockets too) and their API
-tokens (portal/api/authentication.py asks `demo_user_refused`).
+The demo's well-known logins only work while DEBUG is on. With DEBUG off the demo users are
+inert: their password is refused here, their sessions (ModelBackend.get_user asks
+`user_can_authenticate`, so websockets too) and their API tokens
+(portal/api/authentication.py asks `demo_user_refused`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from axes.backends import AxesStandaloneBackend
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import AnonymousUser, User
+from django.core.exceptions import PermissionDenied
 
 from domains.tenancy.seed import DEMO_GROUP
+from portal.ratelimit import LOGIN_FAILURES, client_address
 
 
 def demo_user_refused(user: User) -> bool:
@@ -21,7 +30,23 @@ def demo_user_refused(user: User) -> bool:
     return user.groups.filter(name=DEMO_GROUP).exists()
 
 
-class PortalModelBackend(ModelBackend):
+class PortalModelBackend(AxesStandaloneBackend, ModelBackend):
+    """Django's ModelBackend behind the sign-in policy (django-axes' backend, so its checks
+    find it in AUTHENTICATION_BACKENDS)."""
+
+    def authenticate(
+        self, request: Any, username: str | None = None, password: str | None = None, **kw: Any
+    ) -> User | None:
+        # A request made up in-process (the test client's login(), a management command)
+        # has no client address to count; none reachable from outside lacks one.
+        if request is not None and getattr(request, "META", {}).get("REMOTE_ADDR"):
+            if LOGIN_FAILURES.exceeded(client_address(request)):
+                # Stops authenticate() at once; Django reports a failed sign-in as usual.
+                raise PermissionDenied("too many failed sign-ins from this address")
+            # Raises PermissionDenied while the (account, address) pair is locked out.
+            AxesStandaloneBackend.authenticate(self, request, username, password, **kw)
+        return ModelBackend.authenticate(self, request, username, password, **kw)
+
     def user_can_authenticate(self, user: User | AnonymousUser | None) -> bool:
         if user is None or not super().user_can_authenticate(user):
             return False

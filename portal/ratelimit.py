@@ -29,7 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.core.cache import cache
 from django.forms.utils import ErrorDict
@@ -161,57 +160,41 @@ class RateLimit:
         return max(1, self.window_s - int(time.time()) % self.window_s)
 
 
-# Failed sign-ins per client address: 20 per 5 minutes stops guessing, not typos.
+# Failed sign-ins per client address, whatever account they try (portal.signin): 20 per 5
+# minutes stops guessing, not typos. Per account and address, django-axes locks out.
 LOGIN_FAILURES = RateLimit(scope="login-failures", limit=20, window_s=300)
-# Failed sign-ins per account, from anywhere: guessing one password from many addresses.
-ACCOUNT_FAILURES = RateLimit(scope="login-failures-account", limit=10, window_s=300)
-# Failed bearer tokens per client address (a scanner trying tokens).
-TOKEN_FAILURES = RateLimit(scope="token-failures", limit=30, window_s=300)
+# Failed bearer tokens per client address (a scanner), and per token prefix and address (a
+# script retrying a revoked token): past either, failures are answered 429 instead of 401.
+# Only failures: a valid token always works (portal/api/authentication.py).
+TOKEN_FAILURES = RateLimit(scope="token-failures", limit=100, window_s=300)
+TOKEN_PREFIX_FAILURES = RateLimit(scope="token-failures-prefix", limit=10, window_s=300)
 
 
 def client_address(request: Any) -> str:
-    """The client's address: the peer, or behind PORTAL_TRUSTED_PROXIES reverse proxies the
-    address the outermost of them saw (each appends its peer to X-Forwarded-For). Entries
-    further left are the client's own claims and are never trusted: anyone could pick a
-    fresh budget per request."""
-    meta = getattr(request, "META", {})
-    hops = int(settings.PORTAL.get("TRUSTED_PROXIES", 0) or 0)
-    if hops > 0:
-        chain = [a.strip() for a in meta.get("HTTP_X_FORWARDED_FOR", "").split(",") if a.strip()]
-        if len(chain) >= hops:
-            return chain[-hops]
-    return str(meta.get("REMOTE_ADDR") or "unknown")
-
-
-def _account(request: Any) -> str:
-    return str(request.POST.get("username", "")).strip().lower()[:150]
+    """The client's address as uvicorn reports it: the peer, or, when the peer is one of
+    PORTAL_TRUSTED_PROXIES, what that proxy put in X-Forwarded-For (portal.serve starts
+    uvicorn so). Never read from the request's own headers here: anyone can write them."""
+    return str(getattr(request, "META", {}).get("REMOTE_ADDR") or "unknown")
 
 
 class RateLimitedLoginView(auth_views.LoginView):
-    """Django's LoginView that stops answering password guesses from a noisy address."""
+    """Django's LoginView that answers 429 with a message once the client's address is over
+    its failure budget (portal.signin counts failures and locks account/address pairs)."""
 
     limit = LOGIN_FAILURES
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if self.limit.exceeded(client_address(request)) or ACCOUNT_FAILURES.exceeded(
-            _account(request)
-        ):
+        if self.limit.exceeded(client_address(request)):
             # Refuse without validating the form: validation would check the password.
             form = self.get_form()
             form.cleaned_data = {}
             form._errors = ErrorDict()  # type: ignore[attr-defined]  # Django's own, unstubbed
             form.add_error(
                 None,
-                "Too many failed sign-in attempts from your address or for this account; "
+                "Too many failed sign-in attempts from your address; "
                 f"try again in {self.limit.retry_after()} seconds.",
             )
             response = self.render_to_response(self.get_context_data(form=form), status=429)
             response["Retry-After"] = str(self.limit.retry_after())
             return response
         return super().post(request, *args, **kwargs)
-
-    def form_invalid(self, form: Any) -> HttpResponse:
-        self.limit.hit(client_address(self.request))
-        if _account(self.request):
-            ACCOUNT_FAILURES.hit(_account(self.request))
-        return super().form_invalid(form)

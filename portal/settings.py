@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "axes",
     "domains.audit",
     "domains.inventory",
     "domains.tenancy",
@@ -95,6 +96,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out sign-in into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -335,9 +338,10 @@ PORTAL: PortalSettings = {
     # The smallest domain a tenant may request (trays). Free trays of a clique fewer than
     # this can serve nobody: the fabric view counts them as stranded.
     "SMALLEST_REQUEST_NODES": env_int("PORTAL_MIN_DOMAIN_NODES", 1),
-    # Reverse proxies (ingress) in front of the web processes: the client address for the
-    # sign-in rate limits is then read from X-Forwarded-For, that many hops from the right.
-    "TRUSTED_PROXIES": env_int("PORTAL_TRUSTED_PROXIES", 0),
+    # Reverse proxies (ingress) in front of the web processes, as addresses or networks:
+    # only their X-Forwarded-For/-Proto are believed, by uvicorn (`python -m portal.serve`
+    # passes them as --forwarded-allow-ips). Empty: no proxy, the peer is the client.
+    "TRUSTED_PROXIES": env_list("PORTAL_TRUSTED_PROXIES"),
     # Notifications: links in e-mail start with BASE_URL; an e-mail or webhook is tried
     # NOTIFY_ATTEMPTS times, the first retry after NOTIFY_BACKOFF_S seconds, then doubling.
     "BASE_URL": os.environ.get("PORTAL_BASE_URL", ""),
@@ -386,4 +390,16 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
+# --- sign-in policy (portal/signin.py): the portal's and Django admin's forms alike ----------
+# One backend: an address over its failure budget or a locked (account, address) pair gets
+# no password checked at all (portal/auth.py).
 AUTHENTICATION_BACKENDS = ["portal.auth.PortalModelBackend"]
+# Lock out the (account, address) pair, never the account alone: a guesser cannot lock a
+# user out from elsewhere. The address-only budget is portal.ratelimit.LOGIN_FAILURES.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_FAILURE_LIMIT = env_int("PORTAL_SIGNIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("PORTAL_SIGNIN_COOLOFF_MIN", 15))
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "portal.signin.axes_client_ip"
+AXES_LOCKOUT_CALLABLE = "portal.signin.lockout_response"
+AXES_VERBOSE = False  # its own log lines name accounts; the lockout is logged by Django

@@ -24,7 +24,7 @@ class PortalSettings(TypedDict):
     KUBE_SLOT_LABEL: str  # node label holding a tray's 1-based slot; "" = next free slot
     METRICS_TOKEN: str
     SMALLEST_REQUEST_NODES: int  # smallest domain a tenant may request, in trays
-    TRUSTED_PROXIES: int  # reverse proxies in front of the web processes
+    TRUSTED_PROXIES: list[str]  # reverse proxies in front of the web processes
     BASE_URL: str  # the portal's address as users reach it (links in e-mail); "" = none
     NOTIFY_ATTEMPTS: int  # tries at sending one e-mail or webhook notification
     NOTIFY_BACKOFF_S: int  # first retry after this, then doubling

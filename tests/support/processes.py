@@ -121,7 +121,9 @@ def start_server(host: str = "127.0.0.1", **env: str) -> tuple[Proc, str]:
     proc = Proc(
         "web",
         [
-            str(VENV_BIN / "uvicorn"),
+            str(VENV_BIN / "python"),
+            "-m",
+            "portal.serve",  # as production starts it: proxy headers per PORTAL_TRUSTED_PROXIES
             "portal.asgi:application",
             "--host",
             host,

@@ -1,0 +1,111 @@
+"""One sign-in policy against the real server (issue 16, findings 1 and 5): Django admin's
+form is limited like the portal's, failures are keyed on (account, address) so nobody can
+lock a user out from elsewhere, a made-up X-Forwarded-For buys no fresh budget, and bad
+bearer tokens never make a valid one from the same address wait."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from django.conf import settings
+
+from portal.ratelimit import LOGIN_FAILURES, TOKEN_FAILURES
+from tests import factories
+from tests.security.conftest import IP_PREFIX, bearer
+from tests.support.processes import running, start_server
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+ADMIN_LOGIN = "/django-admin/login/"
+PORTAL_LOGIN = "/login/"
+ELSEWHERE = f"{IP_PREFIX}.250.1"  # another client: a loopback source address of our own
+
+
+def sign_in(http: httpx.Client, path: str, username: str, password: str, **headers: str):
+    """One password attempt through the form, as a browser makes it (CSRF cookie and field)."""
+    http.cookies.clear()
+    page = http.get(path, headers=headers)
+    assert page.status_code == 200, page.text[:300]
+    form = {
+        "username": username,
+        "password": password,
+        "csrfmiddlewaretoken": http.cookies["csrftoken"],
+        "next": "/django-admin/" if path == ADMIN_LOGIN else "/",
+    }
+    return http.post(path, data=form, headers=headers)
+
+
+def signed_in(resp) -> bool:
+    return resp.status_code == 302 and "sessionid" in resp.cookies
+
+
+def test_django_admins_form_stops_a_brute_force_and_counts_for_the_portals(http, operator):
+    answers = [sign_in(http, ADMIN_LOGIN, "operator", f"guess-{i}").status_code for i in range(25)]
+    limit = settings.AXES_FAILURE_LIMIT
+    assert answers[: limit - 1] == [200] * (limit - 1)  # the form again, "wrong password"
+    assert set(answers[limit:]) == {429}, answers
+    right = operator.raw_password
+    locked = sign_in(http, ADMIN_LOGIN, "operator", right)
+    assert locked.status_code == 429 and not signed_in(locked)
+    assert "Sign-in paused" in locked.text and int(locked.headers["Retry-After"]) > 0
+    # One policy: the portal's own form is locked for this account and address too.
+    assert sign_in(http, PORTAL_LOGIN, "operator", right).status_code == 429
+
+
+def test_nobody_can_lock_a_user_out_from_elsewhere(http, server, tenant_a):
+    for i in range(30):
+        sign_in(http, PORTAL_LOGIN, "alice", f"guess-{i}")
+    assert sign_in(http, PORTAL_LOGIN, "alice", tenant_a.raw_password).status_code == 429
+    transport = httpx.HTTPTransport(local_address=ELSEWHERE)
+    with httpx.Client(base_url=server.url, transport=transport, timeout=30) as victim:
+        assert signed_in(sign_in(victim, PORTAL_LOGIN, "alice", tenant_a.raw_password))
+    LOGIN_FAILURES.reset(ELSEWHERE)
+
+
+def test_a_made_up_forwarded_for_buys_no_fresh_budget(http, tenant_a):
+    def spoofed() -> dict[str, str]:
+        return {"X-Forwarded-For": f"198.51.100.{uuid.uuid4().int % 250 + 1}"}
+
+    for i in range(settings.AXES_FAILURE_LIMIT):
+        sign_in(http, PORTAL_LOGIN, "alice", f"guess-{i}", **spoofed())
+    assert (
+        sign_in(http, PORTAL_LOGIN, "alice", tenant_a.raw_password, **spoofed()).status_code == 429
+    )
+    # The per-address budget, across accounts, is not reset by the header either.
+    for i in range(LOGIN_FAILURES.limit):
+        sign_in(http, PORTAL_LOGIN, f"nobody-{i}", "x", **spoofed())
+    carol = factories.make_user("carol")
+    assert sign_in(http, PORTAL_LOGIN, "carol", carol.raw_password, **spoofed()).status_code == 429
+
+
+@pytest.fixture
+def behind_a_proxy(transactional_db) -> Iterator[str]:
+    """A web process behind a reverse proxy at 127.0.0.1 (PORTAL_TRUSTED_PROXIES)."""
+    proc, url = start_server(PORTAL_TRUSTED_PROXIES="127.0.0.1")
+    with running(proc):
+        yield url
+
+
+def test_behind_a_trusted_proxy_the_forwarded_address_is_the_client(behind_a_proxy, tenant_a):
+    LOGIN_FAILURES.reset("127.0.0.1")
+    attacker, user = {"X-Forwarded-For": "203.0.113.7"}, {"X-Forwarded-For": "203.0.113.8"}
+    with httpx.Client(base_url=behind_a_proxy, timeout=30) as proxy:
+        for i in range(settings.AXES_FAILURE_LIMIT):
+            sign_in(proxy, PORTAL_LOGIN, "alice", f"guess-{i}", **attacker)
+        right = tenant_a.raw_password
+        assert sign_in(proxy, PORTAL_LOGIN, "alice", right, **attacker).status_code == 429
+        assert signed_in(sign_in(proxy, PORTAL_LOGIN, "alice", right, **user))
+    LOGIN_FAILURES.reset("203.0.113.7")
+
+
+def test_bad_tokens_never_make_a_valid_token_from_the_same_address_wait(http, tenant_a):
+    answers = {
+        http.get("/api/v1/racks/", headers={"Authorization": f"Bearer dpt_{i:06d}x"}).status_code
+        for i in range(TOKEN_FAILURES.limit + 5)
+    }
+    assert answers == {401, 429}
+    assert http.get("/api/v1/racks/", headers=bearer(tenant_a)).status_code == 200
+    TOKEN_FAILURES.reset("127.0.0.1")

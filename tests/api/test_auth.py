@@ -341,6 +341,10 @@ def test_with_redis_away_the_token_limit_counts_locally_and_never_errors(
     }
     monkeypatch.setattr(ratelimit._backend, "_away_until", 0.0)
     with caplog.at_level("WARNING", logger="portal.ratelimit"):
-        assert good.get(RACKS).status_code == 200
-    assert "answers again" in caplog.records[-1].getMessage()
+        assert good.get(RACKS).status_code == 200  # a valid token never asks the limiter
+        other = APIClient(REMOTE_ADDR=fresh_address())
+        other.credentials(HTTP_AUTHORIZATION="Bearer dpt_other")
+        assert other.get(RACKS).status_code == 401
+    messages = [r.getMessage() for r in caplog.records if r.name == "portal.ratelimit"]
+    assert "answers again" in messages[-1]
     assert TOKEN_FAILURES.count(address) == 0  # local counts are not carried over

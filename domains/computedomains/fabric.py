@@ -295,6 +295,14 @@ def _holders(rack_ids: list[int]) -> dict[int, Holder]:
     }
 
 
+def fleet_holders() -> dict[int, str]:
+    """Every tray held by a domain → that domain's namespace name, in one query."""
+    rows = DomainMember.objects.filter(active=True).values_list(
+        "node_id", "domain__namespace__name"
+    )
+    return dict(rows)
+
+
 def unracked_trays(limit: int = 200) -> list[Node]:
     """Trays that joined without a rack and slot (e.g. agents on unlabelled hosts): they
     cannot be drawn in an elevation, but operators must still find them."""

@@ -230,6 +230,17 @@ def formation_step_durations() -> dict[str, QuerySet[Any]]:
 # --- quota usage ------------------------------------------------------------------------------
 
 
+def domain_phase_counts() -> dict[str, int]:
+    """How many domains are in each live phase (the fleet's band: Pending, Degraded …)."""
+    rows = (
+        ComputeDomain.objects.filter(phase__in=LIVE_PHASES)
+        .values_list("phase")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return dict(rows)
+
+
 def quota_usage(namespace: Namespace) -> dict[str, int]:
     """What the namespace holds now: every live domain counts, queued ones included."""
     agg = ComputeDomain.objects.filter(namespace=namespace, phase__in=LIVE_PHASES).aggregate(

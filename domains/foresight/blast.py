@@ -176,7 +176,7 @@ def scope_named(kind: str, name: str) -> Scope:
         if rack is not None:
             return rack_scope(rack)
     elif kind == "clique":
-        clique = _clique_by_label(name)
+        clique = clique_by_label(name)
         if clique is not None:
             return clique_scope(clique)
     elif kind == "switch_tray":
@@ -192,7 +192,7 @@ def scope_named(kind: str, name: str) -> Scope:
     raise NotFound(f"no {kind.replace('_', ' ')} named {name!r}", field="name")
 
 
-def _clique_by_label(label: str) -> Clique | None:
+def clique_by_label(label: str) -> Clique | None:
     uuid, _, number = label.rpartition(".")
     if uuid and number.isdigit():
         return Clique.objects.filter(cluster_uuid=uuid, clique_id=int(number)).first()

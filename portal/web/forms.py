@@ -16,6 +16,7 @@ from domains.inventory.models import PartState
 from domains.notifications.models import Channel, Kind
 from domains.tenancy.models import Role
 from domains.tenancy.selectors import namespaces_visible_to
+from portal.web.fleet import STATE_FILTERS, Filters
 
 # A GB200 compute tray has 4 GPUs; a GPU count asked for is rounded up to whole trays.
 GPUS_PER_TRAY = 4
@@ -190,6 +191,15 @@ class QuotaForm(forms.Form):
         label="Approval above (trays)", min_value=0, required=False
     )
 
+    def show_usage(self, usage: dict[str, int]) -> None:
+        """Beside each limit, what the namespace uses now (live domains)."""
+        for name, key, noun in (
+            ("max_gpus", "gpus", "GPUs"),
+            ("max_nodes", "nodes", "trays"),
+            ("max_domains", "domains", "live domains"),
+        ):
+            self.fields[name].help_text = f"In use now: {usage.get(key, 0)} {noun}."
+
     @classmethod
     def initial_from(cls, quota) -> dict:
         if quota is None:
@@ -235,6 +245,47 @@ class DomainFilterForm(forms.Form):
     phase = forms.ChoiceField(
         choices=[("", "Any phase"), ("live", "Live"), *Phase.choices], required=False
     )
+
+
+class FleetFilterForm(forms.Form):
+    """The fleet view's filters; the tenant and clique choices come from the fleet read."""
+
+    q = forms.CharField(label="Hostname", required=False, max_length=200)
+    state = forms.ChoiceField(required=False)
+    tenant = forms.ChoiceField(required=False)
+    clique = forms.ChoiceField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._choice("state").choices = [
+            ("", "Any state"),
+            *((key, words) for key, (words, _) in STATE_FILTERS.items()),
+        ]
+        # Until `offer` knows the fleet, any value passes; unknown ones simply match nothing.
+        for name in ("tenant", "clique"):
+            value = self.data.get(name, "") if self.is_bound else ""
+            self._choice(name).choices = [("", ""), (value, value)] if value else [("", "")]
+
+    def _choice(self, name: str) -> forms.ChoiceField:
+        field = self.fields[name]
+        assert isinstance(field, forms.ChoiceField)
+        return field
+
+    def offer(self, namespaces: list[str], cliques: list[tuple[str, str]]) -> None:
+        self._choice("tenant").choices = [("", "Any tenant"), *((n, n) for n in namespaces)]
+        self._choice("clique").choices = [
+            ("", "Any clique"),
+            *((label, name if name == label else f"{name} ({label})") for label, name in cliques),
+        ]
+
+    def filters(self) -> Filters:
+        data = self.cleaned_data
+        return Filters(
+            state=data.get("state") or "",
+            tenant=data.get("tenant") or "",
+            clique=data.get("clique") or "",
+            q=(data.get("q") or "").strip(),
+        )
 
 
 class AuditFilterForm(forms.Form):

@@ -12,6 +12,7 @@ operator_patterns = (
     [
         path("", operator.fabric, name="fabric"),
         path("racks/<str:name>/", operator.rack, name="rack"),
+        path("cliques/<str:label>/", operator.clique, name="clique"),
         path("nodes/<str:hostname>/", operator.node, name="node"),
         path("nodes/<str:hostname>/<str:action>/", operator.node_action, name="node_action"),
         path("trays/bulk/", operator.bulk_action, name="bulk_action"),
@@ -59,6 +60,8 @@ admin_patterns = (
             name="member_remove",
         ),
         path("audit/", admin.audit, name="audit"),
+        path("tokens/", admin.tokens, name="tokens"),
+        path("tokens/<int:token_id>/revoke/", admin.token_revoke_any, name="token_revoke"),
     ],
     "admin_ui",
 )

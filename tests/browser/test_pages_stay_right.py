@@ -184,3 +184,36 @@ def test_the_rack_and_tray_pages_fit_a_phone(login, portal_url, operator, tenant
         page.goto(path)
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, path
     screenshot(page, "operator-rack-phone")
+
+
+def test_an_operator_filters_the_fleet_and_drains_a_clique_after_seeing_who_it_touches(
+    login, portal_url, operator, tenant_a, ns_a
+):
+    racks = factories.make_racks("18", "9,9", ip_prefix=IP_PREFIX)
+    domain = form(
+        request_domain(
+            ns_a, tenant_a, "train", placement_constraint="rack", placement_target=racks[1].name
+        )
+    )
+    page = login(operator).page("/fabric/")
+    wait_live(page)
+    assert page.inner_text('[data-band="trays-used"]') == "2"
+    page.select_option("#id_tenant", "team-a")
+    page.click("#fleet-filters button[type=submit]")
+    page.wait_for_selector("#fleet-matches >> text=2 matching trays in 1 rack")
+    assert page.locator("#heatmap a.hm").count() == 1
+    screenshot(page, "operator-fleet-filtered")
+
+    clique = domain.members.first().clique
+    page.goto(f"/fabric/cliques/{clique.label}/")
+    page.check("input[data-check-all]")
+    assert page.locator('input[name="tray"]:checked').count() == 9
+    page.click("#bulk-drain")
+    page.wait_for_selector("#bulk-trays")
+    assert page.inner_text("#bulk-changes") == "9"
+    assert "team-a" in page.inner_text(".blast-tenants")
+    screenshot(page, "operator-bulk-drain-preview")
+    page.fill("#id_reason", "busbar work")
+    page.click("#confirm-bulk")
+    page.wait_for_selector(".messages >> text=Drain done on 9 tray(s).")
+    assert Node.objects.filter(clique=clique, state=NodeState.DRAINING).count() == 9

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django import template
 
 from domain_portal import __version__
+from domains.computedomains.models import Phase
+from domains.computedomains.selectors import approvals_visible_to
 from domains.notifications.selectors import unread_count
 from domains.tenancy.models import Membership
 from domains.tenancy.selectors import Viewer
@@ -22,6 +24,14 @@ def member_namespaces(user: Viewer) -> list[str]:
         .order_by("namespace__name")
         .values_list("namespace__name", flat=True)
     )
+
+
+@register.simple_tag
+def pending_approvals(user: Viewer) -> int:
+    """Requests waiting for a portal admin's decision (the navbar badge; one query)."""
+    if not user.is_authenticated:
+        return 0
+    return approvals_visible_to(user).filter(phase=Phase.PENDING).count()
 
 
 @register.simple_tag

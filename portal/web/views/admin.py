@@ -8,9 +8,11 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
+from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from domains.audit.events import Actor
@@ -23,14 +25,16 @@ from domains.computedomains.selectors import (
     approvals_visible_to,
     domains_visible_to,
     events_visible_to,
+    quota_usage,
     usage_by_namespace,
 )
 from domains.errors import DomainError
 from domains.placement.algorithm import place
 from domains.placement.model import Placement, Rejection, Topology
 from domains.tenancy import services as tenancy
-from domains.tenancy.models import Namespace, Quota
+from domains.tenancy.models import ApiToken, Namespace, Quota
 from domains.tenancy.selectors import members_of, namespaces_with_members, namespaces_with_quotas
+from domains.tenancy.tokens import token_revoke
 from portal.web.access import SignedInRequest, admin_required
 from portal.web.fabric import Visibility, draw_racks
 from portal.web.forms import (
@@ -67,6 +71,7 @@ def quota_edit(request: SignedInRequest, ns: str) -> HttpResponse:
     namespace = get_object_or_404(Namespace, name=ns)
     quota = Quota.objects.filter(namespace=namespace).first()
     form = QuotaForm(request.POST or None, initial=QuotaForm.initial_from(quota))
+    form.show_usage(quota_usage(namespace))
     if request.method == "POST" and form.is_valid():
         try:
             tenancy.quota_set(
@@ -116,8 +121,16 @@ def _approval(
         racks = draw_racks(
             read, visibility, rack_names=[outcome.rack], highlight=outcome.node_ids, links=False
         )
+    threshold = quota.approval_above_nodes if quota else None
+    why = (
+        f"{domain.num_nodes} trays is above {domain.namespace.name}'s approval threshold of "
+        f"{threshold} tray{'s' if threshold != 1 else ''}"
+        if threshold is not None and domain.num_nodes > threshold
+        else "an admin asked to approve it"
+    )
     return {
         "domain": domain,
+        "why": why,
         "placement": outcome if isinstance(outcome, Placement) else None,
         "rejection": outcome if isinstance(outcome, Rejection) else None,
         "racks": racks,
@@ -228,11 +241,58 @@ def audit(request: SignedInRequest) -> HttpResponseBase:
         return response
     export = request.GET.copy()
     export["format"] = "csv"
-    return render(
-        request,
-        "admin/audit.html",
-        {"form": form, "events": qs[:AUDIT_PAGE], "page": AUDIT_PAGE, "export": export.urlencode()},
+    # Pages by offset without counting: a count over the whole audit log grows with it.
+    number = _page_number(request.GET.get("page"))
+    start = (number - 1) * AUDIT_PAGE
+    rows = list(qs[start : start + AUDIT_PAGE + 1])
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "form": form,
+        "events": rows[:AUDIT_PAGE],
+        "page": AUDIT_PAGE,
+        "number": number,
+        "first": start + 1,
+        "last": start + len(rows[:AUDIT_PAGE]),
+        "older": number + 1 if len(rows) > AUDIT_PAGE else None,
+        "newer": number - 1 if number > 1 else None,
+        "query": query.urlencode(),
+        "export": export.urlencode(),
+    }
+    return render(request, "admin/audit.html", context)
+
+
+def _page_number(text: str | None) -> int:
+    try:
+        return max(1, min(int(text or 1), 100_000))
+    except ValueError:
+        return 1
+
+
+TOKENS_PAGE = 50
+
+
+@admin_required
+def tokens(request: SignedInRequest) -> HttpResponse:
+    """Every user's API tokens (never their secrets), newest first, to find and revoke."""
+    qs = ApiToken.objects.select_related("user").order_by("-created_at")
+    who = request.GET.get("user", "").strip()
+    if who:
+        qs = qs.filter(user__username__icontains=who)
+    page = Paginator(qs, TOKENS_PAGE).get_page(request.GET.get("page"))
+    context = {"page": page, "tokens": page.object_list, "who": who, "now": timezone.now()}
+    return render(request, "admin/tokens.html", context)
+
+
+@admin_required
+@require_POST
+def token_revoke_any(request: SignedInRequest, token_id: int) -> HttpResponse:
+    token = get_object_or_404(ApiToken.objects.select_related("user"), pk=token_id)
+    token_revoke(actor=Actor.for_user(request.user), token=token)
+    messages.success(
+        request, f"Revoked {token.user.username}'s token {token.name} ({token.prefix}…)."
     )
+    return redirect("admin_ui:tokens")
 
 
 class _Echo:

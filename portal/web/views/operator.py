@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -16,6 +17,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from domains.audit.events import Actor
 from domains.computedomains.fabric import (
+    fabric_read,
     power_shelves_visible_to,
     switch_trays_visible_to,
     unracked_trays,
@@ -39,6 +41,8 @@ from domains.computedomains.trays import (
 from domains.errors import DomainError
 from domains.foresight.blast import (
     blast_radius,
+    clique_by_label,
+    clique_scope,
     rack_scope,
     scope_named,
     tray_scope,
@@ -54,28 +58,54 @@ from domains.foresight.maintenance import (
 from domains.inventory import services as inventory
 from domains.inventory.models import Node, PowerShelf, Rack, SwitchTray
 from portal.web.access import SignedInRequest, operator_required
-from portal.web.fabric import fabric_view
+from portal.web.fabric import Visibility, draw_racks, fabric_view
+from portal.web.fleet import Filters, fleet, heatmap_html
 from portal.web.forms import (
     DomainFilterForm,
+    FleetFilterForm,
     MaintenanceForm,
     PartStateForm,
     ReasonForm,
     apply_error,
 )
 
+RACKS_PER_PAGE = 12
+BULK_LIMIT = 1000  # trays one bulk action may name
+SEARCH_RESULTS = 50
+
 
 @operator_required
 def fabric(request: SignedInRequest) -> HttpResponse:
-    """Every rack as an elevation with per-clique occupancy; `?partial=1` for live refresh."""
-    racks = fabric_view(viewer=request.user)
-    totals = {
-        "racks": len(racks),
-        "free": sum(r.free for r in racks),
-        "trays": sum(len(r.trays) for r in racks),
-        "stranded": sum(c.stranded for r in racks for c in r.cliques),
+    """The fleet: a summary band, filters, every rack as a heat-map tile and a page of rack
+    drawings; `?partial=1` for live refresh. The same queries for 2 racks or 1,000."""
+    form = FleetFilterForm(request.GET or None)
+    filters = form.filters() if form.is_valid() else Filters()
+    the_fleet = fleet(filters)
+    form.offer(the_fleet.namespaces, the_fleet.cliques)
+    if filters.q and len(the_fleet.matches) == 1 and not request.GET.get("partial"):
+        return redirect("operator:node", the_fleet.matches[0].hostname)
+    shown = the_fleet.shown
+    page = Paginator(shown, RACKS_PER_PAGE).get_page(request.GET.get("page"))
+    names = [t.name for t in page.object_list]
+    read = fabric_read(rack_names=names, topology=the_fleet.topology) if names else None
+    racks = draw_racks(read, Visibility.of(request.user)) if read else []
+    query = request.GET.copy()
+    query.pop("page", None)
+    query.pop("partial", None)
+    context = {
+        "form": form,
+        "filters": filters,
+        "fleet": the_fleet,
+        "band": the_fleet.band,
+        "heatmap": heatmap_html(the_fleet, filters),
+        "racks": racks,
+        "page": page,
+        "query": query.urlencode(),
+        "matches": the_fleet.matches[:SEARCH_RESULTS] if filters.active else [],
+        "bulk_ok": filters.active and 0 < len(the_fleet.matches) <= BULK_LIMIT,
+        "unracked": unracked_trays(),
     }
     template = "operator/_fabric.html" if request.GET.get("partial") else "operator/fabric.html"
-    context = {"racks": racks, "totals": totals, "unracked": unracked_trays()}
     return render(request, template, context)
 
 
@@ -94,6 +124,29 @@ def rack(request: SignedInRequest, name: str) -> HttpResponse:
         "switch_trays": switch_trays_visible_to(request.user).filter(rack=the_rack),
         "power_shelves": power_shelves_visible_to(request.user).filter(rack=the_rack),
     }
+    return render(request, template, context)
+
+
+@operator_required
+def clique(request: SignedInRequest, label: str) -> HttpResponse:
+    """One NVLink clique: its trays on their rack, occupancy and fragmentation, the domains
+    on it (what losing or draining it would hit) and bulk actions on its trays."""
+    the_clique = clique_by_label(label)
+    if the_clique is None:
+        raise Http404("no such clique")
+    scope = clique_scope(the_clique)
+    rack = the_clique.rack.name if the_clique.rack else None
+    views = fabric_view(viewer=request.user, rack_names=[rack]) if rack else []
+    trays = [t for v in views for _, t in sorted(v.trays.items()) if t.clique_id == the_clique.pk]
+    summary = next((c for v in views for c in v.cliques if c.clique_id == the_clique.pk), None)
+    context = {
+        "clique": the_clique,
+        "racks": views,
+        "trays": trays,
+        "summary": summary,
+        "blast": blast_radius(scope),
+    }
+    template = "operator/_clique.html" if request.GET.get("partial") else "operator/clique.html"
     return render(request, template, context)
 
 
@@ -148,9 +201,6 @@ def node_action(request: SignedInRequest, hostname: str, action: str) -> HttpRes
     return render(request, "operator/node_action.html", context)
 
 
-BULK_LIMIT = 1000
-
-
 def _next(request: SignedInRequest, data) -> str:
     """Where to go back to after a bulk action: a page of this site, else the fabric."""
     target = data.get("next", "")
@@ -162,8 +212,10 @@ def _next(request: SignedInRequest, data) -> str:
 @operator_required
 @require_http_methods(["GET", "POST"])
 def bulk_action(request: SignedInRequest) -> HttpResponse:
-    """Cordon, drain or uncordon many trays: GET previews which trays it changes and which
-    domains and tenants a drain touches (the trays' blast radius); POST does it."""
+    """Cordon, drain or uncordon many trays: a first GET or POST previews which trays it
+    changes and which domains and tenants it touches (the trays' blast radius); a POST
+    with `confirm=1` does it. (POST for the preview too: a thousand hostnames do not fit
+    in a URL.)"""
     data = request.POST if request.method == "POST" else request.GET
     action = data.get("action", "")
     if action not in TRAY_ACTIONS or not TRAY_ACTIONS[action].bulk:
@@ -171,12 +223,13 @@ def bulk_action(request: SignedInRequest) -> HttpResponse:
         return redirect(_next(request, data))
     chosen = TRAY_ACTIONS[action]
     names = [h for h in data.getlist("tray") if h][:BULK_LIMIT]
+    confirmed = request.method == "POST" and data.get("confirm") == "1"
     trays = list(Node.objects.filter(hostname__in=names).order_by("rack__position", "slot"))
     if not trays:
         messages.error(request, "Select at least one tray first.")
         return redirect(_next(request, data))
-    form = ReasonForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
+    form = ReasonForm(request.POST if confirmed else None)
+    if confirmed and form.is_valid():
         outcomes = trays_act(
             actor=Actor.for_user(request.user),
             nodes=trays,

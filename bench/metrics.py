@@ -1,10 +1,12 @@
 """What a /metrics scrape costs as the history grows.
 
-/metrics computes every figure from the database at scrape time, histograms included, so a
-scrape reads every domain that ever formed and every tray-ready event of their formations.
-This measures one scrape (server time in-process, through the whole Django stack) on the
+/metrics reads its figures from the database at scrape time. Until the lifecycle counted
+its histograms at the transitions (domains/computedomains/tallies.py), a scrape rebuilt them
+from every domain that ever formed and every tray-ready event of their formations. This
+measures one scrape (server time in-process, through the whole Django stack) on the
 100-rack fabric of bench/scale.py, with a history of finished domains of 8 trays added in
-steps: each adds its domains' rows and 8 `member.ready` events per domain.
+steps: each adds its domains' rows, 8 `member.ready` events per domain, and (where the
+code counts them) the observations their transitions would have counted.
 
     .venv/bin/python bench/metrics.py [--history 0,10000,50000] [--repeat 5]
 """
@@ -63,6 +65,8 @@ def add_history(count: int, start: int, rng: random.Random) -> None:
                     )
                 )
             created = ComputeDomain.objects.bulk_create(domains)
+            for d in created:
+                d.created_at = d.admitted_at  # as the UPDATE below makes it
             events = [
                 Event(
                     actor_kind="agent",
@@ -93,8 +97,28 @@ def add_history(count: int, start: int, rng: random.Random) -> None:
                     " WHERE e.domain_id = d.id AND d.id = ANY(%s)",
                     [ids],
                 )
+        _tally(created, rng)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
+
+
+def _tally(domains: list, rng: random.Random) -> None:
+    """What the transitions of these finished domains would have counted (fixture data)."""
+    try:
+        from domains.computedomains import tallies
+    except ImportError:  # the code before the tallies: nothing to count
+        return
+    seconds = tallies.seconds_between
+    tallies.observe(tallies.FORMATION, [seconds(d.created_at, d.ready_at) for d in domains])
+    released = [seconds(d.release_requested_at, d.released_at) for d in domains]
+    tallies.observe(tallies.RELEASE, released)
+    step = tallies.FORMATION_STEP
+    tallies.observe(step, [seconds(d.admitted_at, d.placed_at) for d in domains], label="placed")
+    trays = [rng.uniform(0, seconds(d.placed_at, d.ready_at)) for d in domains for _ in range(8)]
+    tallies.observe(step, trays, label="tray_ready")
+    for namespace_id in {d.namespace_id for d in domains}:
+        ended = sum(1 for d in domains if d.namespace_id == namespace_id)
+        tallies.count(tallies.ENDED, label=f"{namespace_id}:Released", by=ended)
 
 
 def scrape(repeat: int) -> tuple[float, float, int, int]:

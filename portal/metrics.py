@@ -1,11 +1,14 @@
-"""`/metrics` for Prometheus, computed from the database at scrape time.
+"""`/metrics` for Prometheus, read from the database at scrape time.
 
-Every figure is derived from rows (the source of truth) when Prometheus asks, so any number
-of web processes answer the same and nothing is lost on a restart. Histograms count every
-domain that ever completed a step, from timestamps that never change once written, which
-keeps them monotonic as Prometheus expects. prometheus-client's custom collectors render
-the families (the text format or OpenMetrics, whichever the scraper asks for), so every
-family has its HELP and TYPE and its samples in one group.
+Every figure comes from rows (the source of truth) when Prometheus asks, so any number of
+web processes answer the same and nothing is lost on a restart. The histograms and the
+counts of ended domains are counted at the transitions, in the transaction that makes each
+(`domains.computedomains.tallies`), so a scrape reads a fixed number of rows however long
+the history; they only grow, as Prometheus expects. Live domains, quotas, trays and
+channels are counted from their rows, which the history does not grow.
+prometheus-client's custom collectors render the families (the text format or
+OpenMetrics, whichever the scraper asks for), so every family has its HELP and TYPE and
+its samples in one group.
 
 Protected: a staff session, or `Authorization: Bearer <PORTAL_METRICS_TOKEN>`.
 """
@@ -14,12 +17,11 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import timedelta
-from typing import Any, cast
+from typing import cast
 
 import redis
 from django.conf import settings
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from prometheus_client.core import (
@@ -34,36 +36,26 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from domain_portal import __version__
-from domains.computedomains.models import ChannelAllocation, ComputeDomain, Phase
-from domains.computedomains.selectors import (
-    formation_durations,
-    formation_step_durations,
-    release_durations,
-    usage_by_namespace,
-)
+from domains.computedomains import tallies
+from domains.computedomains.models import LIVE_PHASES, ChannelAllocation, ComputeDomain, Phase
+from domains.computedomains.selectors import usage_by_namespace
 from domains.inventory.models import Clique, Node, NodeState
 from domains.tenancy.models import Namespace, Quota
 from domains.tenancy.selectors import is_operator
 
-# Request → Ready and release: seconds to minutes (the formation deadline defaults to 300 s).
-DURATION_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 120, 300, 600)
-# Steps of formation: the portal's own steps take milliseconds, a tray's IMEX seconds.
-STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 120, 300, 600)
 QUOTA_RESOURCES = (("gpus", "max_gpus"), ("nodes", "max_nodes"), ("domains", "max_domains"))
+STEPS = ("admitted", "placed", "tray_ready", "ready")
 
 
-def histogram(
-    rows: QuerySet[Any], bounds: Sequence[float]
-) -> tuple[list[tuple[str, float]], float]:
-    """Cumulative bucket counts and the sum of the `duration` of `rows`, in one query."""
-    counts = {
-        f"le_{i}": Count("duration", filter=Q(duration__lte=timedelta(seconds=bound)))
-        for i, bound in enumerate(bounds)
-    }
-    row = rows.aggregate(total=Count("duration"), sum=Sum("duration"), **counts)
-    buckets = [(floatToGoString(b), row[f"le_{i}"]) for i, b in enumerate(bounds)]
-    buckets.append(("+Inf", row["total"]))
-    return buckets, row["sum"].total_seconds() if row["sum"] else 0.0
+def _histogram(
+    family: HistogramMetricFamily,
+    labels: list[str],
+    counted: tuple[list[tuple[float, int]], float] | None,
+    bounds: Sequence[float],
+) -> None:
+    """One histogram series from its tallied buckets (all at zero when nothing was counted)."""
+    buckets, total = counted or ([(b, 0) for b in (*bounds, tallies.INF)], 0.0)
+    family.add_metric(labels, [(floatToGoString(le), n) for le, n in buckets], total)
 
 
 class DomainCollector(Collector):
@@ -76,7 +68,8 @@ class DomainCollector(Collector):
         formation = HistogramMetricFamily(
             "portal_domain_formation_seconds", "Time from a domain's request to Ready."
         )
-        formation.add_metric([], *histogram(formation_durations(), DURATION_BUCKETS))
+        counted = tallies.histograms(tallies.FORMATION)
+        _histogram(formation, [], counted.get(""), tallies.DURATION_BUCKETS)
         yield formation
         steps = HistogramMetricFamily(
             "portal_domain_formation_step_seconds",
@@ -84,13 +77,15 @@ class DomainCollector(Collector):
             "tray_ready (placed to each tray ready), ready (last tray ready to domain Ready).",
             labels=["step"],
         )
-        for step, rows in formation_step_durations().items():
-            steps.add_metric([step], *histogram(rows, STEP_BUCKETS))
+        counted = tallies.histograms(tallies.FORMATION_STEP)
+        for step in STEPS:
+            _histogram(steps, [step], counted.get(step), tallies.STEP_BUCKETS)
         yield steps
         release = HistogramMetricFamily(
             "portal_domain_release_seconds", "Time from a release request to Released."
         )
-        release.add_metric([], *histogram(release_durations(), DURATION_BUCKETS))
+        counted = tallies.histograms(tallies.RELEASE)
+        _histogram(release, [], counted.get(""), tallies.DURATION_BUCKETS)
         yield release
 
     @staticmethod
@@ -101,8 +96,12 @@ class DomainCollector(Collector):
             "that ever ended so).",
             labels=["namespace", "phase"],
         )
-        rows = ComputeDomain.objects.order_by().values_list("namespace_id", "phase")
-        counts = {(ns, phase): n for ns, phase, n in rows.annotate(n=Count("id"))}
+        live = ComputeDomain.objects.filter(phase__in=LIVE_PHASES).order_by()
+        rows = live.values_list("namespace_id", "phase").annotate(n=Count("id"))
+        counts = {(ns, phase): n for ns, phase, n in rows}
+        for label, n in tallies.counters(tallies.ENDED).items():
+            ns, _, phase = label.partition(":")
+            counts[(int(ns), phase)] = n
         for ns_id, name in namespaces.items():
             for phase in Phase.values:
                 family.add_metric([name, phase], counts.get((ns_id, phase), 0))
@@ -117,16 +116,9 @@ class DomainCollector(Collector):
             "ComputeDomains that ended Failed (an admin's denial is not a failure).",
             labels=["namespace"],
         )
-        rows = (
-            ComputeDomain.objects.filter(phase=Phase.FAILED)
-            .exclude(reason="Denied")
-            .order_by()
-            .values_list("namespace_id")
-            .annotate(n=Count("id"))
-        )
-        counts = dict(rows)
+        counts = tallies.counters(tallies.FAILED)
         for ns_id, name in namespaces.items():
-            family.add_metric([name], counts.get(ns_id, 0))
+            family.add_metric([name], counts.get(str(ns_id), 0))
         return family
 
 

@@ -273,3 +273,22 @@ class DomainClaim(models.Model):
 
     def __str__(self) -> str:
         return f"ResourceClaim {self.namespace}/{self.name} on {self.node}"
+
+
+class Tally(models.Model):
+    """One bucket of a lifecycle histogram, or a counter, kept at the transitions
+    (`computedomains.tallies`), so that /metrics reads a fixed number of rows."""
+
+    series = models.CharField(max_length=64)
+    label = models.CharField(max_length=200, blank=True)  # e.g. the step, or a namespace id
+    le = models.FloatField()  # the bucket's upper bound; +Inf for a counter or the total
+    count = models.BigIntegerField(default=0)
+    total = models.FloatField(default=0.0)  # sum of the values counted (read on +Inf only)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["series", "label", "le"], name="tally_one_row_each")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.series}{{{self.label}}} le={self.le}: {self.count}"

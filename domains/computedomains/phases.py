@@ -24,7 +24,9 @@ from domains.audit.announce import (
     announce_nodes,
 )
 from domains.audit.events import CONTROLLER, Actor, record_event
+from domains.computedomains import tallies
 from domains.computedomains.models import (
+    TERMINAL_PHASES,
     ChannelAllocation,
     ComputeDomain,
     DomainMember,
@@ -60,6 +62,10 @@ def set_phase(
             setattr(domain, name, value)
     if bump:
         domain.refresh_from_db(fields=["generation"])
+    if new in TERMINAL_PHASES:
+        tallies.count(tallies.ENDED, label=f"{domain.namespace_id}:{new}")
+        if new == Phase.FAILED and domain.reason != "Denied":  # a denial is not a failure
+            tallies.count(tallies.FAILED, label=str(domain.namespace_id))
     return True
 
 
@@ -89,7 +95,9 @@ def request_id_from(domain: ComputeDomain) -> Iterator[None]:
 
 # What aggregation and its messages and events read of each member (it runs on every
 # member's change, and whole rows with their trays cost more than the rest of a report).
-_AGGREGATE_FIELDS = ("domain_id", "index", "active", "state", "message", "step", "node__hostname")
+_AGGREGATE_FIELDS = (
+    "domain_id", "index", "active", "state", "message", "step", "ready_at", "node__hostname",
+)  # fmt: skip
 
 
 def aggregate(domain: ComputeDomain, *, members: list[DomainMember] | None = None) -> bool:
@@ -135,6 +143,7 @@ def _aggregate_forming(
             lease_expires_at=expires,
         ):
             _phase_event(domain, "domain.ready", message, [])
+            _tally_formation(domain, members)
             return True
         return False
     failed = [m for m in not_ready if m.state == MemberState.FAILED]
@@ -142,6 +151,22 @@ def _aggregate_forming(
         return _update_message(domain, "MemberFailed", _not_ready_message(failed))
     ready = len(members) - len(not_ready)
     return _update_message(domain, "Forming", f"{ready} of {len(members)} members ready")
+
+
+def _tally_formation(domain: ComputeDomain, members: list[DomainMember]) -> None:
+    """The formation's figures, once, as it turns Ready: request → Ready, each tray's
+    placed → ready, the last tray's ready → Ready (the portal's own share)."""
+    trays = [m.ready_at for m in members if m.active and m.ready_at is not None]
+    formation = tallies.seconds_between(domain.created_at, domain.ready_at)
+    tallies.observe(tallies.FORMATION, [formation])
+    tallies.observe(
+        tallies.FORMATION_STEP,
+        [tallies.seconds_between(domain.placed_at, at) for at in trays],
+        label="tray_ready",
+    )
+    if trays:
+        last = tallies.seconds_between(max(trays), domain.ready_at)
+        tallies.observe(tallies.FORMATION_STEP, [last], label="ready")
 
 
 def _aggregate_degraded(
@@ -229,6 +254,9 @@ def finish_release(domain: ComputeDomain) -> bool:
     )
     node_ids = list(domain.members.values_list("node_id", flat=True))
     record_event(actor=CONTROLLER, verb="domain.released", obj=domain, message=domain.message)
+    tallies.observe(
+        tallies.RELEASE, [tallies.seconds_between(domain.release_requested_at, domain.released_at)]
+    )
     announce_domain(domain)
     announce_nodes(node_ids)
     announce_capacity_freed()

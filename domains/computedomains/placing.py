@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from domains.audit.announce import announce_desired_state, announce_domain, announce_nodes
 from domains.audit.events import CONTROLLER, record_event
+from domains.computedomains import tallies
 from domains.computedomains.admission import lease_end
 from domains.computedomains.fabric import topology_snapshot
 from domains.computedomains.models import (
@@ -186,6 +187,11 @@ def _form(domain: ComputeDomain, placement: Placement, channels: list[int]) -> N
     announce_domain(domain)
     announce_nodes(placement.node_ids)
     announce_desired_state(placement.node_ids)
+    tallies.observe(
+        tallies.FORMATION_STEP,
+        [tallies.seconds_between(domain.admitted_at, domain.placed_at)],
+        label="placed",
+    )
 
 
 def _mark_unschedulable(domain: ComputeDomain, reasons: Iterable[str]) -> None:

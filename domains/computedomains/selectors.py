@@ -5,22 +5,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db.models import (
     Count,
-    DurationField,
-    ExpressionWrapper,
     F,
-    Max,
     Prefetch,
     QuerySet,
     Sum,
-    Value,
 )
-from django.db.models.functions import Greatest
 
 from domains.audit.models import Event
 from domains.computedomains.models import (
@@ -148,83 +141,6 @@ def domain_channels(domain: ComputeDomain) -> list[int]:
 def queued_domains() -> QuerySet[ComputeDomain]:
     """Admitted domains waiting for capacity, first come first served."""
     return ComputeDomain.objects.filter(phase=Phase.ADMITTED).order_by("admitted_at", "id")
-
-
-# --- how long formation and release took (read by /metrics at scrape time) -----------------
-#
-# Each queryset below has one row per observation with a `duration` annotation. They read
-# only timestamps that never change once written, so the counts they give only grow: a
-# domain joins a step's figures when that step is complete and stays there for good.
-
-MEMBER_READY_VERB = "member.ready"
-
-
-def _non_negative(expression: Any) -> Greatest:
-    """A duration, never below zero. Two stamps of one step can come out a hair apart in
-    the wrong order (`created_at` is taken at INSERT, after the service's `now`), or from
-    two hosts' clocks; either way the step took no measurable time."""
-    return Greatest(
-        ExpressionWrapper(expression, output_field=DurationField()),
-        Value(timedelta(0)),
-        output_field=DurationField(),
-    )
-
-
-def _durations(start: str, end: str) -> QuerySet[Any]:
-    return (
-        ComputeDomain.objects.filter(**{f"{start}__isnull": False, f"{end}__isnull": False})
-        .order_by()
-        .annotate(duration=_non_negative(F(end) - F(start)))
-        .values("duration")
-    )
-
-
-def formation_durations() -> QuerySet[Any]:
-    """Request → Ready, one row per domain that became Ready."""
-    return _durations("created_at", "ready_at")
-
-
-def release_durations() -> QuerySet[Any]:
-    """Release requested → Released, one row per released domain."""
-    return _durations("release_requested_at", "released_at")
-
-
-def _member_ready_events() -> QuerySet[Event]:
-    """Each member tray becoming ready, up to the moment its domain was Ready.
-
-    From the event log, not the member rows: a member's `ready_at` moves whenever the tray
-    recovers later on, while the events at or before the domain's `ready_at` never change.
-    """
-    return Event.objects.filter(
-        verb=MEMBER_READY_VERB,
-        node__isnull=False,
-        domain__placed_at__isnull=False,
-        domain__ready_at__isnull=False,
-        created_at__lte=F("domain__ready_at"),
-    ).order_by()
-
-
-def formation_step_durations() -> dict[str, QuerySet[Any]]:
-    """The formation timeline by step, so an operator sees which one is slow:
-
-    admitted    request → admitted (quota check, and an admin's approval when required)
-    placed      admitted → placed on trays (includes waiting for free trays)
-    tray_ready  placed → that tray's IMEX daemon ready with its peers (one row per tray;
-                the last time it became ready before the domain did)
-    ready       the last tray ready → the domain Ready (the portal's aggregation)
-
-    The last two count domains that became Ready; the first two every domain that got
-    that far, whatever happened next.
-    """
-    since_placed = _non_negative(Max("created_at") - Max("domain__placed_at"))
-    until_ready = _non_negative(Max("domain__ready_at") - Max("created_at"))
-    events = _member_ready_events()
-    return {
-        "admitted": _durations("created_at", "admitted_at"),
-        "placed": _durations("admitted_at", "placed_at"),
-        "tray_ready": events.values("domain_id", "node_id").annotate(duration=since_placed),
-        "ready": events.values("domain_id").annotate(duration=until_ready),
-    }
 
 
 # --- quota usage ------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from domains.audit.announce import (
     announce_placement_wanted,
 )
 from domains.audit.events import CONTROLLER, Actor, record_event
-from domains.computedomains import admission
+from domains.computedomains import admission, tallies
 from domains.computedomains.fabric import topology_snapshot
 from domains.computedomains.forecast import spec_forecast
 from domains.computedomains.models import (
@@ -136,8 +136,14 @@ def _create(
         record_event(actor=CONTROLLER, verb="domain.awaiting_approval", obj=domain)
     else:
         record_event(actor=CONTROLLER, verb="domain.admitted", obj=domain)
+        _tally_admitted(domain)
     announce_domain(domain)
     return domain
+
+
+def _tally_admitted(domain: ComputeDomain) -> None:
+    seconds = tallies.seconds_between(domain.created_at, domain.admitted_at)
+    tallies.observe(tallies.FORMATION_STEP, [seconds], label="admitted")
 
 
 def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
@@ -235,6 +241,7 @@ def domain_approve(*, actor: Actor, domain: ComputeDomain) -> ComputeDomain:
         ):
             raise InvalidTransition(f"{locked} is {locked.phase}, not waiting for approval")
         record_event(actor=actor, verb="domain.approved", obj=locked)
+        _tally_admitted(locked)
         announce_domain(locked)
         announce_placement_wanted(locked.pk)
         return locked
@@ -281,6 +288,7 @@ def domain_release(*, actor: Actor, domain: ComputeDomain, reason: str = "") -> 
                 message=message,
             ):
                 record_event(actor=actor, verb="domain.released", obj=locked, message=message)
+                tallies.observe(tallies.RELEASE, [0.0])  # it held nothing to wait for
                 announce_domain(locked)
         elif locked.phase in HOLDING_PHASES:
             _begin_release(locked, actor, message, now)

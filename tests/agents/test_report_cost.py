@@ -22,9 +22,10 @@ pytestmark = pytest.mark.django_db
 
 SIZES = (2, 16)  # both fit the 18 trays of `topology` at once
 # The fold of a burst: the trays' reports; the domain's lock, its members, one UPDATE of the
-# members, one INSERT of their events, the phase's compare-and-set, the domain's event; and
-# here, inside the test's transaction, a savepoint and its release.
-FOLD_QUERIES = 9
+# members, one INSERT of their events, the phase's compare-and-set, the domain's event, the
+# formation's three histograms (/metrics); and here, inside the test's transaction, a
+# savepoint and its release.
+FOLD_QUERIES = 12
 
 
 @pytest.fixture

@@ -1,0 +1,102 @@
+"""Figures of the lifecycle counted when they happen, for /metrics.
+
+A scrape used to rebuild the formation and release histograms from every domain and every
+member-ready event there ever was: 3.2 s at 50,000 finished domains (bench/metrics.py),
+growing without bound. Instead each transition adds its observation here, in the
+transaction that makes it, and a scrape reads a fixed number of rows however long the
+history. A histogram is one row per bucket (`le`, +Inf included) with its cumulative
+count; an observation adds 1 to the count of every bucket at or above it in one UPDATE,
+and its value to their `total` (the +Inf row's total is the histogram's sum). A counter
+is one +Inf row. Each figure only grows, as Prometheus expects of counters and histograms.
+
+What is observed, and where:
+  formation_seconds        request → Ready                   phases.aggregate (Forming → Ready)
+  formation_step_seconds   admitted: request → admitted      services (request, approval)
+                           placed: admitted → placed         placing._form
+                           tray_ready: placed → each tray's last ready report, and
+                           ready: the last tray's → Ready    phases.aggregate (Forming → Ready)
+  release_seconds          release requested → Released      phases.finish_release, services
+  domains_ended            by namespace and phase            phases.set_phase (→ Released, Failed)
+  domains_failed           by namespace, denials left out    phases.set_phase (→ Failed)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from django.db.models import Case, F, IntegerField, Value, When
+
+from domains.computedomains.models import Tally
+
+INF = math.inf
+# Request → Ready and release: seconds to minutes (the formation deadline defaults to 300 s).
+DURATION_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 120, 300, 600)
+# Steps of formation: the portal's own steps take milliseconds, a tray's IMEX seconds.
+STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 120, 300, 600)
+
+FORMATION = "formation_seconds"
+FORMATION_STEP = "formation_step_seconds"
+RELEASE = "release_seconds"
+ENDED = "domains_ended"
+FAILED = "domains_failed"
+BUCKETS = {FORMATION: DURATION_BUCKETS, FORMATION_STEP: STEP_BUCKETS, RELEASE: DURATION_BUCKETS}
+
+
+def seconds_between(start: datetime | None, end: datetime | None) -> float | None:
+    """end - start in seconds, never below zero (two stamps of one step can come out a hair
+    apart in the wrong order: `created_at` is taken at INSERT, after a service's `now`);
+    None when either is missing."""
+    if start is None or end is None:
+        return None
+    return max(0.0, (end - start).total_seconds())
+
+
+def observe(series: str, values: Iterable[float | None], *, label: str = "") -> None:
+    """Add observations to a histogram, in one UPDATE of its bucket rows."""
+    seen = sorted(v for v in values if v is not None)
+    if not seen:
+        return
+    bounds = BUCKETS[series]
+    rows = Tally.objects.filter(series=series, label=label)
+    # Each bucket's count grows by the observations at or below its bound; every row's
+    # total by their sum (only the +Inf row's total is read: the histogram's sum).
+    increments = [When(le=b, then=Value(sum(1 for v in seen if v <= b))) for b in bounds]
+    added = Case(*increments, default=Value(len(seen)), output_field=IntegerField())
+    updates = {"count": F("count") + added, "total": F("total") + sum(seen)}
+    if not rows.update(**updates):
+        _create(series, label, (*bounds, INF))
+        rows.update(**updates)
+
+
+def count(series: str, *, label: str = "", by: int = 1) -> None:
+    """Add to a counter."""
+    rows = Tally.objects.filter(series=series, label=label, le=INF)
+    if not rows.update(count=F("count") + by):
+        _create(series, label, (INF,))
+        rows.update(count=F("count") + by)
+
+
+def _create(series: str, label: str, bounds: Sequence[float]) -> None:
+    """A series' rows, at zero (a concurrent first observation may have made them)."""
+    Tally.objects.bulk_create(
+        [Tally(series=series, label=label, le=b) for b in bounds], ignore_conflicts=True
+    )
+
+
+def histograms(series: str) -> dict[str, tuple[list[tuple[float, int]], float]]:
+    """label → (cumulative (bound, count) pairs, +Inf last; the sum) of one histogram."""
+    out: dict[str, tuple[list[tuple[float, int]], float]] = {}
+    rows = Tally.objects.filter(series=series).order_by("label", "le")
+    for label, le, n, total in rows.values_list("label", "le", "count", "total"):
+        buckets, _ = out.setdefault(label, ([], 0.0))
+        buckets.append((le, n))
+        if le == INF:
+            out[label] = (buckets, total)
+    return out
+
+
+def counters(series: str) -> dict[str, int]:
+    """label → count of one counter."""
+    return dict(Tally.objects.filter(series=series, le=INF).values_list("label", "count"))

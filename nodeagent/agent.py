@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import random
+import signal
 import threading
 import time
 from collections.abc import MutableMapping
@@ -119,6 +121,8 @@ class Agent:
         self.files_checked_at = 0.0
         self.present: list[int] = []
         self.major: int | None = None
+        self.usr1_at = -imex.USR1_INTERVAL_S  # when the daemon was last told to re-resolve
+        self.resolve_due = 0.0  # when to tell it next (0: nothing pending)
         # What the tray serves, as last observed, for the DRA plugin's gRPC threads.
         self.serving: Serving | None = None
         self.serving_changed = threading.Condition()
@@ -263,7 +267,24 @@ class Agent:
             self.files_key, self.files_checked_at = ("" if error else key), now
         if not self.daemon.running():
             error = error or self.start_daemon()
-        return self.observe(want, index, self.present, error)
+            self.resolve_due = 0.0  # a new instance resolves every name at its start
+        elif self.resolve_due and now >= self.resolve_due:
+            self.re_resolve()
+        report, delay = self.observe(want, index, self.present, error)
+        if self.resolve_due:
+            delay = min(delay, max(self.resolve_due - time.monotonic(), 0.01))
+        return report, delay
+
+    def re_resolve(self) -> None:
+        """SIGUSR1: the daemon re-reads the hosts file (processed at most every 5 s, so the
+        agent spaces them; one that came too soon would be ignored and the change missed)."""
+        pid = self.daemon.pid
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR1)
+            self.log.info("IMEX peers changed; nvidia-imex told to re-resolve (SIGUSR1)")
+        self.usr1_at, self.resolve_due = time.monotonic(), 0.0
 
     def start_daemon(self) -> str:
         """Start the tray's daemon unless something stops it; returns what went wrong.
@@ -307,16 +328,25 @@ class Agent:
 
     def apply_files(self, want: DesiredDomain) -> tuple[list[int], str]:
         """IMEX config + nodes file, channel devices, CDI spec → (channels present, error)."""
-        peers = [p["ip"] for p in sorted(want["peers"], key=lambda p: p["index"])]
+        peers = sorted(want["peers"], key=lambda p: p["index"])
+        own = next((p["ip"] for p in peers if p["index"] == want["index"]), "")
         config = imex.render_config(
             paths=self.paths,
-            bind_ip=peers[want["index"]],
+            bind_ip=own,
             server_port=want["imex"]["server_port"],
             cmd_port=want["imex"]["cmd_port"],
             grace_time=self.cfg.imex_grace_time,
             log_level=self.cfg.imex_log_level,
         )
-        nodes = imex.render_nodes(peers)
+        slots = want.get("slots")
+        if slots:
+            # Follows its workload: stable names; a new peer list is a hosts change and a
+            # SIGUSR1, never a restart of this daemon.
+            nodes = imex.render_names(slots)
+            if imex.write_hosts(self.paths.hosts, {p["index"]: p["ip"] for p in peers}):
+                self.resolve_due = max(time.monotonic(), self.usr1_at + imex.USR1_INTERVAL_S)
+        else:
+            nodes = imex.render_nodes([p["ip"] for p in peers])
         restart = imex.write_config(paths=self.paths, config=config, nodes=nodes)
         if restart and self.daemon.running():
             # The daemon reads its config only at start: a new peer list needs a new instance.
@@ -359,6 +389,8 @@ class Agent:
         if state == "READY" or (state and now >= self.next_health_check and waited > 1.0):
             health = self.ctl.domain(index)
             self.next_health_check = now + 1.0
+            if want.get("slots"):
+                health = members_only(health, want)
         self.log.debug("observed daemon=%s domain=%s", state, health.state if health else "-")
         self.set_serving(
             Serving(
@@ -461,10 +493,12 @@ class Agent:
     def teardown(self) -> None:
         self.files_key = ""
         self.restart_at = self.restart_delay = 0.0
+        self.resolve_due = 0.0
         self.daemon.stop(self.cfg.stop_timeout)
         self.channels.remove_all()
         remove_cdi(self.paths.cdi_spec)
         imex.remove_config(self.paths)
+        imex.remove_hosts(self.paths.hosts)
 
     def save_applied(self, want: DesiredDomain) -> None:
         self.applied = {
@@ -565,6 +599,18 @@ class Agent:
             "step": self.last_sent["step"] if self.last_sent else "",
             "conditions": [c["type"] for c in self.facts.conditions()],
         }
+
+
+def members_only(health: imex.DomainHealth, want: DesiredDomain) -> imex.DomainHealth:
+    """A domain that follows its workload lists a name per slot; the slots no member holds
+    never answer, so the daemon calls the domain DEGRADED for good. What matters is the
+    members: UP when this tray is connected to every other member."""
+    members = {p["index"] for p in want["peers"]} - {want["index"]}
+    peers = [p for p in health.peers if p["index"] in members]
+    state = health.state
+    if state in ("UP", "DEGRADED") and all(p["status"] == "CONNECTED" for p in peers):
+        state = "UP" if len(peers) == len(members) else "DEGRADED"
+    return imex.DomainHealth(state=state, peers=peers)
 
 
 def _json(doc: dict[str, Any]) -> str:

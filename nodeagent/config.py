@@ -103,6 +103,12 @@ class Paths:
         return self.root / CDI_SPEC
 
     @property
+    def hosts(self) -> Path:
+        """Where the daemon resolves the stable peer names of a domain that follows its
+        workload (the agent keeps one marked block in it)."""
+        return self.root / "etc/hosts"
+
+    @property
     def cdi_run_dir(self) -> Path:
         """Per-claim CDI specs of the DRA plugin (the runtime reads /var/run/cdi too)."""
         return self.root / "var/run/cdi"

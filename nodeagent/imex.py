@@ -74,6 +74,60 @@ def render_nodes(peer_ips: list[str]) -> str:
     return "".join(f"{ip}\n" for ip in peer_ips)
 
 
+# --- stable names: a domain that follows its workload -----------------------------------------
+# NVIDIA's way to change IMEX membership without restarting anyone: the nodes file lists one
+# stable name per slot, identical on every member and never changed while the domain lives;
+# each tray maps the names of the current members to their IPs in its hosts file, and
+# SIGUSR1 makes the daemon re-resolve them (at most once every 5 s).
+SLOT_PREFIX = "portal-imex-"
+USR1_INTERVAL_S = 5.0
+HOSTS_BEGIN = "# BEGIN domain-portal IMEX peers (written by the node agent)"
+HOSTS_END = "# END domain-portal IMEX peers"
+
+
+def slot_name(index: int) -> str:
+    return f"{SLOT_PREFIX}{index}"
+
+
+def render_names(slots: int) -> str:
+    """The nodes file of a domain that follows its workload: a name per slot."""
+    return "".join(f"{slot_name(i)}\n" for i in range(slots))
+
+
+def write_hosts(path: Path, peers: Mapping[int, str]) -> bool:
+    """Map each member's slot name to its IP in the agent's block of the hosts file, keeping
+    every other line; returns whether the block changed."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    kept = _without_block(text)
+    block = [HOSTS_BEGIN, *(f"{ip}\t{slot_name(i)}" for i, ip in sorted(peers.items())), HOSTS_END]
+    wanted = kept + "\n".join(block) + "\n" if peers else kept
+    return write_atomic(path, wanted)
+
+
+def remove_hosts(path: Path) -> None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return
+    if HOSTS_BEGIN in text:
+        write_atomic(path, _without_block(text))
+
+
+def _without_block(text: str) -> str:
+    lines, inside = [], False
+    for line in text.splitlines():
+        if line == HOSTS_BEGIN:
+            inside = True
+        elif line == HOSTS_END:
+            inside = False
+        elif not inside:
+            lines.append(line)
+    return "".join(f"{line}\n" for line in lines)
+
+
 # What a running daemon cannot follow without a new instance: who its peers are and where it
 # and they listen. Any other key (the log level, the grace time of a newer agent) waits for
 # the daemon's next start: an agent upgrade is never a reason to break running jobs.

@@ -146,6 +146,11 @@ class DesiredDomain(TypedDict):
     peers: list[Peer]  # every member in index order, identical on every member
     imex: ImexPorts
     channels: ChannelSpec
+    # Set for a domain that follows its workload: the nodes file lists `slots` stable names
+    # (`portal-imex-<i>`), `peers` the members now; names are mapped to the members' IPs in
+    # the tray's hosts file and the daemon re-resolves them on SIGUSR1, so a member joining
+    # or leaving never restarts the daemons of the others.
+    slots: NotRequired[int]
 
 
 class ReleaseOrder(TypedDict):
@@ -303,7 +308,9 @@ _DOMAIN = _object(
         },
         "imex": _object({"server_port": _int(1, 65535), "cmd_port": _int(1, 65535)}),
         "channels": _CHANNELS,
-    }
+        "slots": _int(1, 4096),
+    },
+    optional=("slots",),
 )
 DESIRED_STATE_SCHEMA: dict[str, Any] = {
     "$schema": SCHEMA_DIALECT,

@@ -19,7 +19,7 @@ from domains.computedomains.selectors import (
     member_should_run,
 )
 from domains.inventory.models import Node
-from nodeagent.protocol import ChannelSpec, DesiredState
+from nodeagent.protocol import ChannelSpec, DesiredDomain, DesiredState
 
 
 def desired_state_for(node: Node) -> DesiredState:
@@ -40,7 +40,7 @@ def desired_state_for(node: Node) -> DesiredState:
     if not member_should_run(member):
         doc["release"] = {"uid": str(domain.uid), "request_id": domain.request_id}
         return doc
-    doc["domain"] = {
+    want: DesiredDomain = {
         "uid": str(domain.uid),
         "name": f"{domain.namespace.name}/{domain.name}",
         "generation": domain.generation,
@@ -56,6 +56,14 @@ def desired_state_for(node: Node) -> DesiredState:
         },
         "channels": channel_spec(domain, domain_channels(domain)),
     }
+    if domain.follows_workload:
+        # Membership changes without restarts: the nodes file lists a stable name per slot
+        # (as many as the clique has trays, identical on every member), the agents map the
+        # members' names to their IPs and tell the daemon to re-resolve them.
+        want["slots"] = max(
+            Node.objects.filter(clique_id=member.clique_id).count(), member.index + 1
+        )
+    doc["domain"] = want
     return doc
 
 

@@ -95,10 +95,11 @@ def clean_spec(*, namespace: Namespace, spec: DomainSpec) -> CleanSpec:
     constraint, target, largest, max_gpus = _clean_placement(spec)
     num_nodes = _clean_int(spec.num_nodes, "num_nodes")
     smallest = min(smallest_request(), largest)
-    if not smallest <= num_nodes <= largest:
+    # 0: the domain follows its workload (NVIDIA's default): nothing is placed up front.
+    if num_nodes != 0 and not smallest <= num_nodes <= largest:
         raise InvalidInput(
-            f"must be between {smallest} and {largest} (the largest clique"
-            f"{' allowed by the placement constraint' if constraint != 'any' else ''})",
+            f"must be 0 (follow the workload) or between {smallest} and {largest} (the largest "
+            f"clique{' allowed by the placement constraint' if constraint != 'any' else ''})",
             field="num_nodes",
         )
     gpus = max_gpus

@@ -16,14 +16,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from domains.audit.events import Actor, record_event
-from domains.computedomains.models import ComputeDomain, DomainClaim, DomainMember, Phase
-from domains.computedomains.phases import lock_domain
-from domains.errors import Conflict, NotFound, PermissionDenied
-from domains.inventory.models import Node
+from domains.audit.announce import announce_desired_state, announce_domain, announce_nodes
+from domains.audit.events import CONTROLLER, Actor, record_event
+from domains.computedomains import admission
+from domains.computedomains.models import (
+    AllocationMode,
+    ChannelAllocation,
+    ComputeDomain,
+    DomainClaim,
+    DomainMember,
+    Phase,
+)
+from domains.computedomains.phases import (
+    WAITING_FOR_WORKLOAD,
+    WAITING_MESSAGE,
+    aggregate,
+    lock_domain,
+    release_member,
+    set_phase,
+)
+from domains.computedomains.selectors import RUNNING_PHASES, quota_usage
+from domains.errors import Conflict, NotFound, PermissionDenied, QuotaExceeded
+from domains.inventory.models import Node, NodeCondition, NodeState
+from domains.tenancy.models import Namespace, Quota
 
 # Phases in which a claim may be prepared (a releasing domain takes no new pods).
 ADMITTING_PHASES = (Phase.ADMITTED, Phase.FORMING, Phase.READY, Phase.DEGRADED)
@@ -87,7 +106,9 @@ def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef) -> Admission:
         .first()
     )
     joined = False
-    if member is None:
+    if member is None and domain.follows_workload:
+        member, joined = _join(domain, node, claim), True
+    elif member is None:
         hosts = ", ".join(
             domain.members.filter(active=True)
             .order_by("index")
@@ -138,4 +159,165 @@ def claim_release(*, node: Node, claim_uid: str) -> ComputeDomain:
             message=f"ResourceClaim {held.namespace}/{held.name} on {node.hostname}",
             details={"claim_uid": claim_uid},
         )
+        others = DomainClaim.objects.filter(domain=domain, node=node, released_at__isnull=True)
+        if domain.follows_workload and domain.phase in RUNNING_PHASES and not others.exists():
+            _leave(domain, node)
         return domain
+
+
+# --- a domain that follows its workload -------------------------------------------------------
+
+
+def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
+    """The tray becomes a member with the lowest free index, if it may.
+
+    The checks the portal makes before placing a tray, made now: the tray is ready, not
+    cordoned and serves no other domain; it is in the clique of the members the domain has;
+    the namespace's quota has room for one more tray. The caller holds the domain's lock;
+    the namespace row is locked too, as for a request, so two joins cannot both take the
+    last unit of quota.
+    """
+    _check_tray(domain, node, claim)
+    namespace = Namespace.objects.select_for_update().get(pk=domain.namespace_id)
+    quota = admission.quota_of(namespace)
+    members = list(domain.members.filter(active=True).select_related("clique"))
+    clique_id, ip = node.clique_id, node.management_ip
+    assert clique_id is not None and ip  # _check_tray refused a tray without them
+    if members and clique_id != members[0].clique_id:
+        raise Conflict(
+            f"{claim}: tray {node.hostname} is in clique {node.clique.label if node.clique else ''}"
+            f", but ComputeDomain {domain} runs in clique {members[0].clique.label}: keep the "
+            "pods in one NVLink clique (pod affinity on nvidia.com/gpu.clique)"
+        )
+    _check_quota(domain, namespace, quota, len(members), claim)
+    taken = {m.index for m in members}
+    index = next(i for i in range(len(members) + 1) if i not in taken)
+    member = DomainMember.objects.create(
+        domain=domain,
+        node=node,
+        index=index,
+        clique_id=clique_id,
+        ip_address=ip,
+    )
+    if not members and domain.allocation_mode == AllocationMode.SINGLE:
+        _take_channel(domain, clique_id, node, claim)
+    now = timezone.now()
+    deadline = now + settings.PORTAL["FORMATION_DEADLINE"]
+    message = f"{node.hostname} joining as #{index} for {claim}"
+    set_phase(
+        domain,
+        (Phase.ADMITTED, *RUNNING_PHASES),
+        Phase.FORMING,
+        bump=True,
+        placed_at=domain.placed_at or now,
+        formation_deadline=deadline,
+        reason="Forming",
+        message=message,
+    )
+    record_event(
+        actor=Actor.for_agent(node),
+        verb="member.joined",
+        obj=domain,
+        node=node,
+        message=message,
+        details={"index": index, "claim_uid": claim.uid, "generation": domain.generation},
+    )
+    _announce_membership(domain, [node.pk])
+    return member
+
+
+def _check_tray(domain: ComputeDomain, node: Node, claim: ClaimRef) -> None:
+    why = ""
+    if node.state != NodeState.READY or node.gone:
+        why = f"is {'gone' if node.gone else node.get_state_display().lower()}, not ready"
+    elif node.clique_id is None or not node.management_ip:
+        why = "has no NVLink clique or management IP yet"
+    elif NodeCondition.objects.filter(node=node, blocking=True).exists():
+        why = "has a blocking condition (see its page)"
+    elif DomainMember.objects.filter(node=node, active=True).exists():
+        why = "serves another ComputeDomain"
+    if why:
+        raise Conflict(f"{claim}: tray {node.hostname} {why}; ComputeDomain {domain} cannot use it")
+
+
+def _check_quota(
+    domain: ComputeDomain, namespace: Namespace, quota: Quota, have: int, claim: ClaimRef
+) -> None:
+    if quota.max_nodes_per_domain is not None and have + 1 > quota.max_nodes_per_domain:
+        raise QuotaExceeded(
+            f"{claim}: ComputeDomain {domain} already holds {have} trays, the most a domain "
+            f"may hold in namespace {namespace.name}"
+        )
+    usage = quota_usage(namespace)
+    for what, used, more, limit in (
+        ("trays", usage["nodes"], 1, quota.max_nodes),
+        ("GPUs", usage["gpus"], domain.gpus_per_node, quota.max_gpus),
+    ):
+        if limit is not None and used + more > limit:
+            raise QuotaExceeded(
+                f"{claim}: one more tray for ComputeDomain {domain} would exceed the quota of "
+                f"namespace {namespace.name} ({what}: {used} in use + {more} > {limit})"
+            )
+
+
+def _take_channel(domain: ComputeDomain, clique_id: int, node: Node, claim: ClaimRef) -> None:
+    """The domain's channel, in the clique of its first member (Single mode)."""
+    taken = set(
+        ChannelAllocation.objects.filter(clique_id=clique_id, released_at__isnull=True).values_list(
+            "channel", flat=True
+        )
+    )
+    free = next(
+        (c for c in range(1, settings.PORTAL["IMEX_CHANNEL_COUNT"]) if c not in taken), None
+    )
+    if free is None:
+        raise Conflict(f"{claim}: no free IMEX channel left in the clique of {node.hostname}")
+    ChannelAllocation.objects.create(clique_id=clique_id, channel=free, domain=domain)
+
+
+def _leave(domain: ComputeDomain, node: Node) -> None:
+    """The tray's last claim of the domain is gone: it leaves; the others stay as they are
+    (their nodes files do not change: only the hosts mapping and a SIGUSR1)."""
+    member = (
+        DomainMember.objects.select_related("node")
+        .filter(domain=domain, node=node, active=True)
+        .first()
+    )
+    if member is None:
+        return
+    release_member(member, message="left: the last pod holding its claim is gone")
+    remaining = list(domain.members.filter(active=True).values_list("node_id", flat=True))
+    now = timezone.now()
+    if remaining:
+        set_phase(domain, RUNNING_PHASES, domain.phase, bump=True)
+        aggregate(domain)
+    else:
+        ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True).update(
+            released_at=now
+        )
+        set_phase(
+            domain,
+            RUNNING_PHASES,
+            Phase.ADMITTED,
+            bump=True,
+            reason=WAITING_FOR_WORKLOAD,
+            message=WAITING_MESSAGE,
+            formation_deadline=None,
+        )
+    record_event(
+        actor=CONTROLLER,
+        verb="member.left",
+        obj=domain,
+        node=node,
+        message=f"{node.hostname} #{member.index} left; {len(remaining)} tray(s) remain",
+        details={"index": member.index, "generation": domain.generation},
+    )
+    _announce_membership(domain, [node.pk])
+
+
+def _announce_membership(domain: ComputeDomain, changed: list[int]) -> None:
+    """Every member learns the new peer list (the leaver: that it serves nothing now)."""
+    nodes = list(domain.members.filter(active=True).values_list("node_id", flat=True))
+    announce_domain(domain)
+    announce_nodes([*nodes, *changed])
+    announce_desired_state([*nodes, *changed])

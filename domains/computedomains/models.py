@@ -164,6 +164,11 @@ class ComputeDomain(models.Model):
         """`numNodes: 0`: nothing reserved; trays join as the workload's claims arrive."""
         return self.num_nodes == 0
 
+    @property
+    def trays_held(self) -> int:
+        """How many trays the domain holds now (one query; for a domain's own page)."""
+        return self.members.filter(active=True).count()
+
 
 class MemberState(models.TextChoices):
     ASSIGNED = "assigned", "Assigned"
@@ -207,8 +212,15 @@ class DomainMember(models.Model):
             models.UniqueConstraint(
                 fields=["node"], condition=Q(active=True), name="member_one_live_domain_per_node"
             ),
-            models.UniqueConstraint(fields=["domain", "index"], name="member_unique_index"),
-            models.UniqueConstraint(fields=["domain", "node"], name="member_unique_node"),
+            # Among the members that hold their trays: a domain that follows its workload
+            # gives a leaving tray's index to the next one that joins (its name in the nodes
+            # file is stable), and a tray may leave and join again.
+            models.UniqueConstraint(
+                fields=["domain", "index"], condition=Q(active=True), name="member_unique_index"
+            ),
+            models.UniqueConstraint(
+                fields=["domain", "node"], condition=Q(active=True), name="member_unique_node"
+            ),
         ]
 
     def __str__(self) -> str:

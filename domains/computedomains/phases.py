@@ -35,6 +35,14 @@ from domains.computedomains.models import (
 )
 from domains.context import get_request_id, request_id_scope
 
+# A domain that follows its workload and holds no tray (yet, or any more): Admitted, with
+# this reason and message (the UI says "waiting for workload").
+WAITING_FOR_WORKLOAD = "WaitingForWorkload"
+WAITING_MESSAGE = (
+    "waiting for workload: nothing is reserved; trays join as the pods holding its "
+    "ResourceClaims are prepared on them"
+)
+
 # Phases a domain can be failed from (Releasing finishes by release, never by failure).
 FAILABLE_PHASES = (Phase.PENDING, Phase.ADMITTED, Phase.FORMING)
 

@@ -119,7 +119,9 @@ def domain_peer_addresses(domain: ComputeDomain) -> list[tuple[int, str, str]]:
     """(index, IP, hostname) of every member in index order: what the agents' nodes files
     need, without loading 18 members and their trays as models on every desired-state read."""
     return list(
-        domain.members.order_by("index").values_list("index", "ip_address", "node__hostname")
+        domain.members.filter(active=True)
+        .order_by("index")
+        .values_list("index", "ip_address", "node__hostname")
     )
 
 
@@ -139,8 +141,13 @@ def domain_channels(domain: ComputeDomain) -> list[int]:
 
 
 def queued_domains() -> QuerySet[ComputeDomain]:
-    """Admitted domains waiting for capacity, first come first served."""
-    return ComputeDomain.objects.filter(phase=Phase.ADMITTED).order_by("admitted_at", "id")
+    """Admitted domains waiting for capacity, first come first served (a domain that
+    follows its workload waits for its pods, not for placement)."""
+    return (
+        ComputeDomain.objects.filter(phase=Phase.ADMITTED)
+        .exclude(num_nodes=0)
+        .order_by("admitted_at", "id")
+    )
 
 
 # --- quota usage ------------------------------------------------------------------------------
@@ -158,27 +165,26 @@ def domain_phase_counts() -> dict[str, int]:
 
 
 def quota_usage(namespace: Namespace) -> dict[str, int]:
-    """What the namespace holds now: every live domain counts, queued ones included."""
-    agg = ComputeDomain.objects.filter(namespace=namespace, phase__in=LIVE_PHASES).aggregate(
+    """What the namespace holds now: every live domain counts, queued ones included; a
+    domain that follows its workload counts the trays it holds at the moment."""
+    return usage_by_namespace(namespace.pk).get(namespace.pk, {"domains": 0, "nodes": 0, "gpus": 0})
+
+
+def usage_by_namespace(namespace_id: int | None = None) -> dict[int, dict[str, int]]:
+    """quota_usage for every namespace (or one) in two queries (for lists and metrics)."""
+    live = ComputeDomain.objects.filter(phase__in=LIVE_PHASES)
+    members = DomainMember.objects.filter(
+        active=True, domain__num_nodes=0, domain__phase__in=LIVE_PHASES
+    )
+    if namespace_id is not None:
+        live = live.filter(namespace_id=namespace_id)
+        members = members.filter(domain__namespace_id=namespace_id)
+    rows = live.values("namespace_id").annotate(
         domains=Count("id"),
         nodes=Sum("num_nodes"),
         gpus=Sum(F("num_nodes") * F("gpus_per_node")),
     )
-    return {k: int(v or 0) for k, v in agg.items()}
-
-
-def usage_by_namespace() -> dict[int, dict[str, int]]:
-    """quota_usage for every namespace in one query (for lists and metrics)."""
-    rows = (
-        ComputeDomain.objects.filter(phase__in=LIVE_PHASES)
-        .values("namespace_id")
-        .annotate(
-            domains=Count("id"),
-            nodes=Sum("num_nodes"),
-            gpus=Sum(F("num_nodes") * F("gpus_per_node")),
-        )
-    )
-    return {
+    usage = {
         r["namespace_id"]: {
             "domains": r["domains"],
             "nodes": r["nodes"] or 0,
@@ -186,6 +192,14 @@ def usage_by_namespace() -> dict[int, dict[str, int]]:
         }
         for r in rows
     }
+    joined = members.values("domain__namespace_id").annotate(
+        nodes=Count("id"), gpus=Sum("domain__gpus_per_node")
+    )
+    for r in joined:
+        row = usage.setdefault(r["domain__namespace_id"], {"domains": 0, "nodes": 0, "gpus": 0})
+        row["nodes"] += r["nodes"]
+        row["gpus"] += r["gpus"] or 0
+    return usage
 
 
 # --- the IMEX channel ledger ----------------------------------------------------------------

@@ -35,7 +35,14 @@ from domains.computedomains.models import (
     Phase,
     PlacementConstraint,
 )
-from domains.computedomains.phases import finish_release, lock_domain, release_member, set_phase
+from domains.computedomains.phases import (
+    WAITING_FOR_WORKLOAD,
+    WAITING_MESSAGE,
+    finish_release,
+    lock_domain,
+    release_member,
+    set_phase,
+)
 from domains.computedomains.selectors import quota_usage
 from domains.computedomains.specs import DomainSpec, DryRunResult
 from domains.context import get_request_id
@@ -84,9 +91,21 @@ def domain_request(
             )
         approval = admission.needs_approval(quota=quota, spec=clean, requested_by=actor.user)
         domain = _create(actor, namespace, clean, source, approval)
-        if domain.phase == Phase.ADMITTED:
+        if domain.phase == Phase.ADMITTED and domain.num_nodes:
             announce_placement_wanted(domain.pk)
         return domain
+
+
+def _admitted_reason(clean: admission.CleanSpec, approval: bool) -> str:
+    if approval:
+        return "AwaitingApproval"
+    return "Queued" if clean.num_nodes else WAITING_FOR_WORKLOAD
+
+
+def _admitted_message(clean: admission.CleanSpec, approval: bool) -> str:
+    if approval:
+        return f"{clean.num_nodes} trays is above the approval threshold; waiting for an admin"
+    return "admitted; waiting for placement" if clean.num_nodes else WAITING_MESSAGE
 
 
 def _create(
@@ -108,12 +127,8 @@ def _create(
                 lifetime=clean.lifetime,
                 phase=Phase.PENDING if approval else Phase.ADMITTED,
                 approval_state=ApprovalState.PENDING if approval else ApprovalState.NOT_REQUIRED,
-                reason="AwaitingApproval" if approval else "Queued",
-                message=(
-                    f"{clean.num_nodes} trays is above the approval threshold; waiting for an admin"
-                    if approval
-                    else "admitted; waiting for placement"
-                ),
+                reason=_admitted_reason(clean, approval),
+                message=_admitted_message(clean, approval),
                 requested_by=actor.saved_user,
                 source=source,
                 request_id=get_request_id(),
@@ -171,6 +186,11 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
         quota_impact=admission.quota_impact(quota=quota, usage=usage, spec=clean),
         maintenance=_maintenance_in_the_way(clean, now),
     )
+    if clean.num_nodes == 0:
+        message = "follows the workload: nothing is reserved; trays join as its pods arrive"
+        if problems:
+            message = f"over quota: {problems[0]}"
+        return replace(verdict, placeable=not problems, message=message)
     result = place(clean.placement_request(at=now), topology_snapshot(now=now))
     if isinstance(result, Rejection) or approval:
         verdict = _with_estimate(verdict, clean, approval, now)

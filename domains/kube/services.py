@@ -357,13 +357,14 @@ def _refuse(uid: str, ns_name: str, name: str, reason: str, message: str) -> Ref
 
 
 def _spec_of(obj: dict[str, Any]) -> DomainSpec:
-    """NVIDIA's spec → the portal's; `numNodes` must say how many trays to place."""
+    """NVIDIA's spec → the portal's. `numNodes` ≥ 1: the portal places that many trays;
+    0 or absent (NVIDIA's default): the domain follows its workload."""
     spec = obj.get("spec") or {}
     channel = spec.get("channel") or {}
     num_nodes = spec.get("numNodes") or 0
-    if not isinstance(num_nodes, int) or num_nodes < 1:
+    if not isinstance(num_nodes, int) or num_nodes < 0:
         raise InvalidInput(
-            "spec.numNodes must be at least 1: the portal places that many trays",
+            "spec.numNodes must be 0 (follow the workload) or the number of trays to place",
             field="spec.numNodes",
         )
     return DomainSpec(

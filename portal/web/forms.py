@@ -53,6 +53,13 @@ class DomainRequestForm(forms.Form):
         initial=2,
         help_text=f"{GPUS_PER_TRAY} GPUs per tray.",
     )
+    follow_workload = forms.BooleanField(
+        label="Size: follows the workload",
+        required=False,
+        help_text="Nothing is reserved: each tray joins when a pod holding the domain's "
+        "ResourceClaim is prepared on it, and leaves when its last such pod is gone "
+        "(numNodes 0, NVIDIA's default). Trays and GPUs are then left empty.",
+    )
     gpus = forms.IntegerField(
         label="…or GPUs",
         min_value=1,
@@ -86,7 +93,9 @@ class DomainRequestForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data
-        if data.get("num_nodes") is None:
+        if data.get("follow_workload"):
+            data["num_nodes"] = 0
+        elif data.get("num_nodes") is None:
             gpus = data.get("gpus")
             if gpus is None:
                 if "num_nodes" not in self.errors and "gpus" not in self.errors:

@@ -97,3 +97,107 @@ def test_a_node_token_cannot_admit_claims_for_another_tray(placed):
     uid = uuid.uuid4()
     assert client.delete(f"/api/v1/agent/nodes/{other.pk}/claims/{uid}/").status_code == 403
     assert APIClient().post(f"/api/v1/agent/nodes/{other.pk}/claims/", {}).status_code == 401
+
+
+# --- a domain that follows its workload ------------------------------------------------------
+
+
+@pytest.fixture
+def split(db):
+    """One rack in two cliques of three trays (`3,3`)."""
+    from domains.agents.models import JoinToken
+    from domains.security import hash_token
+    from tests import factories
+    from tests.agents.test_agent_api import JOIN
+
+    (made,) = factories.make_racks("3,3", ip_prefix=factories.tray_ip_prefix(22))
+    JoinToken.objects.create(name="tests", token_hash=hash_token(JOIN))
+    return made
+
+
+@pytest.fixture
+def follow(split, ns_a, tenant_a):
+    from domains.audit.events import Actor
+    from domains.computedomains.services import domain_request
+    from domains.computedomains.specs import DomainSpec
+
+    return domain_request(
+        actor=Actor.for_user(tenant_a), namespace=ns_a, spec=DomainSpec(name="wl", num_nodes=0)
+    )
+
+
+def trays(split) -> list:
+    return list(split.nodes.order_by("clique__clique_id", "slot"))
+
+
+def admit(node, domain, uid: str | None = None):
+    client, node_id = join(node)
+    doc = body(domain)
+    if uid:
+        doc["claim"]["uid"] = uid
+    return (
+        client,
+        node_id,
+        doc,
+        client.post(f"/api/v1/agent/nodes/{node_id}/claims/", doc, format="json"),
+    )
+
+
+def test_a_following_domain_waits_for_its_workload_then_trays_join_and_leave(follow, split):
+    from domains.computedomains.models import ChannelAllocation, Phase
+
+    assert follow.phase == Phase.ADMITTED and follow.reason == "WaitingForWorkload"
+    a, b, c = trays(split)[:3]
+    _, _, _, first = admit(a, follow)
+    assert first.status_code == 200, first.content
+    assert first.json()["joined"] and first.json()["index"] == 0
+    follow.refresh_from_db()
+    assert follow.phase == Phase.FORMING
+    assert ChannelAllocation.objects.filter(domain=follow, released_at__isnull=True).count() == 1
+    client_b, b_id, doc_b, second = admit(b, follow)
+    assert second.json()["index"] == 1
+    _, _, _, third = admit(c, follow)
+    assert third.json()["index"] == 2
+    # b's pod goes: b leaves, its index is free again; the others stay as they are
+    uid = doc_b["claim"]["uid"]
+    assert client_b.delete(f"/api/v1/agent/nodes/{b_id}/claims/{uid}/").status_code == 204
+    assert sorted(follow.members.filter(active=True).values_list("index", flat=True)) == [0, 2]
+    _, _, _, again = admit(b, follow)
+    assert again.json() == again.json() | {"index": 1, "joined": True}
+    verbs = list(Event.objects.filter(domain=follow).values_list("verb", flat=True))
+    assert verbs.count("member.joined") == 4 and verbs.count("member.left") == 1
+
+
+def test_the_last_tray_leaving_returns_the_domain_to_waiting(follow, split):
+    from domains.computedomains.models import ChannelAllocation, Phase
+
+    client, node_id, doc, _ = admit(trays(split)[0], follow)
+    uid = doc["claim"]["uid"]
+    assert client.delete(f"/api/v1/agent/nodes/{node_id}/claims/{uid}/").status_code == 204
+    follow.refresh_from_db()
+    assert follow.phase == Phase.ADMITTED and follow.reason == "WaitingForWorkload"
+    assert not follow.members.filter(active=True).exists()
+    assert not ChannelAllocation.objects.filter(domain=follow, released_at__isnull=True).exists()
+
+
+def test_a_tray_of_another_clique_a_cordoned_tray_and_one_over_quota_are_refused(
+    follow, split, ns_a, operator
+):
+    from domains.audit.events import Actor
+    from domains.inventory.services import node_cordon
+    from domains.tenancy.models import Quota
+
+    first, second, third, other_clique = trays(split)[:4]
+    admit(first, follow)
+    _, _, _, resp = admit(other_clique, follow)
+    assert (
+        resp.status_code == 409 and "keep the pods in one NVLink clique" in resp.json()["message"]
+    )
+    node_cordon(actor=Actor.for_user(operator), node=second)
+    _, _, _, resp = admit(second, follow)
+    assert resp.status_code == 409 and "is cordoned, not ready" in resp.json()["message"]
+    Quota.objects.filter(namespace=ns_a).update(max_nodes_per_domain=1)
+    _, _, _, resp = admit(third, follow)
+    assert resp.status_code == 422 and "the most a domain may hold" in resp.json()["message"]
+    assert follow.members.filter(active=True).count() == 1  # nothing joined, nothing half-made
+    assert DomainClaim.objects.filter(released_at__isnull=True).count() == 1

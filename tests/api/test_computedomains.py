@@ -278,7 +278,6 @@ BAD_CREATE = [
     ("metadata.labels.ok", {"metadata__labels": {"ok": 5}}),
     ("metadata.annotations", {"metadata__annotations": {}}),
     ("spec", {"spec": []}),
-    ("spec.numNodes", {"spec__numNodes": 0}),
     ("spec.numNodes", {"spec__numNodes": -1}),
     ("spec.numNodes", {"spec__numNodes": "two"}),
     ("spec.numNodes", {"spec__numNodes": 1.5}),

@@ -37,7 +37,7 @@ def request(ns, user, **spec):
     [
         ({"name": "Bad_Name"}, "name", "DNS-1123"),
         ({"name": ""}, "name", "DNS-1123"),
-        ({"num_nodes": 0}, "num_nodes", "between 1 and 18"),
+        ({"num_nodes": -1}, "num_nodes", "between 1 and 18"),
         ({"num_nodes": 19}, "num_nodes", "between 1 and 18"),
         ({"num_nodes": "4"}, "num_nodes", "whole number"),
         ({"allocation_mode": "Many"}, "allocation_mode", "Single or All"),

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from domains.audit.models import Event
 from domains.computedomains.models import DomainClaim, DomainMember, Phase
 from domains.inventory.models import Node
 from nodeagent.config import CHANNELS_DIR
 from nodeagent.dra import CDI_CLAIM_KIND, DRIVER_NAME
+from nodeagent.emulator.tray import daemon_starts
 from tests import factories
 from tests.e2e.conftest import phase_of, release_domain, request_domain
 from tests.kube.schemas import computedomain_errors, dra_errors
@@ -159,3 +162,95 @@ def test_a_placed_domains_pods_get_their_channel_and_nothing_else_gets_in(
             "template gone",
         )
         assert kube.get("computedomains", "train", "e2e") is None
+
+
+def test_a_domain_follows_its_18_pod_workload_grows_shrinks_and_goes(
+    portal, tenant_api, kube, kubeconfig, kubelets
+):
+    """The seeds' way: a numNodes 0 ComputeDomain and an 18-replica Deployment naming its
+    template. Nothing is reserved; 18 claims prepared on 18 trays of one clique make one
+    IMEX domain of 18; scaling to 9 lets 9 trays leave without restarting the daemons of
+    the 9 that stay; deleting the workload and the ComputeDomain leaves nothing behind."""
+    (rack,) = factories.make_racks("18", ip_prefix=IP_PREFIX, first_rack=2)
+    nodes = list(Node.objects.filter(rack=rack).order_by("slot"))
+    hosts = [n.hostname for n in nodes]
+    with AgentFleet(portal, nodes, kubelet_dir=kubelets, kubeconfig=kubeconfig) as fleet:
+        fleet.wait_joined()
+        for host in hosts:
+            wait_for(lambda h=host: published_slice(kube, h), 30, "slices")
+        domain = request_domain(tenant_api, "wl", 0)
+        assert phase_of(domain) == Phase.ADMITTED and domain.reason == "WaitingForWorkload"
+        wait_for(lambda: kube.get("resourceclaimtemplates", "wl-channel", "e2e"), 20, "template")
+        assert not domain.members.exists()
+
+        # 18 pods scheduled at once, one per tray; each kubelet prepares its pod's claim.
+        claims = {
+            host: allocate(kube, namespace="e2e", template="wl-channel", pod=f"wl-{i}", node=host)
+            for i, host in enumerate(hosts)
+        }
+        kubelets_by_host = {host: kubelet_of(kubelets, host) for host in hosts}
+        with ThreadPoolExecutor(len(hosts)) as pool:
+            results = dict(
+                zip(
+                    hosts,
+                    pool.map(
+                        lambda h: kubelets_by_host[h].prepare_until_ready(claims[h], timeout=60),
+                        hosts,
+                    ),
+                    strict=True,
+                )
+            )
+        assert {h: r["error"] for h, r in results.items()} == {h: "" for h in hosts}
+        (channel,) = domain.channels.filter(released_at__isnull=True).values_list(
+            "channel", flat=True
+        )
+        for host, result in results.items():
+            root = fleet.tray_root(host)
+            (device,) = result["devices"]
+            cdi = resolve([root / "var/run/cdi", root / "etc/cdi"], device["cdi_device_ids"][0])
+            (node,) = cdi["containerEdits"]["deviceNodes"]
+            assert node["path"] == f"/{CHANNELS_DIR}/channel{channel}"
+        wait_for(lambda: phase_of(domain) == Phase.READY, 90, "one IMEX domain of 18")
+        members = {
+            m.node.hostname: m for m in domain.members.filter(active=True).select_related("node")
+        }
+        assert sorted(m.index for m in members.values()) == list(range(18))
+        pids = {host: fleet.daemon_pid(host) for host in hosts}
+        assert [daemon_starts(fleet.tray_root(h)) for h in hosts] == [1] * 18
+        nodes_file = fleet.nodes_file(hosts[0])
+        assert nodes_file == "".join(f"portal-imex-{i}\n" for i in range(18))
+
+        # Scale to 9: the pods on 9 trays go; those trays leave, the 9 others stay.
+        leaving, staying = hosts[9:], hosts[:9]
+        for host in leaving:
+            assert kubelets_by_host[host].unprepare(claims[host]) == {claims[host].uid: ""}
+            deallocate(kube, claims[host])
+        wait_for(lambda: domain.members.filter(active=True).count() == 9, 30, "9 trays left")
+        wait_for(lambda: all(fleet.leftovers(h) == [] for h in leaving), 30, "leavers clean")
+        wait_for(lambda: phase_of(domain) == Phase.READY, 60, "the 9 still one domain")
+        for host in staying:
+            assert daemon_starts(fleet.tray_root(host)) == 1  # never restarted
+            assert fleet.daemon_pid(host) == pids[host]
+            assert fleet.nodes_file(host) == nodes_file  # stable names; only hosts changed
+        events = [e.verb for e in Event.objects.filter(domain=domain)]
+        assert events.count("member.joined") == 18 and events.count("member.left") == 9
+
+        # The workload and the ComputeDomain are deleted: everything goes.
+        for host in staying:
+            assert kubelets_by_host[host].unprepare(claims[host]) == {claims[host].uid: ""}
+            deallocate(kube, claims[host])
+        wait_for(lambda: phase_of(domain) == Phase.ADMITTED, 30, "waiting for workload again")
+        release_domain(tenant_api, "wl")
+        wait_for(lambda: phase_of(domain) == Phase.RELEASED, 30, "domain Released")
+        wait_for(
+            lambda: kube.get("resourceclaimtemplates", "wl-channel", "e2e") is None,
+            20,
+            "template gone",
+        )
+        assert kube.get("computedomains", "wl", "e2e") is None
+        assert kube.count("GET", "resourceclaims") > 0
+        for host in hosts:
+            assert fleet.leftovers(host) == []
+            assert list((fleet.tray_root(host) / "var/run/cdi").glob("*.json")) == []
+        for kubelet in kubelets_by_host.values():
+            kubelet.close()

@@ -128,11 +128,26 @@ def test_deleting_the_object_with_kubectl_releases_the_domain(kube, sync, topolo
     assert domain.phase == Phase.RELEASING
 
 
+def test_a_numnodes_0_computedomain_is_adopted_and_waits_for_its_workload(
+    kube, sync, eager_celery, topology, ns_a
+):
+    """NVIDIA's default: nothing is placed; the phase says it waits for the workload."""
+    kube.apply(computedomain("follow", "team-a", num_nodes=0))
+    sync.step("computedomains")
+    domain = ComputeDomain.objects.get(name="follow")
+    assert domain.num_nodes == 0 and domain.phase == Phase.ADMITTED
+    assert domain.reason == "WaitingForWorkload"
+    assert not domain.members.exists() and not domain.channels.exists()
+    obj = cd(kube, "follow")
+    assert obj["metadata"]["annotations"]["portal.domains/reason"] == "WaitingForWorkload"
+    assert obj["status"] == {"status": "NotReady", "nodes": []}
+    assert kube.get("resourceclaimtemplates", "follow-channel", "team-a") is not None
+
+
 @pytest.mark.parametrize(
     ("namespace", "num_nodes", "reason", "text"),
     [
         ("team-b", 8, "QuotaExceeded", "over the quota of namespace team-b"),
-        ("team-b", 0, "Invalid", "spec.numNodes must be at least 1"),
         ("elsewhere", 2, "Invalid", "namespace elsewhere is not a tenant"),
     ],
 )

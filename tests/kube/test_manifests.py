@@ -115,3 +115,29 @@ def test_the_published_object_follows_nvidias_crd_and_mirrors_status(topology, n
         "index": 0,
         "status": "Ready",
     }
+
+
+def test_a_following_domains_pods_stay_in_one_clique_wherever_they_land(topology, ns_a, tenant_a):
+    domain = domain_request(
+        actor=Actor.for_user(tenant_a), namespace=ns_a, spec=DomainSpec(name="wl", num_nodes=0)
+    )
+    assert domain.phase == Phase.ADMITTED  # waiting for its workload: manifests already
+    manifests = {k: yaml.safe_load(v) for k, v in workload_manifests(domain, replicas=18).items()}
+    assert_valid_kubernetes(manifests["deployment"])
+    assert_valid_kubernetes(manifests["job"])
+    assert manifests["deployment"]["spec"]["replicas"] == 18
+    for template in pod_templates(manifests):
+        affinity = template["spec"]["affinity"]
+        (term,) = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        assert term["matchExpressions"] == [{"key": "nvidia.com/gpu.clique", "operator": "Exists"}]
+        (together,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert together["topologyKey"] == "nvidia.com/gpu.clique"
+        (claim,) = template["spec"]["resourceClaims"]
+        assert claim["resourceClaimTemplateName"] == "wl-channel"
+    assert (
+        "follows"
+        in workload_manifests(domain)["deployment"].splitlines()[0]
+        + (workload_manifests(domain)["deployment"].splitlines()[1])
+    )

@@ -334,6 +334,21 @@ def test_a_request_in_gpus_is_rounded_up_to_whole_trays(client, topology, tenant
     assert ComputeDomain.objects.get(name="by-gpus").num_nodes == 3
 
 
+def test_a_request_that_follows_the_workload_waits_for_it_on_its_page(client, topology, tenant_a):
+    client.force_login(tenant_a)
+    resp = client.post(
+        reverse("tenant:request", args=["team-a"]),
+        {"name": "wl", "follow_workload": "on", "allocation_mode": "Single",
+         "placement_constraint": "any"},
+    )  # fmt: skip
+    domain = ComputeDomain.objects.get(name="wl")
+    assert domain.num_nodes == 0 and domain.reason == "WaitingForWorkload"
+    page = client.get(resp["Location"]).content.decode()
+    assert "waiting for workload" in page
+    assert "follows the workload: no trays now" in page
+    assert "resourceClaimTemplateName: wl-channel" in page  # its manifests, already
+
+
 def test_a_request_without_a_size_names_the_trays_field(client, topology, tenant_a):
     client.force_login(tenant_a)
     resp = client.post(

@@ -301,7 +301,10 @@ class PlacementInput(StrictSerializer):
 
 class SpecInput(StrictSerializer):
     numNodes = serializers.IntegerField(
-        min_value=1, max_value=MAX_NODES, help_text="Trays in the domain, all in one clique."
+        min_value=0,
+        max_value=MAX_NODES,
+        help_text="Trays to place, all in one clique; 0: the domain follows its workload "
+        "(nothing reserved; trays join as its pods' claims are prepared on them).",
     )
     gpusPerNode = serializers.IntegerField(
         required=False, min_value=1, max_value=MAX_GPUS_PER_NODE, help_text="Default: all."

@@ -12,8 +12,11 @@ escapes middleware (a session saved after the view, for one).
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
+from django import db
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from domains.errors import DATABASE_AWAY
@@ -22,6 +25,12 @@ from domains.errors import DATABASE_AWAY
 RETRY_AFTER_S = 5
 
 MESSAGE = "The database is unavailable for a moment; try again shortly."
+
+# A read that lost the database is tried again for this long before it answers 503.
+SAFE_RETRY_S = float(os.environ.get("PORTAL_DB_RETRY_S", 5))
+SAFE_RETRY_PAUSE_S = 0.5
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+_MARK = "database_away"
 
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Unavailable · Domain Portal</title></head>
@@ -49,17 +58,33 @@ def unavailable(request: HttpRequest) -> HttpResponse:
         response = HttpResponse(_PAGE.format(message=MESSAGE), status=503)
     response["Retry-After"] = str(RETRY_AFTER_S)
     response["Cache-Control"] = "no-store"
+    setattr(response, _MARK, True)
     return response
 
 
 class DatabaseAwayMiddleware:
-    """A view that lost the database answers 503, not 500."""
+    """A view that lost the database answers 503, not 500.
+
+    A safe request (GET, HEAD, OPTIONS: nothing written, so nothing half-done) that lost
+    its connection is tried again on a fresh one for up to `SAFE_RETRY_S` first: a
+    PostgreSQL restart or failover takes a second or two, and a read in flight when it
+    happened then answers 200 instead of 503. Writes are never repeated behind the client's
+    back (it cannot know whether the commit happened): they answer 503 at once.
+    """
 
     def __init__(self, get_response: Any) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+        response: HttpResponse = self.get_response(request)
+        if request.method not in SAFE_METHODS or not getattr(response, _MARK, False):
+            return response
+        deadline = time.monotonic() + SAFE_RETRY_S
+        while getattr(response, _MARK, False) and time.monotonic() < deadline:
+            db.connections.close_all()  # this thread's dead connections go back (dropped)
+            time.sleep(SAFE_RETRY_PAUSE_S)
+            response = self.get_response(request)
+        return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not database_away(exception):

@@ -287,6 +287,8 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep LOGGING (request ids) in workers too
+# Reconnects after Redis went away with tasks unacknowledged (portal/worker_consumer.py).
+CELERY_WORKER_CONSUMER = "portal.worker_consumer:Consumer"
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "portal")
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {

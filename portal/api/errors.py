@@ -85,7 +85,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         set_rollback()
         return Response(exc.as_dict(), status=exc.http_status)
     if isinstance(exc, DATABASE_AWAY):  # PostgreSQL away: try again, not a bug (portal.outage)
-        return Response(unavailable_body(), status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+        response = Response(
+            unavailable_body(), status=503, headers={"Retry-After": str(RETRY_AFTER_S)}
+        )
+        response.database_away = True  # type: ignore[attr-defined]  # a safe request retries
+        return response
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

@@ -9,6 +9,7 @@ message costs only the fallback poll's latency.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -18,7 +19,7 @@ from django.dispatch import receiver
 from domains import signals
 from domains.agents.selectors import node_for_token
 from portal.api.agent.auth import token_from_header
-from portal.realtime.groups import agent_group, send_to_groups
+from portal.realtime.groups import BACKING_AWAY, agent_group, send_to_groups, try_again_later
 
 NUDGE = {"type": "desired_state_changed"}
 
@@ -29,17 +30,23 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         headers = dict(self.scope.get("headers") or [])
         raw = token_from_header(headers.get(b"authorization", b""))
-        node = await database_sync_to_async(node_for_token)(raw) if raw else None
-        if node is None:
-            await self.close(code=4401)  # refused before accept: the handshake fails
+        try:
+            node = await database_sync_to_async(node_for_token)(raw) if raw else None
+            if node is None:
+                await self.close(code=4401)  # refused before accept: the handshake fails
+                return
+            self.group = agent_group(node.pk)
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        except BACKING_AWAY as exc:  # PostgreSQL or Redis away: the agent polls meanwhile
+            self.group = ""
+            await try_again_later(self, exc)
             return
-        self.group = agent_group(node.pk)
-        await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            with contextlib.suppress(*BACKING_AWAY):  # Redis away: its key expires anyway
+                await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: Any = None, bytes_data: Any = None, **kwargs: Any) -> None:
         """Agents have nothing to say here; they report over HTTP. Never parsed, so

@@ -8,6 +8,7 @@ re-fetches its partials over HTTP, where the usual permission checks apply again
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 from urllib.parse import parse_qs
@@ -17,7 +18,14 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from domains.computedomains.selectors import domains_visible_to
 from domains.tenancy.selectors import Viewer, is_operator, namespaces_visible_to
-from portal.realtime.groups import domain_group, fabric_group, namespace_group, user_group
+from portal.realtime.groups import (
+    BACKING_AWAY,
+    domain_group,
+    fabric_group,
+    namespace_group,
+    try_again_later,
+    user_group,
+)
 
 MAX_TOPICS = 20
 
@@ -66,21 +74,27 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         self.groups_joined = []
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+        try:
+            user = self.scope.get("user")
+            if user is None or not user.is_authenticated:
+                await self.close(code=4401)
+                return
+            query = parse_qs(self.scope.get("query_string", b"").decode())
+            topics = [t for raw in query.get("topics", []) for t in raw.split(",") if t]
+            self.groups_joined = await database_sync_to_async(groups_for)(user, topics)
+            for group in self.groups_joined:
+                await self.channel_layer.group_add(group, self.channel_name)
+        except BACKING_AWAY as exc:  # PostgreSQL or Redis away: the page reconnects later
+            self.groups_joined = []
+            await try_again_later(self, exc)
             return
-        query = parse_qs(self.scope.get("query_string", b"").decode())
-        topics = [t for raw in query.get("topics", []) for t in raw.split(",") if t]
-        self.groups_joined = await database_sync_to_async(groups_for)(user, topics)
-        for group in self.groups_joined:
-            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         await self.send_json({"kind": "hello", "topics": len(self.groups_joined)})
 
     async def disconnect(self, code: int) -> None:
         for group in self.groups_joined:
-            await self.channel_layer.group_discard(group, self.channel_name)
+            with contextlib.suppress(*BACKING_AWAY):  # Redis away: its keys expire anyway
+                await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data: Any = None, bytes_data: Any = None, **kwargs: Any) -> None:
         """Browsers only listen; anything they send is ignored. Never parsed, so

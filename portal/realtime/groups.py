@@ -9,8 +9,23 @@ import threading
 from typing import Any
 
 from channels.layers import get_channel_layer
+from redis.exceptions import RedisError
+
+from domains.errors import DATABASE_AWAY
 
 log = logging.getLogger(__name__)
+
+# What a websocket handshake may lose on the way: Redis (the channel layer) or PostgreSQL
+# (the session or token lookup). docs/reliability.md: never a 500 for an outage.
+BACKING_AWAY: tuple[type[BaseException], ...] = (RedisError, OSError, *DATABASE_AWAY)
+
+
+async def try_again_later(consumer: Any, exc: BaseException) -> None:
+    """Accept the socket and close it at once with 1013 (Try Again Later): the client
+    reconnects as after any close, instead of its handshake failing with a 500."""
+    log.warning("websocket refused for now: %s: %s", type(exc).__name__, exc)
+    await consumer.accept()
+    await consumer.close(code=1013)
 
 
 def domain_group(domain_uid: str) -> str:

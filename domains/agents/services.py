@@ -331,7 +331,7 @@ def agent_heartbeat(*, node_id: int, token: str, report: AgentReport) -> bool:
     member = dict(zip(REPORTED_FIELDS, fields, strict=True))
     if isinstance(member["connections"], str):  # Django reads jsonb as text and decodes it
         member["connections"] = json.loads(member["connections"])
-    folded = member_report(report, received_at=now)
+    folded = member_report(report)
     if report_changes_member(
         uid=str(uid), phase=phase, generation=generation, member=member, report=folded
     ):
@@ -435,7 +435,7 @@ def agent_member_report(*, node_id: int, report: AgentReport) -> None:
     domain_member_report(node_id=node_id, report=member_report(report))
 
 
-def member_report(report: AgentReport, *, received_at: datetime | None = None) -> MemberReport:
+def member_report(report: AgentReport) -> MemberReport:
     """The agent's report in the lifecycle's words."""
     return MemberReport(
         domain_uid=report.domain_uid,
@@ -446,7 +446,6 @@ def member_report(report: AgentReport, *, received_at: datetime | None = None) -
         message=report.error or report.message,
         daemon_state=report.daemon_state,
         connections={str(p.index): p.status for p in report.peers},
-        received_at=received_at,
     )
 
 
@@ -464,7 +463,7 @@ def reports_fold(*, domain_id: int) -> int:
     for node_id, stored in rows:
         report = _from_stored(stored)
         if report is not None:
-            reports[node_id] = member_report(report, received_at=_received_at(stored))
+            reports[node_id] = member_report(report)
     return domain_members_report(domain_id=domain_id, reports=reports)
 
 
@@ -476,13 +475,6 @@ def _from_stored(stored: dict[str, Any]) -> AgentReport | None:
     values = {k: v for k, v in stored.items() if k in names}
     values["peers"] = [PeerStatus(**peer) for peer in stored.get("peers") or []]
     return AgentReport(**values)
-
-
-def _received_at(stored: dict[str, Any]) -> datetime | None:
-    try:
-        return datetime.fromisoformat(stored["received_at"])
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def agent_access_denied(*, node: Node, target_node_id: int | str, action: str) -> None:

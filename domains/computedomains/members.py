@@ -10,11 +10,13 @@ lock, one UPDATE, one INSERT of their events, one aggregation) costs what one of
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
 
@@ -43,7 +45,6 @@ class MemberReport:
     message: str
     daemon_state: str
     connections: dict[str, str]  # peer index → connection status
-    received_at: datetime | None = None  # when the portal got it; None: now
 
 
 _STATE_STAMP: dict[str, str] = {
@@ -60,15 +61,10 @@ _UNCHANGED_CHECK_FIELDS = (
 )  # fmt: skip
 # The member's fields a report may change (compared to decide whether it changes anything).
 REPORTED_FIELDS = ("state", "step", "message", "daemon_state", "connections", "generation_applied")
-# What folding reads of each member: the reported fields, what aggregation and the events
-# say, and the stamps a batched UPDATE writes back as they are.
+# What folding reads of each member: the reported fields, and what aggregation and the
+# events say.
 _FOLD_FIELDS = (
-    *REPORTED_FIELDS, "domain_id", "node_id", "index", "active", "node__hostname",
-    "state_changed_at", "configuring_at", "waiting_peers_at", "ready_at", "released_at",
-)  # fmt: skip
-_WRITTEN_FIELDS = (
-    *REPORTED_FIELDS, "active", "state_changed_at", "configuring_at", "waiting_peers_at",
-    "ready_at", "released_at",
+    *REPORTED_FIELDS, "domain_id", "node_id", "index", "active", "ready_at", "node__hostname",
 )  # fmt: skip
 
 
@@ -130,28 +126,33 @@ def domain_members_report(*, domain_id: int, reports: Mapping[int, MemberReport]
             .order_by("index")
         )
         now = timezone.now()
-        changed: list[DomainMember] = []
+        writes: dict[str, tuple[dict[str, Any], list[int]]] = {}
         events = []
         for member in members:
             report = reports.get(member.node_id)
             if report is None or not member.active:
                 continue
-            verb = _fold(domain, member, report, now)
-            if verb is None:
+            folded = _fold(domain, member, report, now)
+            if folded is None:
                 continue
-            changed.append(member)
+            verb, fields = folded
+            # Members of a burst mostly change alike ("ready", all peers connected, one
+            # stamp): one UPDATE per distinct change, not one per member.
+            key = json.dumps(fields, sort_keys=True, cls=DjangoJSONEncoder)
+            writes.setdefault(key, (fields, []))[1].append(member.pk)
             if verb:
                 message = member.message if verb != "member.released" else report.message
                 events.append(_member_event(domain, member, verb, message[:2000]))
-        if not changed:
+        if not writes:
             return 0
-        DomainMember.objects.bulk_update(changed, _WRITTEN_FIELDS)
+        for fields, pks in writes.values():
+            DomainMember.objects.filter(pk__in=pks).update(**fields)
         record_events(events)
         if events:
-            announce_nodes([m.node_id for m in changed])
+            announce_nodes([e.node_id for e in events if e.node_id is not None])
         if not aggregate(domain, members=members) and events:
             announce_domain(domain)
-        return len(changed)
+        return sum(len(pks) for _, pks in writes.values())
 
 
 def _outcome(
@@ -180,31 +181,33 @@ def _outcome(
 
 def _fold(
     domain: ComputeDomain, member: DomainMember, report: MemberReport, now: datetime
-) -> str | None:
-    """Apply the report to the member (in memory; the caller writes every changed member
-    back at once). None: nothing changed; "": fields changed but not the state; else the
-    verb of the event the state change writes."""
+) -> tuple[str, dict[str, Any]] | None:
+    """Apply the report to the member in memory: None when it changes nothing, else (the
+    verb of the event its state change writes, "" when only its fields changed; the fields
+    to write)."""
     outcome = _outcome(str(domain.uid), domain.phase, domain.generation, report)
     if outcome is None:
         return None
     state, fields = outcome
-    stamp = report.received_at or now
     if state == MemberState.RELEASED:
-        member.message = fields["message"] or "agent confirmed a clean node"
-        member.active, member.state = False, MemberState.RELEASED
-        member.released_at = member.state_changed_at = stamp
-        return "member.released"
+        message = fields["message"] or "agent confirmed a clean node"
+        member.active, member.state, member.message = False, MemberState.RELEASED, message
+        released = {"active": False, "state": state, "message": message}
+        return "member.released", released | {"released_at": now, "state_changed_at": now}
     changed = state != member.state
-    if not changed and all(getattr(member, k) == v for k, v in fields.items()):
+    fields = {k: v for k, v in fields.items() if getattr(member, k) != v}
+    if not changed and not fields:
         return None
     for name, value in fields.items():
         setattr(member, name, value)
     if not changed:
-        return ""
-    member.state, member.state_changed_at = state, stamp
+        return "", fields
+    member.state = state
+    fields |= {"state": state, "state_changed_at": now}
     if state in _STATE_STAMP:
-        setattr(member, _STATE_STAMP[state], stamp)
-    return f"member.{state}"
+        setattr(member, _STATE_STAMP[state], now)
+        fields[_STATE_STAMP[state]] = now
+    return f"member.{state}", fields
 
 
 def _member_event(domain: ComputeDomain, member: DomainMember, verb: str, message: str) -> Any:

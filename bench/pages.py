@@ -20,6 +20,7 @@ cold page loads (a new browser context each). Targets (DESIGN.md): interactive i
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -80,8 +81,9 @@ def measure(repeat: int) -> dict[str, tuple[float, int, int, int]]:
 CHROMIUM = "/usr/bin/chromium"
 
 
-def chromium_fleet(repeat: int) -> tuple[float, float, float]:
-    """Median (interactive, load, transfer KiB) of the fleet page in Chromium, in ms."""
+def chromium_fleet(repeat: int) -> tuple[float, float, float, float]:
+    """Median (server, interactive, load in ms; KiB transferred) of the fleet page in
+    Chromium; *server* is the request's time to first byte."""
     import os
     import subprocess
 
@@ -135,7 +137,8 @@ def chromium_fleet(repeat: int) -> tuple[float, float, float]:
                 page.goto(f"{url}/fabric/", wait_until="load", timeout=60_000)
                 timing = page.evaluate(
                     "(() => { const n = performance.getEntriesByType('navigation')[0];"
-                    " return [n.domContentLoadedEventEnd, n.loadEventEnd, n.transferSize]; })()"
+                    " return [n.responseStart - n.requestStart, n.domContentLoadedEventEnd,"
+                    " n.loadEventEnd, n.transferSize]; })()"
                 )
                 assert page.locator("#heatmap a.hm").count() > 0, "the fleet page did not draw"
                 if i:  # the first load warms the server's template and URL caches
@@ -148,7 +151,8 @@ def chromium_fleet(repeat: int) -> tuple[float, float, float]:
     return (
         statistics.median(r[0] for r in runs),
         statistics.median(r[1] for r in runs),
-        statistics.median(r[2] for r in runs) / 1024,
+        statistics.median(r[2] for r in runs),
+        statistics.median(r[3] for r in runs) / 1024,
     )
 
 
@@ -160,6 +164,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(n) for n in args.sizes.split(",")]
     banner(f"pages and API: server time and queries at {', '.join(map(str, sizes))} racks")
+    print(f"# load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     import tempfile
 
     from bench.scale import build_scale_fabric
@@ -171,7 +176,7 @@ def main() -> None:
 
     call_command("collectstatic", verbosity=0, interactive=False)
     runs = {}
-    browser: dict[int, tuple[float, float, float]] = {}
+    browser: dict[int, tuple[float, float, float, float]] = {}
     for racks in sizes:
         if runs:
             reset()

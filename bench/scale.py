@@ -1,5 +1,5 @@
 """A fabric at operator scale for read-path benchmarks: 100 racks, 1,800 trays, 7,200 GPUs,
-500 live domains spread over 20 tenant namespaces.
+500 live domains spread over 20 tenant namespaces (or 1,000 racks and 5,000 domains).
 
 Built with bulk inserts (this is fixture data; the benchmarks measure the read paths that
 render it). Domains are packed clique by clique, each in one clique like the controller
@@ -44,7 +44,15 @@ def build_scale_fabric(*, racks: int = 100, live_domains: int = 500, seed: int =
     rng = random.Random(seed)
     layouts = [RackLayout((18,)) if i % 2 == 0 else RackLayout((9, 9)) for i in range(racks)]
     with transaction.atomic():
-        build_fabric(layouts, ip_prefix="127.200", node_state=NodeState.READY)
+        # Loopback addressing gives 254 racks per /16: past that, more "rows" of racks,
+        # each with its own address block and hostname prefix (gb-, gc-, gd-, …).
+        for row, start in enumerate(range(0, racks, 250)):
+            build_fabric(
+                layouts[start : start + 250],
+                ip_prefix=f"127.{200 + row}",
+                hostname_prefix=f"g{chr(ord('b') + row)}",
+                node_state=NodeState.READY,
+            )
         now = timezone.now()
         Node.objects.update(last_heartbeat=now, daemon_state="READY")
         users = get_user_model()

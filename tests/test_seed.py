@@ -6,6 +6,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
+from domains.computedomains.models import ComputeDomain
 from domains.inventory.models import Clique, Gpu, Node, Rack
 from domains.inventory.seed import RackLayout
 from domains.tenancy.models import Membership, Quota
@@ -44,7 +45,7 @@ def test_a_layout_larger_than_a_rack_is_refused():
 
 
 def test_demo_users_get_namespaces_and_quotas():
-    call_command("seed_demo")
+    call_command("seed_demo", "--no-domains")
     assert Membership.objects.filter(user__username="alice", namespace__name="team-a").exists()
     assert Membership.objects.filter(user__username="bob", namespace__name="team-b").exists()
     assert Quota.objects.get(namespace__name="team-a").max_gpus == 48
@@ -52,11 +53,22 @@ def test_demo_users_get_namespaces_and_quotas():
 
 def test_demo_logins_are_refused_when_debug_is_off(settings):
     settings.DEBUG = False
-    call_command("seed_demo")
+    call_command("seed_demo", "--no-domains")
     assert not Client().login(username="alice", password="demo")
 
 
 def test_demo_logins_work_in_debug(settings):
     settings.DEBUG = True
-    call_command("seed_demo")
+    call_command("seed_demo", "--no-domains")
     assert Client().login(username="alice", password="demo")
+
+
+def test_the_demo_opens_on_domains_in_several_phases():
+    call_command("seed_demo")
+    phases = dict(ComputeDomain.objects.values_list("name", "phase"))
+    assert phases["llm-pretrain"] in ("Admitted", "Forming", "Ready")
+    assert phases["moe-large"] == "Pending"
+    assert phases["smoke-test"] == "Released"
+    assert Node.objects.filter(state="cordoned").count() == 1
+    call_command("seed_demo")  # again: nothing asked twice
+    assert ComputeDomain.objects.count() == 4

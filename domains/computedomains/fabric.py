@@ -242,10 +242,14 @@ class FabricRead:
 
 
 def fabric_read(
-    *, rack_names: Iterable[str] | None = None, topology: Topology | None = None
+    *,
+    rack_names: Iterable[str] | None = None,
+    topology: Topology | None = None,
+    summaries: list[CliqueSummary] | None = None,
 ) -> FabricRead:
     """The named racks (all when None) with trays, GPUs, holders and clique summaries: five
-    queries, plus the snapshot's two unless `topology` is handed in, however many racks."""
+    queries, plus the snapshot's two unless `topology` is handed in, however many racks.
+    `summaries` of that topology, when the caller has them, spare computing them again."""
     racks_qs = Rack.objects.all()
     if rack_names is not None:
         racks_qs = racks_qs.filter(name__in=list(rack_names))
@@ -264,7 +268,9 @@ def fabric_read(
         gpus=_gpus(rack_ids),
         holders=_holders(rack_ids),
         topology=topology,
-        summaries=clique_summaries(topology, smallest_request=smallest_request()),
+        summaries=summaries
+        if summaries is not None
+        else clique_summaries(topology, smallest_request=smallest_request()),
     )
 
 

@@ -262,7 +262,13 @@ class FleetFilterForm(forms.Form):
     q = forms.CharField(label="Hostname", required=False, max_length=200)
     state = forms.ChoiceField(required=False)
     tenant = forms.ChoiceField(required=False)
-    clique = forms.ChoiceField(required=False)
+    # Free text with a list of suggestions, not a <select>: 1,000 racks have 1,000-2,000
+    # cliques, and Django renders every option through a template.
+    clique = forms.CharField(
+        required=False,
+        max_length=200,
+        widget=forms.TextInput(attrs={"list": "cliques", "placeholder": "label or name"}),
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -270,22 +276,17 @@ class FleetFilterForm(forms.Form):
             ("", "Any state"),
             *((key, words) for key, (words, _) in STATE_FILTERS.items()),
         ]
-        # Until `offer` knows the fleet, any value passes; unknown ones simply match nothing.
-        for name in ("tenant", "clique"):
-            value = self.data.get(name, "") if self.is_bound else ""
-            self._choice(name).choices = [("", ""), (value, value)] if value else [("", "")]
+        # Until `offer` knows the fleet, any value passes; an unknown one matches nothing.
+        value = self.data.get("tenant", "") if self.is_bound else ""
+        self._choice("tenant").choices = [("", ""), (value, value)] if value else [("", "")]
 
     def _choice(self, name: str) -> forms.ChoiceField:
         field = self.fields[name]
         assert isinstance(field, forms.ChoiceField)
         return field
 
-    def offer(self, namespaces: list[str], cliques: list[tuple[str, str]]) -> None:
+    def offer(self, namespaces: list[str]) -> None:
         self._choice("tenant").choices = [("", "Any tenant"), *((n, n) for n in namespaces)]
-        self._choice("clique").choices = [
-            ("", "Any clique"),
-            *((label, name if name == label else f"{name} ({label})") for label, name in cliques),
-        ]
 
     def filters(self) -> Filters:
         data = self.cleaned_data

@@ -9,9 +9,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain, Phase
+from domains.computedomains.services import domain_release
+from domains.foresight.maintenance import maintenance_schedule
 from domains.inventory.models import Node, NodeState
 from domains.inventory.services import node_cordon
 from domains.tenancy.services import quota_set
@@ -217,3 +220,87 @@ def test_an_operator_filters_the_fleet_and_drains_a_clique_after_seeing_who_it_t
     page.click("#confirm-bulk")
     page.wait_for_selector(".messages >> text=Drain done on 9 tray(s).")
     assert Node.objects.filter(clique=clique, state=NodeState.DRAINING).count() == 9
+
+
+def _phone_pages(rack, clique, node, domain, ended) -> dict[str, list[str]]:
+    tenant = [
+        "/ns/team-a/",
+        "/ns/team-a/request/",
+        f"/ns/team-a/domains/{domain.uid}/",
+        f"/ns/team-a/domains/{ended.uid}/",
+        f"/ns/team-a/domains/{domain.uid}/release/",
+        "/tokens/",
+        "/notifications/",
+    ]
+    operator = [
+        "/fabric/",
+        "/fabric/?tenant=team-a",
+        f"/fabric/racks/{rack.name}/",
+        f"/fabric/cliques/{clique.label}/",
+        f"/fabric/nodes/{node.hostname}/",
+        f"/fabric/nodes/{node.hostname}/drain/",
+        "/fabric/domains/",
+        "/fabric/channels/",
+        "/fabric/maintenance/",
+        f"/fabric/impact/switch_tray/{rack.name}-s01/",
+        f"/fabric/impact/power_shelf/{rack.name}-p1/",
+        f"/ns/team-a/domains/{domain.uid}/",
+        "/tokens/",
+        "/notifications/",
+    ]
+    admin = [
+        *operator,
+        "/manage/quotas/",
+        "/manage/quotas/team-a/",
+        "/manage/approvals/",
+        "/manage/namespaces/",
+        "/manage/namespaces/team-a/",
+        "/manage/audit/",
+        "/manage/tokens/",
+    ]
+    return {"tenant": tenant, "operator": operator, "admin": admin}
+
+
+def test_no_page_is_wider_than_a_phone_for_any_role(
+    browser, login, portal_url, operator, admin, tenant_a, ns_a
+):
+    (rack,) = factories.make_racks("9,9", ip_prefix=IP_PREFIX)
+    domain = form(request_domain(ns_a, tenant_a, "a-rather-long-domain-name-x", num_nodes=3))
+    ended = form(request_domain(ns_a, tenant_a, "finished", num_nodes=2))
+    domain_release(actor=Actor.for_user(tenant_a), domain=ended)
+    all_clean(ended)
+    node = domain.members.order_by("index").first().node
+    node_cordon(actor=Actor.for_user(operator), node=rack.nodes.get(slot=9), reason="fan")
+    quota_set(actor=Actor.for_user(admin), namespace=ns_a, approval_above_nodes=2)
+    request_domain(ns_a, tenant_a, "waits", num_nodes=3)
+    maintenance_schedule(
+        actor=Actor.for_user(operator),
+        starts_at=timezone.now() + timedelta(days=3),
+        ends_at=timezone.now() + timedelta(days=3, hours=4),
+        reason="busbar inspection",
+        rack=rack.name,
+    )
+    pages = _phone_pages(rack, node.clique, node, domain, ended)
+    anonymous = browser.new_context(base_url=portal_url, viewport={"width": 390, "height": 844})
+    try:
+        page = anonymous.new_page()
+        page.goto("/login/")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390, "/login/"
+    finally:
+        anonymous.close()
+    wide = []
+    for role, user in (("tenant", tenant_a), ("operator", operator), ("admin", admin)):
+        page = login(user).context.new_page()
+        page.set_viewport_size({"width": 390, "height": 844})
+        for path in pages[role]:
+            response = page.goto(path)
+            assert response is not None and response.status == 200, (role, path)
+            if path.endswith("/request/"):
+                page.fill("#id_name", "phone")
+                page.fill("#id_num_nodes", "2")
+                page.wait_for_selector("[data-preview]")
+            width = page.evaluate("document.documentElement.scrollWidth")
+            if width > 390:
+                wide.append((role, path, width))
+                screenshot(page, f"phone-{role}-{len(wide)}")
+    assert wide == []

@@ -59,7 +59,7 @@ from domains.inventory import services as inventory
 from domains.inventory.models import Node, PowerShelf, Rack, SwitchTray
 from portal.web.access import SignedInRequest, operator_required
 from portal.web.fabric import Visibility, draw_racks, fabric_view
-from portal.web.fleet import Filters, fleet, heatmap_html
+from portal.web.fleet import Filters, clique_options, fleet, heatmap_html
 from portal.web.forms import (
     DomainFilterForm,
     FleetFilterForm,
@@ -81,13 +81,17 @@ def fabric(request: SignedInRequest) -> HttpResponse:
     form = FleetFilterForm(request.GET or None)
     filters = form.filters() if form.is_valid() else Filters()
     the_fleet = fleet(filters)
-    form.offer(the_fleet.namespaces, the_fleet.cliques)
+    form.offer(the_fleet.namespaces)
     if filters.q and len(the_fleet.matches) == 1 and not request.GET.get("partial"):
         return redirect("operator:node", the_fleet.matches[0].hostname)
     shown = the_fleet.shown
     page = Paginator(shown, RACKS_PER_PAGE).get_page(request.GET.get("page"))
     names = [t.name for t in page.object_list]
-    read = fabric_read(rack_names=names, topology=the_fleet.topology) if names else None
+    read = (
+        fabric_read(rack_names=names, topology=the_fleet.topology, summaries=the_fleet.summaries)
+        if names
+        else None
+    )
     racks = draw_racks(read, Visibility.of(request.user)) if read else []
     query = request.GET.copy()
     query.pop("page", None)
@@ -98,6 +102,7 @@ def fabric(request: SignedInRequest) -> HttpResponse:
         "fleet": the_fleet,
         "band": the_fleet.band,
         "heatmap": heatmap_html(the_fleet, filters),
+        "clique_options": clique_options(the_fleet),
         "racks": racks,
         "page": page,
         "query": query.urlencode(),

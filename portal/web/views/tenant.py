@@ -151,6 +151,7 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "domain": domain,
         "ended": ended,
         "members": members,
+        "active_members": sum(1 for m in members if m.active),
         "timeline": [_timeline(m, domain) for m in members],
         "matrix": _matrix(members),
         "channels": _channel_text(domain),

@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from domains.agents.models import JoinToken
+from domains.demo.domains import seed_demo_domains
 from domains.inventory.seed import DEFAULT_LAYOUTS, RackLayout, build_fabric
 from domains.notifications.models import Channel, Kind, Subscription
 from domains.notifications.services import subscription_create
@@ -33,6 +34,11 @@ class Command(BaseCommand):
         parser.add_argument("--ip-prefix", default="127.0", help="Trays get <prefix>.<rack>.<slot>")
         parser.add_argument("--hostname-prefix", default="gb")
         parser.add_argument("--no-users", action="store_true", help="Skip demo tenants/users.")
+        parser.add_argument(
+            "--no-domains",
+            action="store_true",
+            help="Skip the demo's domains (requests in several phases and a cordoned tray).",
+        )
         parser.add_argument(
             "--join-token",
             default=settings.PORTAL["AGENT_JOIN_TOKEN"],
@@ -61,6 +67,9 @@ class Command(BaseCommand):
         for username, description in build_demo_tenants():
             self.stdout.write(f"  login {username:9} / {DEMO_PASSWORD}   {description}")
         _subscribe_demo_users()
+        if not opts["no_domains"]:
+            for line in seed_demo_domains():
+                self.stdout.write(f"  domain  {line}")
 
     @staticmethod
     def _layouts(racks: int | None, texts: list[str] | None) -> list[RackLayout]:

@@ -1,0 +1,38 @@
+"""A domain that follows its workload (`numNodes: 0`) on its page: waiting for workload
+before any tray joined, then every join and leave."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.urls import reverse
+
+from domains.computedomains.claims import ClaimRef, claim_admit, claim_release
+from domains.inventory.models import Node
+from tests.support.lifecycle import request_domain
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_domain_that_follows_its_workload_shows_it_waiting_then_joins_and_leaves(
+    client, topology, tenant_a, ns_a
+):
+    domain = request_domain(ns_a, tenant_a, "elastic", num_nodes=0)
+    client.force_login(tenant_a)
+    url = reverse("tenant:domain", args=["team-a", domain.uid])
+    page = client.get(url).content.decode()
+    assert "(waiting for workload)" in page
+    assert 'id="waiting-for-workload"' in page
+    assert "waiting for placement" not in page
+
+    tray = Node.objects.order_by("slot").first()
+    claim = ClaimRef(uid=str(uuid.uuid4()), namespace="team-a", name="worker-0-channel")
+    claim_admit(node=tray, claim=claim, domain_uid=str(domain.uid))
+    page = client.get(url).content.decode()
+    assert 'id="joins"' in page and "still in" in page
+    assert "waiting for workload" not in page
+
+    claim_release(node=tray, claim_uid=claim.uid)
+    page = client.get(url).content.decode()
+    assert "still in" not in page.split('id="joins"', 1)[1]

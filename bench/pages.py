@@ -200,10 +200,11 @@ def main() -> None:
         q_text = " ".join(f"{q:7d}" for q in queries)
         print(f"{label:28s} {times} {q_text} {status:6d} {size / 1024:7.1f}")
     print(f"query counts constant in the number of racks: {grew or 'yes'}")
-    for racks, (interactive, load, kib) in browser.items():
+    for racks, (server, interactive, load, kib) in browser.items():
         print(
-            f"fleet page in Chromium at {racks} racks: interactive {interactive:.0f} ms, "
-            f"load {load:.0f} ms, {kib:.0f} KiB transferred (median of {args.repeat})"
+            f"fleet page in Chromium at {racks} racks: interactive {interactive:.0f} ms "
+            f"(server {server:.0f} ms of it), load {load:.0f} ms, {kib:.0f} KiB transferred "
+            f"(median of {args.repeat})"
         )
 
 

@@ -149,7 +149,11 @@ def draw_racks(
         for r in read.racks
         if wanted_racks is None or r.name in wanted_racks
     }
-    status = {t.node_id: t.status for c in read.topology.cliques for t in c.trays}
+    names = {r.name for r in read.racks if r.pk in racks}
+    # Only the drawn racks' cliques: the topology is the whole fleet (18,000 trays at 1,000).
+    status = {
+        t.node_id: t.status for c in read.topology.cliques if c.rack in names for t in c.trays
+    }
     marked = set(highlight)
     for node in read.trays:
         rack = racks.get(node.rack_id) if node.rack_id is not None else None

@@ -457,19 +457,28 @@ def reports_fold(*, domain_id: int) -> int:
     report that lands while this runs announces itself again, so nothing is missed.
     """
     rows = DomainMember.objects.filter(domain_id=domain_id, active=True).values_list(
-        "node_id", "node__agent_report"
+        "node_id", "node__agent_report", "assigned_at", "domain__release_requested_at"
     )
     reports = {}
-    for node_id, stored in rows:
-        report = _from_stored(stored)
+    for node_id, stored, assigned_at, release_requested_at in rows:
+        # Only what the agent said since the desired state it must answer to: a report from
+        # before the tray joined, or before the release, must not count (a stale "clean"
+        # would let go of a tray whose agent never confirmed the release).
+        since = max(assigned_at, release_requested_at or assigned_at)
+        report = _from_stored(stored, since=since)
         if report is not None:
             reports[node_id] = member_report(report)
     return domain_members_report(domain_id=domain_id, reports=reports)
 
 
-def _from_stored(stored: dict[str, Any]) -> AgentReport | None:
-    """The report `_stored` recorded on the tray; None when there is none (never reported)."""
+def _from_stored(stored: dict[str, Any], *, since: datetime) -> AgentReport | None:
+    """The report `_stored` recorded on the tray; None when there is none received `since`."""
     if not stored or "step" not in stored:
+        return None
+    try:
+        if datetime.fromisoformat(stored["received_at"]) < since:
+            return None
+    except (KeyError, TypeError, ValueError):
         return None
     names = {f.name for f in dataclasses.fields(AgentReport)}
     values = {k: v for k, v in stored.items() if k in names}

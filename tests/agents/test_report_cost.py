@@ -150,3 +150,28 @@ def test_a_report_about_another_domain_queues_no_fold(
     with django_capture_on_commit_callbacks() as callbacks:
         assert agent_heartbeat(node_id=node.pk, token=token, report=stale)
     assert callbacks == []
+
+
+def test_a_clean_report_from_before_the_release_lets_no_tray_go(
+    topology, big_ns, tenant_a, worker_folds, django_capture_on_commit_callbacks
+):
+    domain, tokens = placed_with_tokens(big_ns, tenant_a, 2)
+    (early, early_token), (late, late_token) = tokens.items()
+    # Before it fetched its desired state, one tray said it was idle and clean.
+    idle = AgentReport(domain_uid=None, generation_applied=0, step=Step.IDLE, clean=True)
+    with django_capture_on_commit_callbacks():
+        assert agent_heartbeat(node_id=early.pk, token=early_token, report=idle)
+    domain_release(actor=Actor.for_user(tenant_a), domain=domain)
+    domain.refresh_from_db()
+    clean = AgentReport(
+        domain_uid=str(domain.uid),
+        generation_applied=domain.generation,
+        step=Step.IDLE,
+        clean=True,
+    )
+    with django_capture_on_commit_callbacks():
+        assert agent_heartbeat(node_id=late.pk, token=late_token, report=clean)
+    assert reports_fold(domain_id=domain.pk) == 1  # only the report since the release
+    assert DomainMember.objects.get(domain=domain, node=early).active
+    domain.refresh_from_db()
+    assert domain.phase == Phase.RELEASING

@@ -6,7 +6,11 @@ same 2-core machine), not full daemons. Each POSTs an idle status report — the
 to /api/v1/agent/nodes/<id>/status/ with its own node token, at a random phase within the
 period. Prints the sustained rate, p50/p99 latency and errors. Target: p99 < 100 ms.
 
-    .venv/bin/python bench/agent_load.py [--agents 2000] [--period 10] [--seconds 60]
+`--period 0` measures capacity instead: every agent sends its next report as soon as the
+last is answered, so the rate printed is the most the server answers. `--web N` runs N
+uvicorn processes behind one listening socket (uvicorn --workers N).
+
+    .venv/bin/python bench/agent_load.py [--agents 2000] [--period 10] [--seconds 60] [--web 1]
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, banner, percentile, setup_django
+from bench.common import ROOT, banner, load_average, percentile, setup_django
 
 REPORT = json.dumps(
     {"domain_uid": None, "generation_applied": 0, "step": "idle", "clean": True}
@@ -89,7 +93,8 @@ async def agent(
     ).encode()
     next_at = time.monotonic() + random.uniform(0, period)
     while next_at < until:
-        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+        if period:
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
         started = time.monotonic()
         code = 0
         for attempt in range(2):  # a keep-alive the server closed while idle: reconnect once
@@ -106,6 +111,8 @@ async def agent(
         out["latency"].append(time.monotonic() - started)
         out["codes"][code] = out["codes"].get(code, 0) + 1
         next_at += period * random.uniform(0.95, 1.05)  # agents jitter their heartbeat
+        if not period:
+            next_at = time.monotonic()  # capacity: the next report at once
     writer.close()
 
 
@@ -124,8 +131,10 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=int(os.environ.get("BENCH_AGENTS", 2000)))
     parser.add_argument("--period", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("BENCH_SECS", 60)))
+    parser.add_argument("--web", type=int, default=1, help="uvicorn processes")
     args = parser.parse_args()
-    banner(f"agent load: {args.agents} agents, one report each per {args.period:g} s")
+    pace = f"one report each per {args.period:g} s" if args.period else "back to back (capacity)"
+    banner(f"agent load: {args.agents} agents, {pace}, {args.web} web process(es)")
     url = setup_django()
     tokens = prepare(args.agents)
     from tests.support.processes import free_port
@@ -134,11 +143,13 @@ def main() -> None:
     env = {**os.environ, "DATABASE_URL": url, "DEBUG": "0", "LOG_LEVEL": "WARNING"}
     server = subprocess.Popen(
         [str(ROOT / ".venv/bin/uvicorn"), "portal.asgi:application", "--port", str(port),
-         "--no-access-log", "--log-level", "warning", "--workers", "1"],
+         "--no-access-log", "--log-level", "warning", "--workers", str(args.web)],
         cwd=ROOT, env=env,
     )  # fmt: skip
     try:
         wait_healthy(server, port)
+        if args.web > 1:
+            time.sleep(5)  # the first process answers; give the others time to start too
         gc.freeze()  # the client's own full collections would count as server latency
         result = asyncio.run(drive(port, tokens, args.period, args.seconds))
     finally:
@@ -148,12 +159,13 @@ def main() -> None:
     ok = result["codes"].get(200, 0)
     errors = sum(n for code, n in result["codes"].items() if code != 200)
     print(f"requests           {len(lat)} in {result['elapsed']:.1f} s")
-    print(f"sustained rate     {len(lat) / result['elapsed']:.1f} req/s "
-          f"(offered {args.agents / args.period:.1f} req/s)")  # fmt: skip
+    offered = f"{args.agents / args.period:.1f} req/s" if args.period else "as fast as answered"
+    print(f"sustained rate     {len(lat) / result['elapsed']:.1f} req/s (offered {offered})")
     print(f"latency            p50 {percentile(lat, 50):.1f} ms  p99 {percentile(lat, 99):.1f} ms  "
           f"max {max(lat):.1f} ms")  # fmt: skip
     print(f"responses          200: {ok}  errors: {errors}  by code: {result['codes']}")
     print(f"target p99 < 100 ms: {'met' if percentile(lat, 99) < 100 else 'NOT met'}")
+    print(f"# {load_average()}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import hmac
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -100,10 +100,9 @@ def agent_join(*, join_token: str, facts: NodeFacts) -> tuple[Node, str]:
     """Register (or re-register) a tray and issue its node token; returns (node, raw token).
 
     The raw token is returned once and stored only hashed. Joining again replaces the token,
-    so a tray that lost its token can come back, and a stolen old token stops working. A
-    join token is shared by the fleet, so it must not let its holder take over a tray that
-    serves a live domain (read the peers, report it ready or clean): that tray re-joins
-    only once an operator has marked it down.
+    so a tray whose agent lost its token can come back. A join token is shared by the
+    fleet, so whoever holds it must not take a known tray over (lock its agent out, move it
+    between cliques, receive its domain's peers and channel): see `_check_may_rejoin`.
     """
     _check_join_token(join_token)
     node = (
@@ -113,7 +112,7 @@ def agent_join(*, join_token: str, facts: NodeFacts) -> tuple[Node, str]:
         .first()
     )
     if node is not None:
-        _check_may_rejoin(node)
+        _check_may_rejoin(node, facts)
     if (
         facts.ip
         and Node.objects.filter(management_ip=facts.ip).exclude(hostname=facts.hostname).exists()
@@ -126,6 +125,7 @@ def agent_join(*, join_token: str, facts: NodeFacts) -> tuple[Node, str]:
     _apply_facts(node, facts)
     node.agent_token_hash = hash_token(raw)
     node.last_heartbeat = timezone.now()
+    node.rejoin_allowed_until = None  # an operator's allowance serves one join
     if node.state in _RECOVERABLE:
         node.state, node.state_reason = NodeState.READY, ""
     try:
@@ -215,25 +215,94 @@ def _plain(value: object) -> object:
     return str(value) if isinstance(value, Clique) else value
 
 
-def _check_may_rejoin(node: Node) -> None:
+def _check_may_rejoin(node: Node, facts: NodeFacts) -> None:
+    """A join token may re-register a tray that an agent registered before only when nobody
+    else speaks for it: no live agent (a heartbeat within HEARTBEAT_STALE_AFTER), no live
+    domain, and the same identity facts (clique, GPUs, IP) as that agent registered.
+    Anything else waits for an operator: `node_allow_rejoin` (one join within
+    REJOIN_WINDOW) or marking the tray down.
+
+    The refusals name only the tray, never the domain on it: the caller may be anyone.
+    """
     if node.gone:
         raise Conflict(
             f"Tray {node.hostname} is marked gone (its Kubernetes Node vanished); it can join "
             "again once the Node is back.",
             field="hostname",
         )
-    member = (
-        DomainMember.objects.select_related("domain__namespace")
-        .filter(node=node, active=True)
-        .first()
+    now = timezone.now()
+    if node.state == NodeState.DOWN or (
+        node.rejoin_allowed_until is not None and node.rejoin_allowed_until > now
+    ):
+        return  # an operator said so
+    ask = (
+        "An operator can allow a fresh registration (allow-rejoin), or drain the tray and mark "
+        "it down."
     )
-    if member is not None and node.agent_token_hash and node.state != NodeState.DOWN:
+    stale = now - settings.PORTAL["HEARTBEAT_STALE_AFTER"]
+    if node.agent_token_hash and node.last_heartbeat and node.last_heartbeat > stale:
         raise Conflict(
-            f"Tray {node.hostname} serves domain {member.domain}; its agent must keep its "
-            "node token. To register it afresh, an operator drains the tray and marks it down "
-            "first.",
+            f"Tray {node.hostname} has a live agent, which keeps its node token. {ask}",
             field="hostname",
         )
+    if node.agent_token_hash and DomainMember.objects.filter(node=node, active=True).exists():
+        raise Conflict(
+            f"Tray {node.hostname} serves a domain; its agent must keep its node token. {ask}",
+            field="hostname",
+        )
+    # The identity a tray's agent registered; before any agent has, the seed's guesses give
+    # way to the first agent's facts.
+    changed = identity_changes(node, facts) if node.agent_token_hash else []
+    if changed:
+        raise Conflict(
+            f"Joining would change tray {node.hostname}'s {' and '.join(changed)}. {ask}",
+            field=changed[0],
+        )
+
+
+def identity_changes(node: Node, facts: NodeFacts) -> list[str]:
+    """The identity facts (`ip`, `clique`, `gpus`) a join would change on a known tray.
+
+    Facts the join leaves out, or that the tray has no record of yet, change nothing; the
+    clique of a tray labelled by Kubernetes, or probed while NVML could not tell, is never
+    taken from the join (`_apply_facts`), so it cannot change here either.
+    """
+    changed = []
+    if facts.ip and node.management_ip and facts.ip != node.management_ip:
+        changed.append("ip")
+    labelled = node.source == NodeSource.KUBERNETES and node.clique_id is not None
+    unsure = any(c.type in _UNSETTLED for c in facts.conditions) and not facts.cluster_uuid
+    if not labelled and not unsure:
+        claimed = (facts.cluster_uuid, facts.clique_id) if facts.cluster_uuid else None
+        known = (node.clique.cluster_uuid, node.clique.clique_id) if node.clique else None
+        if claimed != known:
+            changed.append("clique")
+    known_gpus = sorted(node.gpus.values_list("uuid", flat=True))
+    if facts.gpus and known_gpus and sorted(g.uuid for g in facts.gpus) != known_gpus:
+        changed.append("gpus")
+    return changed
+
+
+# How long an operator's allow-rejoin stays open for the tray's next join.
+REJOIN_WINDOW = timedelta(hours=1)
+
+
+@transaction.atomic
+def node_allow_rejoin(*, actor: Actor, node: Node, reason: str = "") -> Node:
+    """The operator lets the tray's next agent join re-register it within REJOIN_WINDOW:
+    a new node token (the old one stops working) and whatever identity facts it reports
+    (a reinstalled tray, replaced GPUs, a new address, another clique)."""
+    until = timezone.now() + REJOIN_WINDOW
+    Node.objects.filter(pk=node.pk).update(rejoin_allowed_until=until)
+    node.rejoin_allowed_until = until
+    record_event(
+        actor=actor,
+        verb="node.rejoin_allowed",
+        obj=node,
+        message=reason[:500] or f"the next join until {until:%H:%M} UTC may re-register it",
+        details={"until": until.isoformat()},
+    )
+    return node
 
 
 def _apply_facts(node: Node, facts: NodeFacts) -> None:

@@ -98,6 +98,11 @@ class Node(models.Model):
     agent_token_hash = models.CharField(max_length=128, blank=True, db_index=True)
     agent_version = models.CharField(max_length=40, blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    rejoin_allowed_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="An operator allowed the next agent join to re-register the tray until then.",
+    )
     daemon_state = models.CharField(max_length=32, blank=True)
     agent_report = models.JSONField(default=dict, blank=True)
 

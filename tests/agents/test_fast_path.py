@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 
-from domains.agents.services import NodeFacts, agent_join
+from domains.agents.services import agent_join
 from domains.inventory.models import Node
 from portal.api.agent.fastpath import MAX_BODY, AgentFastPath
 from tests import factories
-from tests.support.agents import ensure_join_token
+from tests.support.agents import ensure_join_token, node_facts
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the fast path's threads must see rows
 
@@ -45,7 +45,7 @@ class Behind:
 def tray() -> tuple[Node, str]:
     (rack,) = factories.make_racks("2", ip_prefix="127.13")
     node = Node.objects.filter(rack=rack).order_by("slot").first()
-    _, raw = agent_join(join_token=ensure_join_token(), facts=NodeFacts(hostname=node.hostname))
+    _, raw = agent_join(join_token=ensure_join_token(), facts=node_facts(node))
     return node, raw
 
 

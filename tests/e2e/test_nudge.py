@@ -9,11 +9,11 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from domains import signals
-from domains.agents.services import NodeFacts, agent_join
+from domains.agents.services import agent_join
 from domains.inventory.models import Node
 from tests import factories
 from tests.e2e.conftest import IP_PREFIX
-from tests.support.agents import ensure_join_token
+from tests.support.agents import ensure_join_token, node_facts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -26,8 +26,8 @@ def test_a_desired_state_change_nudges_only_that_trays_agent(portal):
     (rack,) = factories.make_racks("2", ip_prefix=IP_PREFIX)
     first, second = Node.objects.filter(rack=rack).order_by("slot")
     token = ensure_join_token()
-    _, raw_first = agent_join(join_token=token, facts=NodeFacts(hostname=first.hostname))
-    _, raw_second = agent_join(join_token=token, facts=NodeFacts(hostname=second.hostname))
+    _, raw_first = agent_join(join_token=token, facts=node_facts(first))
+    _, raw_second = agent_join(join_token=token, facts=node_facts(second))
     headers = {"Authorization": f"Node {raw_first}"}
     other = {"Authorization": f"Node {raw_second}"}
     with (

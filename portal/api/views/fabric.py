@@ -15,6 +15,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from domains.agents.services import node_allow_rejoin
 from domains.computedomains.fabric import (
     cliques_with_occupancy,
     nodes_with_holders,
@@ -211,6 +212,21 @@ class NodeViewSet(
     @action(detail=True, methods=["post"], url_path="mark-up", **_NODE_ACTION)
     def mark_up(self, request: Request, hostname: str) -> Response:
         return self._act(request, "mark_up")
+
+    @extend_schema(
+        request=ReasonSerializer,
+        responses={200: NodeSerializer, **errors(*WRITE)},
+        summary="Allow the tray's next agent join (within an hour) to re-register it: a new "
+        "node token, and new identity facts (clique, GPUs, IP) if it reports them.",
+    )
+    @action(detail=True, methods=["post"], url_path="allow-rejoin", **_NODE_ACTION)
+    def allow_rejoin(self, request: Request, hostname: str) -> Response:
+        node = self.get_object()
+        body = ReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        node_allow_rejoin(actor=self.actor, node=node, reason=body.validated_data["reason"])
+        node = refreshed(node, self.get_queryset())
+        return Response(NodeSerializer(node, context=self.get_serializer_context()).data)
 
 
 _PART_ACTION: dict[str, Any] = {

@@ -1,7 +1,7 @@
 """REST API v1: one router, the OpenAPI schema and its docs, and the agent API under agent/."""
 
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
 from portal.api.errors import not_found
@@ -55,7 +55,9 @@ router.register("notifications", NotificationViewSet, basename="notification")
 urlpatterns: list = [
     path("agent/", include("portal.api.agent.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves Swagger UI's start-up script as a file (`?script`), not inline,
+    # so the docs work under the Content-Security-Policy.
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     *router.urls,
     re_path(r"", not_found),  # last: unknown API paths answer JSON, not an HTML page
 ]

@@ -24,6 +24,16 @@
     if (detail.kind) {
       document.body.dispatchEvent(new CustomEvent("live-" + detail.kind, { detail: detail }));
     }
+    // And "live-phase-changed" on each element showing a domain in another phase than this
+    // message's (<… data-live-phase="Ready">). hx-trigger filters (`live[…]`) would need
+    // eval, which the Content-Security-Policy forbids.
+    if (detail.kind === "domain" && detail.phase) {
+      document.querySelectorAll("[data-live-phase]").forEach(function (el) {
+        if (el.dataset.livePhase !== detail.phase) {
+          el.dispatchEvent(new CustomEvent("live-phase-changed", { detail: detail }));
+        }
+      });
+    }
   }
 
   function connect() {

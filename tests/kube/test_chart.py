@@ -63,8 +63,11 @@ def test_it_runs_web_worker_beat_sync_and_the_agent_with_probes(objects):
     }
     web = objects["Deployment", "portal-domain-portal-web"]["spec"]["template"]["spec"]
     (container,) = web["containers"]
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # Over the pod's loopback as a trusted proxy saying HTTPS (every path redirects plain HTTP).
+    assert container["livenessProbe"]["exec"]["command"][-1] == "/healthz"
+    assert container["readinessProbe"]["exec"]["command"][-1] == "/readyz"
+    assert "X-Forwarded-Proto" in container["readinessProbe"]["exec"]["command"][2]
+    assert "portal.serve" in container["args"]
     agent = objects["DaemonSet", "portal-domain-portal-agent"]["spec"]["template"]["spec"]
     (container,) = agent["containers"]
     assert "--health-addr=0.0.0.0:8090" in container["args"]

@@ -139,7 +139,8 @@ def start_server(host: str = "127.0.0.1", **env: str) -> tuple[Proc, str]:
         if not proc.alive():
             raise RuntimeError(f"web server exited:\n{proc.log()[-3000:]}")
         try:
-            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+            # 301: a production-like server sends plain HTTP to HTTPS, /healthz too.
+            return httpx.get(f"{url}/healthz", timeout=1).status_code in (200, 301)
         except httpx.HTTPError:
             return False
 

@@ -372,7 +372,9 @@ def test_manifests_refresh_on_a_phase_change_and_are_withdrawn_once_released(
     client.force_login(tenant_a)
     url = reverse("tenant:domain", args=["team-a", ready_domain.uid]) + "?partial=manifests"
     live = client.get(url).content.decode()
-    assert "kind: Job" in live and "detail.phase!='Ready'" in live
+    assert (
+        "kind: Job" in live and 'data-live-phase="Ready"' in live and "live-phase-changed" in live
+    )
     domain_release(actor=Actor.for_user(tenant_a), domain=ready_domain)
     all_clean(ready_domain)
     ready_domain.refresh_from_db()

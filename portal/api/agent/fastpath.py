@@ -10,7 +10,8 @@ This ASGI wrapper answers those two requests itself when they are well-formed: t
 token lookup, serializer, services and JSON encoder as portal/api/agent/views.py, run on a
 small, long-lived pool of threads (Django starts a thread per request). Every
 other request, and every one of these that would be answered with an error (no or unknown
-token, another node's URL, a body that does not validate, a disallowed Host), goes to
+token, another node's URL, a body that does not validate, a disallowed Host, plain HTTP
+where HTTPS is required), goes to
 Django with its body intact, so errors, the 403 audit event and the error shape have one
 implementation.
 """
@@ -65,6 +66,18 @@ def _headers() -> list[tuple[bytes, bytes]]:
     return headers
 
 
+def _hsts() -> list[tuple[bytes, bytes]]:
+    """Strict-Transport-Security as Django's SecurityMiddleware writes it, for HTTPS answers."""
+    if not settings.SECURE_HSTS_SECONDS:
+        return []
+    value = f"max-age={settings.SECURE_HSTS_SECONDS}"
+    if settings.SECURE_HSTS_INCLUDE_SUBDOMAINS:
+        value += "; includeSubDomains"
+    if settings.SECURE_HSTS_PRELOAD:
+        value += "; preload"
+    return [(b"strict-transport-security", value.encode())]
+
+
 class AgentFastPath:
     """ASGI middleware in front of Django: see the module docstring."""
 
@@ -72,6 +85,7 @@ class AgentFastPath:
         self.app = app
         self._executor: ThreadPoolExecutor | None = None
         self._headers = _headers()
+        self._hsts = _hsts()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = _ROUTE.match(scope.get("path", "")) if scope["type"] == "http" else None
@@ -79,8 +93,11 @@ class AgentFastPath:
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])  # ASGI header names are lowercase bytes
         token = token_from_header(headers.get(b"authorization", b""))
+        secure = scope.get("scheme") == "https"
         if not token or not _host_allowed(headers.get(b"host", b"")):
             return await self.app(scope, receive, send)
+        if settings.SECURE_SSL_REDIRECT and not secure:
+            return await self.app(scope, receive, send)  # Django redirects it to HTTPS
         messages, body, complete = await _read_body(receive)
         if complete and match["kind"] == "status":
             complete = headers.get(b"content-type", b"").startswith(b"application/json")
@@ -99,6 +116,7 @@ class AgentFastPath:
                 "status": status,
                 "headers": [
                     *self._headers,
+                    *(self._hsts if secure else []),
                     (b"content-length", str(len(payload)).encode()),
                     (b"x-request-id", rid.encode()),
                 ],

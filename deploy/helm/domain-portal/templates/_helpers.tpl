@@ -105,3 +105,11 @@ tolerations: {{- toYaml . | nindent 2 }}
 - {name: NVIDIA_VISIBLE_DEVICES, value: all}
 - {name: NVIDIA_DRIVER_CAPABILITIES, value: utility}
 {{- end -}}
+
+{{- define "portal.webProbe" -}}
+exec:
+  # Over the pod's loopback, a trusted proxy (PORTAL_TRUSTED_PROXIES), saying HTTPS: the
+  # portal sends plain HTTP to HTTPS on every path, health checks included, and a
+  # redirect would only tell that the process answers.
+  command: [python, -c, "import sys, urllib.request as u; u.urlopen(u.Request('http://127.0.0.1:{{ .root.Values.web.port }}' + sys.argv[1], headers={'Host': 'localhost', 'X-Forwarded-Proto': 'https'}), timeout=4)", {{ .path }}]
+{{- end }}

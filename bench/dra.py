@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import banner, load_average, percentile, setup_django
+from bench.formation import cpu_seconds
 
 TRAYS = 18
 FIRST_RACK = 121  # trays at 127.<base>.121.x, away from the tests and the other benchmarks
@@ -113,7 +114,17 @@ def main() -> int:
                 kubelets[host].register()
             print(f"# {TRAYS} agents joined, slices published, kubelets registered\n")
             per_claim, all_prepared, to_ready = [], [], []
+            procs = {
+                "web": [(server.pid, False)],
+                "worker": [(worker.pid, False)],
+                "agents": [(fleet.proc.pid, False)],
+                "IMEX daemons+ctl": [(fleet.proc.pid, True)],
+            }
+            cpu: dict[str, float] = dict.fromkeys(procs, 0.0)
             for rnd in range(args.rounds + 1):
+                before = {
+                    k: sum(cpu_seconds(p, children=c) for p, c in v) for k, v in procs.items()
+                }
                 name = f"wl-{rnd}"
                 body = {"metadata": {"name": name}, "spec": {"numNodes": 0}}
                 assert api.post("/computedomains/", json=body).status_code == 201
@@ -153,6 +164,8 @@ def main() -> int:
                 )
                 if rnd == 0:
                     continue
+                for k, v in procs.items():
+                    cpu[k] += sum(cpu_seconds(p, children=c) for p, c in v) - before[k]
                 per_claim += took
                 all_prepared.append(max(took))
                 to_ready.append(t_ready - t0)
@@ -161,6 +174,12 @@ def main() -> int:
                 f"allocated → all 18 prepared       {stats(all_prepared)}   (n={len(all_prepared)})"
             )
             print(f"allocated → domain Ready (18)     {stats(to_ready)}   (n={len(to_ready)})")
+            rounds = max(args.rounds, 1)
+            print(
+                "CPU per round (prepare, join, Ready, unprepare, release): "
+                + ", ".join(f"{k} {v / rounds:.2f} s" for k, v in cpu.items())
+                + f"; total {sum(cpu.values()) / rounds:.2f} s"
+            )
             print(f"# {load_average()}")
             for kubelet in kubelets.values():
                 kubelet.close()

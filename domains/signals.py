@@ -27,6 +27,9 @@ event_recorded = Signal()
 member_reports_pending = Signal()
 # kwargs: domain_id (int) of a domain admitted and waiting to be placed
 placement_wanted = Signal()
+# kwargs: domain_id (int) whose membership changed (a domain that follows its workload): its
+# members' agents must re-fetch their peer list, soon but not for every single join
+peers_changed = Signal()
 # no kwargs: trays or channels came free, so queued domains may fit now
 capacity_freed = Signal()
 # kwargs: notification_id (int), channel (str), user_id (int): a notification was written

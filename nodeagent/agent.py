@@ -49,6 +49,9 @@ MISMATCHES = {"NODE_MAP_MISMATCH": "node map", "VERSION_MISMATCH": "version"}
 # Retries back off, but stay well under the portal's heartbeat staleness (30 s by default):
 # a cycle that fails for a local reason must not make a healthy member look lost.
 MAX_BACKOFF_S = 10.0
+# nvidia-imex processes at most one SIGUSR1 every 5 s, counted from when it handled the last
+# one; the agent spaces its own by a little more, so a busy moment cannot make one too early.
+USR1_SPACING_S = 5.5
 # A daemon that ran this long before it exited is started again at once; one that exited
 # sooner is started again with backoff.
 RESTART_RESET_S = 30.0
@@ -121,7 +124,7 @@ class Agent:
         self.files_checked_at = 0.0
         self.present: list[int] = []
         self.major: int | None = None
-        self.usr1_at = -imex.USR1_INTERVAL_S  # when the daemon was last told to re-resolve
+        self.usr1_at = -USR1_SPACING_S  # when the daemon was last told to re-resolve
         self.resolve_due = 0.0  # when to tell it next (0: nothing pending)
         # What the tray serves, as last observed, for the DRA plugin's gRPC threads.
         self.serving: Serving | None = None
@@ -271,9 +274,20 @@ class Agent:
         elif self.resolve_due and now >= self.resolve_due:
             self.re_resolve()
         report, delay = self.observe(want, index, self.present, error)
+        if want.get("slots") and not self.resolve_due and self.unresolved(report):
+            # Level-triggered: a member this daemon has never reached although the hosts
+            # file names it (a SIGUSR1 the daemon ignored as too soon, one lost in a busy
+            # moment) is asked for again once the 5 s are up.
+            self.resolve_due = self.usr1_at + USR1_SPACING_S
         if self.resolve_due:
             delay = min(delay, max(self.resolve_due - time.monotonic(), 0.01))
         return report, delay
+
+    @staticmethod
+    def unresolved(report: StatusReport) -> bool:
+        return report["daemon_state"] == "READY" and any(
+            p["status"] == "NEVER_CONNECTED" for p in report["peers"]
+        )
 
     def re_resolve(self) -> None:
         """SIGUSR1: the daemon re-reads the hosts file (processed at most every 5 s, so the
@@ -344,7 +358,7 @@ class Agent:
             # SIGUSR1, never a restart of this daemon.
             nodes = imex.render_names(slots)
             if imex.write_hosts(self.paths.hosts, {p["index"]: p["ip"] for p in peers}):
-                self.resolve_due = max(time.monotonic(), self.usr1_at + imex.USR1_INTERVAL_S)
+                self.resolve_due = max(time.monotonic(), self.usr1_at + USR1_SPACING_S)
         else:
             nodes = imex.render_nodes([p["ip"] for p in peers])
         restart = imex.write_config(paths=self.paths, config=config, nodes=nodes)

@@ -60,6 +60,11 @@ def announce_member_reports(domain_id: int) -> None:
     )
 
 
+def announce_peers_changed(domain_id: int) -> None:
+    """This domain's members changed: its trays must learn the new peer list (batched)."""
+    after_commit(signals.peers_changed, domain_id=domain_id)
+
+
 def announce_placement_wanted(domain_id: int) -> None:
     """This domain was admitted and waits to be placed."""
     after_commit(signals.placement_wanted, domain_id=domain_id)

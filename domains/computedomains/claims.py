@@ -20,7 +20,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from domains.audit.announce import announce_desired_state, announce_domain, announce_nodes
+from domains.audit.announce import (
+    announce_desired_state,
+    announce_domain,
+    announce_nodes,
+    announce_peers_changed,
+)
 from domains.audit.events import CONTROLLER, Actor, record_event
 from domains.computedomains import admission
 from domains.computedomains.models import (
@@ -316,8 +321,9 @@ def _leave(domain: ComputeDomain, node: Node) -> None:
 
 
 def _announce_membership(domain: ComputeDomain, changed: list[int]) -> None:
-    """Every member learns the new peer list (the leaver: that it serves nothing now)."""
-    nodes = list(domain.members.filter(active=True).values_list("node_id", flat=True))
+    """The joining (or leaving) tray hears at once: a pod waits for it. The other members
+    learn the new peer list a moment later, once per burst (`peers_changed`)."""
     announce_domain(domain)
-    announce_nodes([*nodes, *changed])
-    announce_desired_state([*nodes, *changed])
+    announce_nodes(changed)
+    announce_desired_state(changed)
+    announce_peers_changed(domain.pk)

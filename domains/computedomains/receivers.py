@@ -6,13 +6,21 @@ waits for placement", "capacity came free") and these receivers queue the Celery
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from django.core.cache import cache
 from django.dispatch import receiver
 
 from domains import signals
 from domains.computedomains.members import tray_marked_down
-from domains.computedomains.tasks import place_domain, place_queued
+from domains.computedomains.tasks import nudge_peers, peers_key, place_domain, place_queued
+
+log = logging.getLogger(__name__)
+
+# How long the members of a domain that follows its workload wait before they re-fetch
+# their peers after a join or a leave: joins of one workload come in bursts.
+PEERS_BATCH_S = 0.5
 
 
 @receiver(signals.placement_wanted, dispatch_uid="computedomains.place_domain")
@@ -31,3 +39,15 @@ def queue_queued_placement(sender: object, **kwargs: Any) -> None:
 def let_go_of_tray(sender: object, node_id: int, message: str, **kwargs: Any) -> None:
     """Inside the transaction that marked the tray down: end or fail its membership."""
     tray_marked_down(node_id=node_id, message=message)
+
+
+@receiver(signals.peers_changed, dispatch_uid="computedomains.nudge_peers")
+def queue_peer_nudge(sender: object, domain_id: int, **kwargs: Any) -> None:
+    """One nudge of the members per burst; Redis away: nudge them now."""
+    try:
+        if cache.add(peers_key(domain_id), 1, PEERS_BATCH_S + 10):
+            nudge_peers.apply_async((domain_id,), countdown=PEERS_BATCH_S)
+        return
+    except Exception:
+        log.warning("could not queue computedomains.nudge_peers for %s; nudging now", domain_id)
+    nudge_peers(domain_id)

@@ -14,8 +14,11 @@ import logging
 from typing import Any
 
 from celery import shared_task
+from django.core.cache import cache
 
+from domains.audit.announce import announce_desired_state
 from domains.computedomains import reconcile as controller
+from domains.computedomains.models import DomainMember
 from domains.computedomains.placing import domain_place, domains_place_queued
 from domains.errors import DATABASE_AWAY, TransientError
 
@@ -54,3 +57,25 @@ def reconcile() -> dict[str, int]:
 def reap_stale_heartbeats() -> int:
     """Members of running domains whose agent went silent count as not ready."""
     return controller.reap_stale_heartbeats()
+
+
+def peers_key(domain_id: int) -> str:
+    return f"computedomains:peers-pending:{domain_id}"
+
+
+@shared_task(name="computedomains.nudge_peers", acks_late=True)
+def nudge_peers(domain_id: int) -> int:
+    """Tell the members of a domain that follows its workload to re-fetch their peer list.
+
+    Queued once per burst of joins and leaves (see receivers): 18 trays joining within a
+    second would otherwise make every member fetch its desired state 18 times, while its
+    daemon re-resolves the names at most once every 5 s anyway.
+    """
+    cache.delete(peers_key(domain_id))  # before reading: a change after this queues again
+    nodes = list(
+        DomainMember.objects.filter(domain_id=domain_id, active=True).values_list(
+            "node_id", flat=True
+        )
+    )
+    announce_desired_state(nodes)
+    return len(nodes)

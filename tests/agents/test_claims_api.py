@@ -130,8 +130,14 @@ def trays(split) -> list:
     return list(split.nodes.order_by("clique__clique_id", "slot"))
 
 
+_joined: dict[int, tuple[APIClient, int]] = {}
+
+
 def admit(node, domain, uid: str | None = None):
-    client, node_id = join(node)
+    """The tray's agent (joined once: a live agent keeps its token) admits a new claim."""
+    if node.pk not in _joined or not type(node).objects.filter(pk=_joined[node.pk][1]).exists():
+        _joined[node.pk] = join(node)
+    client, node_id = _joined[node.pk]
     doc = body(domain)
     if uid:
         doc["claim"]["uid"] = uid

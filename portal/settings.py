@@ -374,6 +374,11 @@ PORTAL: PortalSettings = {
     "BASE_URL": os.environ.get("PORTAL_BASE_URL", ""),
     "NOTIFY_ATTEMPTS": env_int("PORTAL_NOTIFY_ATTEMPTS", 6),
     "NOTIFY_BACKOFF_S": env_int("PORTAL_NOTIFY_BACKOFF_S", 30),
+    # Webhooks go to public addresses only, and to these networks (CIDRs): the demo's and
+    # the tests' receivers listen on loopback. See domains/notifications/egress.py.
+    "WEBHOOK_ALLOWED_NETS": env_list(
+        "PORTAL_WEBHOOK_ALLOWED_NETS", "127.0.0.0/8,::1/128" if DEBUG or TESTING else ""
+    ),
     # Agents' reports that change their members are folded on a worker, once per burst per
     # domain. Off: folded in the request, one by one. Off by default only inside pytest's
     # own process, whose tests read the effect of a report right after sending it (the

@@ -28,4 +28,5 @@ class PortalSettings(TypedDict):
     BASE_URL: str  # the portal's address as users reach it (links in e-mail); "" = none
     NOTIFY_ATTEMPTS: int  # tries at sending one e-mail or webhook notification
     NOTIFY_BACKOFF_S: int  # first retry after this, then doubling
+    WEBHOOK_ALLOWED_NETS: list[str]  # networks a webhook may reach besides public addresses
     FOLD_REPORTS_ON_WORKER: bool  # changing reports folded on a worker, per domain and burst

@@ -27,6 +27,7 @@ from django.core.mail import send_mail
 from django.db.models import F
 from django.utils import timezone
 
+from domains.notifications import egress
 from domains.notifications.models import (
     Channel,
     DeliveryAttempt,
@@ -139,9 +140,18 @@ def _webhook(notification: Notification) -> tuple[int | None, str]:
         SIGNATURE_HEADER: sign(subscription.secret, timestamp, body),
     }
     try:
-        response = httpx.post(
-            subscription.target, content=body, headers=headers, timeout=WEBHOOK_TIMEOUT_S
-        )
+        target = egress.pin(subscription.target)
+    except egress.EgressRefused as exc:
+        return None, f"refused: {exc}"
+    headers["Host"] = target.host
+    try:
+        with httpx.Client(timeout=WEBHOOK_TIMEOUT_S) as client:
+            response = client.post(
+                target.url,
+                content=body,
+                headers=headers,
+                extensions={"sni_hostname": target.server_name},
+            )
     except httpx.HTTPError as exc:
         return None, f"{type(exc).__name__}: {exc}"
     if 200 <= response.status_code < 300:

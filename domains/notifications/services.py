@@ -13,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from domains.errors import InvalidInput
+from domains.notifications import egress
 from domains.notifications.models import Channel, Kind, Notification, Subscription
 from domains.tenancy.selectors import namespaces_visible_to
 
@@ -95,4 +96,8 @@ def _clean_target(user: User, channel: str, target: str) -> str:
     url = urlparse(target)
     if url.scheme not in ("http", "https") or not url.netloc or len(target) > 500:
         raise InvalidInput("must be an http(s) URL", field="target")
+    try:
+        egress.pin(target)
+    except egress.EgressRefused as exc:
+        raise InvalidInput(str(exc), field="target")
     return target

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def mine(tenant_a):
     return subscription_create(user=tenant_a, channel="webhook", kinds=["domain.ready"],
-                               target="https://hooks.example/portal")  # fmt: skip
+                               target="https://127.0.0.1:8443/portal")  # fmt: skip
 
 
 @pytest.mark.parametrize(

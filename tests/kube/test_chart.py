@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kube.schemas import CRD_PATH, assert_valid_kubernetes
+from tests.kube.schemas import CRD_PATH, assert_valid_dra, assert_valid_kubernetes
 
 helm = pytest.importorskip("helm_python.chart", reason="helm-python-sdk (helm template) absent")
 
@@ -247,6 +247,10 @@ def test_the_agent_is_the_trays_dra_plugin_with_the_portals_own_device_class(obj
     assert runner["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
     klass = objects["DeviceClass", "compute-domain-channel.portal.domains"]
     assert_valid_kubernetes(klass)
+    # Rendered without a cluster, Helm's default capabilities give v1beta1 (1.32); on a
+    # 1.34 cluster the same body is rendered as v1: both must be valid there.
+    assert_valid_dra(klass)
+    assert_valid_dra({**klass, "apiVersion": "resource.k8s.io/v1"})
     (selector,) = klass["spec"]["selectors"]
     assert selector["cel"]["expression"] == "device.driver == 'imex-channel.portal.domains'"
     assert "nvidia.com" not in str(klass)  # never NVIDIA's driver or class

@@ -98,6 +98,7 @@ def _queue() -> list[Waiting]:
     waiting for approval by age (keys are minus their ids, to tell them apart)."""
     rows = (
         ComputeDomain.objects.filter(phase__in=(Phase.ADMITTED, Phase.PENDING))
+        .exclude(num_nodes=0)  # follows its workload: waits for pods, never for placement
         .order_by("admitted_at", "created_at", "id")
         .values_list(
             "id", "phase", "num_nodes", "gpus_per_node", "placement_constraint",

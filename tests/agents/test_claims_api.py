@@ -207,3 +207,13 @@ def test_a_tray_of_another_clique_a_cordoned_tray_and_one_over_quota_are_refused
     assert resp.status_code == 422 and "the most a domain may hold" in resp.json()["message"]
     assert follow.members.filter(active=True).count() == 1  # nothing joined, nothing half-made
     assert DomainClaim.objects.filter(released_at__isnull=True).count() == 1
+
+
+def test_a_following_domain_is_never_in_the_placement_queue_or_its_forecast(follow):
+    from django.utils import timezone
+
+    from domains.computedomains.forecast import queue_forecast
+    from domains.computedomains.selectors import queued_domains
+
+    assert follow not in queued_domains()
+    assert follow.pk not in queue_forecast(now=timezone.now())

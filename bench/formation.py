@@ -15,7 +15,9 @@ where the formation time went:
            + last member ready → domain Ready (aggregation)
   agents = Forming → last member ready (nudge, desired-state fetch, config, mknod, CDI,
            daemon start, peers connecting, readiness polling, the status report)
-and the CPU each process used per round, with the web's per tray formed and released.
+and the CPU each process used per round, with the web's per tray formed and released:
+all of it, and without what the agents' steady heartbeats and polls cost it meanwhile
+(measured for 20 s before the scenarios, with no formation going on).
 
 For one-domain scenarios it also prints the timeline of a formation, tray by tray (first,
 median and last tray, medians over the rounds), from the request to Ready:
@@ -166,7 +168,9 @@ def main() -> int:
         AgentFleet(url, nodes, poll_interval=10, heartbeat_interval=10) as fleet,
     ):
         fleet.wait_joined(timeout=120)
-        print(f"# {nodes.count()} agents joined\n")
+        print(f"# {nodes.count()} agents joined")
+        idle = _idle_web_cpu(server.pid)
+        print(f"# idle: heartbeats and polls alone cost the web {idle:.3f} s of CPU/s\n")
         header = f"{'trays':>5} {'domains':>7}  {'request → Ready':<34}  {'release → Released':<34}"
         print(header)
         print("-" * len(header))
@@ -182,6 +186,7 @@ def main() -> int:
                 "IMEX daemons+ctl": [(fleet.proc.pid, True)],
             }
             cpu_before = {name: _cpu(pids) for name, pids in procs.items()}
+            started = time.monotonic()
             for rnd in range(args.rounds + 1):  # round 0 warms up
                 names = [f"b{size}-{rnd}-{i}" for i in range(count)]
                 t0, wall0 = time.monotonic(), time.time()
@@ -217,6 +222,7 @@ def main() -> int:
                 name: (_cpu(pids) - cpu_before[name]) / (args.rounds + 1)
                 for name, pids in procs.items()
             }
+            round_s = (time.monotonic() - started) / (args.rounds + 1)
             portal, agents = statistics.median(portal_t), statistics.median(agent_t)
             total = portal + agents
             print(
@@ -227,14 +233,23 @@ def main() -> int:
                 f"{'':>14}CPU per round: "
                 + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in cpu.items())
             )
+            net = max(0.0, cpu["web"] - idle * round_s)
             print(
-                f"{'':>14}web CPU per tray formed and released: "
-                f"{cpu['web'] / size * 1000:.1f} ms; {load_average()}"
+                f"{'':>14}web CPU per tray formed and released: {cpu['web'] / size * 1000:.1f} "
+                f"ms; without the idle heartbeats and polls of the {round_s:.1f} s round: "
+                f"{net / size * 1000:.1f} ms; {load_average()}"
             )
             if timelines:
                 _print_timeline(timelines)
     print("\nTargets (DESIGN.md §8): 18 trays median < 1 s; 144 trays < 3 s; release as fast.")
     return 0
+
+
+def _idle_web_cpu(pid: int, seconds: float = 20.0) -> float:
+    """The web's CPU per second while the agents only heartbeat and poll (no formation)."""
+    before = cpu_seconds(pid, children=False)
+    time.sleep(seconds)
+    return (cpu_seconds(pid, children=False) - before) / seconds
 
 
 def _cpu(pids: list[tuple[int, bool]]) -> float:

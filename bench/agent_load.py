@@ -140,7 +140,9 @@ def main() -> None:
     from tests.support.processes import free_port
 
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": url, "DEBUG": "0", "LOG_LEVEL": "WARNING"}
+    # Plain HTTP on loopback: no TLS redirect (the production default sends /healthz to https).
+    env = {**os.environ, "DATABASE_URL": url, "DEBUG": "0", "LOG_LEVEL": "WARNING",
+           "SECURE_SSL_REDIRECT": "0"}  # fmt: skip
     server = subprocess.Popen(
         [str(ROOT / ".venv/bin/uvicorn"), "portal.asgi:application", "--port", str(port),
          "--no-access-log", "--log-level", "warning", "--workers", str(args.web)],

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.core.cache import cache
 from django.forms.utils import ErrorDict
@@ -166,8 +167,12 @@ LOGIN_FAILURES = RateLimit(scope="login-failures", limit=20, window_s=300)
 # Failed bearer tokens per client address (a scanner), and per token prefix and address (a
 # script retrying a revoked token): past either, failures are answered 429 instead of 401.
 # Only failures: a valid token always works (portal/api/authentication.py).
-TOKEN_FAILURES = RateLimit(scope="token-failures", limit=100, window_s=300)
-TOKEN_PREFIX_FAILURES = RateLimit(scope="token-failures-prefix", limit=10, window_s=300)
+TOKEN_FAILURES = RateLimit(
+    scope="token-failures", limit=settings.PORTAL["TOKEN_FAILURE_LIMIT"], window_s=300
+)
+TOKEN_PREFIX_FAILURES = RateLimit(
+    scope="token-failures-prefix", limit=settings.PORTAL["TOKEN_FAILURE_LIMIT"] // 10, window_s=300
+)
 
 
 def client_address(request: Any) -> str:

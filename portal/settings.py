@@ -369,6 +369,9 @@ PORTAL: PortalSettings = {
     # only their X-Forwarded-For/-Proto are believed, by uvicorn (`python -m portal.serve`
     # passes them as --forwarded-allow-ips). Empty: no proxy, the peer is the client.
     "TRUSTED_PROXIES": env_list("PORTAL_TRUSTED_PROXIES"),
+    # Failed bearer tokens per client address in 5 minutes before they are answered 429
+    # (a tenth of it per token prefix and address); valid tokens are never refused.
+    "TOKEN_FAILURE_LIMIT": env_int("PORTAL_TOKEN_FAILURE_LIMIT", 100),
     # Notifications: links in e-mail start with BASE_URL; an e-mail or webhook is tried
     # NOTIFY_ATTEMPTS times, the first retry after NOTIFY_BACKOFF_S seconds, then doubling.
     "BASE_URL": os.environ.get("PORTAL_BASE_URL", ""),

@@ -25,6 +25,7 @@ class PortalSettings(TypedDict):
     METRICS_TOKEN: str
     SMALLEST_REQUEST_NODES: int  # smallest domain a tenant may request, in trays
     TRUSTED_PROXIES: list[str]  # reverse proxies in front of the web processes
+    TOKEN_FAILURE_LIMIT: int
     BASE_URL: str  # the portal's address as users reach it (links in e-mail); "" = none
     NOTIFY_ATTEMPTS: int  # tries at sending one e-mail or webhook notification
     NOTIFY_BACKOFF_S: int  # first retry after this, then doubling

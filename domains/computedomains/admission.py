@@ -234,7 +234,7 @@ def _clique_q(target: str) -> Q:
     """A clique by operator name or by its `<cluster_uuid>.<clique_id>` label."""
     q = Q(name=target)
     uuid_part, _, id_part = target.rpartition(".")
-    if uuid_part and id_part.isdigit():
+    if uuid_part and (id_part.isascii() and id_part.isdigit()):
         q |= Q(cluster_uuid=uuid_part, clique_id=int(id_part))
     return q
 

@@ -194,7 +194,7 @@ def scope_named(kind: str, name: str) -> Scope:
 
 def clique_by_label(label: str) -> Clique | None:
     uuid, _, number = label.rpartition(".")
-    if uuid and number.isdigit():
+    if uuid and (number.isascii() and number.isdigit()):
         return Clique.objects.filter(cluster_uuid=uuid, clique_id=int(number)).first()
     return Clique.objects.filter(name=label).first()
 

@@ -220,7 +220,7 @@ def _resolve(trays: Sequence[str], clique: str, rack: str) -> tuple[str, str, li
 
 def _clique(name: str) -> Clique | None:
     uuid, _, number = name.rpartition(".")
-    if uuid and number.isdigit():
+    if uuid and (number.isascii() and number.isdigit()):
         found = Clique.objects.filter(cluster_uuid=uuid, clique_id=int(number)).first()
         if found is not None:
             return found

@@ -73,7 +73,11 @@ class KubeNode:
         """`<cluster uuid>.<clique id>` → (uuid, id); None without a usable label."""
         value = self.labels.get(CLIQUE_LABEL, "")
         uuid, _, clique_id = value.rpartition(".")
-        if not UUID_RE.match(uuid) or not clique_id.isdigit() or int(clique_id) > 2**31 - 1:
+        if (
+            not UUID_RE.match(uuid)
+            or not (clique_id.isascii() and clique_id.isdigit())
+            or int(clique_id) > 2**31 - 1
+        ):
             return None  # no label, or malformed
         if uuid.strip("0-") == "":
             return None  # the all-zero uuid of GPUs without multi-node NVLink
@@ -81,7 +85,11 @@ class KubeNode:
 
     def gpu_count(self) -> int | None:
         value = self.labels.get(GPU_COUNT_LABEL, "")
-        return int(value) if value.isdigit() and 0 < int(value) <= MAX_GPUS_PER_TRAY else None
+        return (
+            int(value)
+            if (value.isascii() and value.isdigit()) and 0 < int(value) <= MAX_GPUS_PER_TRAY
+            else None
+        )
 
 
 # --- nodes ---------------------------------------------------------------------------------
@@ -164,7 +172,7 @@ def _slot(tray: Node, rack: Rack | None, node: KubeNode) -> int | None:
     )
     label = settings.PORTAL.get("KUBE_SLOT_LABEL", "")
     value = node.labels.get(label, "") if label else ""
-    if value.isdigit() and int(value) >= 1 and int(value) not in taken:
+    if (value.isascii() and value.isdigit()) and int(value) >= 1 and int(value) not in taken:
         return int(value)
     if tray.slot is not None and tray.rack_id == rack.pk and tray.slot not in taken:
         return tray.slot

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 
 MAX_OFFSET = 2**31 - 1
@@ -14,14 +15,28 @@ class Pagination(LimitOffsetPagination):
     default_limit = 100
     max_limit = 1000
 
+    def get_limit(self, request: Any) -> int:
+        return self._bounded(request, self.limit_query_param, 1, self.max_limit, self.default_limit)
+
     def get_offset(self, request: Any) -> int:
-        return min(super().get_offset(request), MAX_OFFSET)
+        return self._bounded(request, self.offset_query_param, 0, MAX_OFFSET, 0)
+
+    @staticmethod
+    def _bounded(request: Any, name: str, low: int, high: int, default: int) -> int:
+        """The parameter as a whole number within [low, high]; anything else is a 400 naming
+        it (DRF quietly used the default for `limit=-1` and clamped huge ones)."""
+        raw = request.query_params.get(name)
+        if raw is None or raw == "":
+            return default
+        if not raw.isascii() or not raw.isdigit() or not low <= int(raw) <= high:
+            raise ValidationError({name: [f"must be a whole number from {low} to {high}"]})
+        return int(raw)
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         parameters = super().get_schema_operation_parameters(view)
         bounds = {
             self.limit_query_param: {"minimum": 1, "maximum": self.max_limit},
-            self.offset_query_param: {"minimum": 0},
+            self.offset_query_param: {"minimum": 0, "maximum": MAX_OFFSET},
         }
         for parameter in parameters:
             parameter["schema"].update(bounds.get(parameter["name"], {}))

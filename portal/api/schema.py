@@ -15,6 +15,7 @@ _DESCRIPTIONS = {
     403: "Signed in, but this role or token may not do this.",
     404: "No such object, or one in a namespace you cannot see.",
     409: "Conflicts with the current state (name taken, wrong phase).",
+    413: "The request body is over the API's size limit (1 MiB).",
     422: "Refused by quota or placement; `details` says why.",
     429: "Too many failed sign-in attempts; see Retry-After.",
 }
@@ -27,16 +28,17 @@ def errors(*codes: int) -> dict[int, OpenApiResponse]:
 
 
 READ = (400, 401, 403, 404, 429)
-WRITE = (400, 401, 403, 404, 409, 422, 429)
+WRITE = (400, 401, 403, 404, 409, 413, 422, 429)
 
 
 def add_error_responses(result: dict[str, Any], generator: Any, request: Any, public: bool) -> Any:
-    """Postprocessing hook: document 401/403/404/429 with the error shape on every v1
-    operation that does not declare them itself, so clients and schemathesis know them."""
+    """Postprocessing hook: document the errors with the error shape on every v1 operation,
+    the agent API's included, that does not declare them itself, so clients and
+    schemathesis know them."""
     error_ref = {"$ref": "#/components/schemas/Error"}
     result.setdefault("components", {}).setdefault("schemas", {})
     for path, operations in result.get("paths", {}).items():
-        if not path.startswith("/api/v1/") or path.startswith("/api/v1/agent/"):
+        if not path.startswith("/api/v1/"):
             continue
         for method, operation in operations.items():
             if method not in {"get", "post", "put", "patch", "delete"}:

@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from domains.audit.models import Event
 from domains.computedomains.models import DomainClaim
 from nodeagent.protocol import CLAIM_ADMISSION_SCHEMA, CLAIM_REQUEST_SCHEMA
+from tests import factories
 from tests.agents.test_agent_api import join, rack  # noqa: F401  (the fixture)
 from tests.support.lifecycle import request_and_place
 
@@ -168,6 +169,7 @@ def test_a_following_domain_waits_for_its_workload_then_trays_join_and_leave(fol
     uid = doc_b["claim"]["uid"]
     assert client_b.delete(f"/api/v1/agent/nodes/{b_id}/claims/{uid}/").status_code == 204
     assert sorted(follow.members.filter(active=True).values_list("index", flat=True)) == [0, 2]
+    factories.stale_heartbeat(b)  # its agent joins afresh (a live one keeps its token)
     _, _, _, again = admit(b, follow)
     assert again.json() == again.json() | {"index": 1, "joined": True}
     verbs = list(Event.objects.filter(domain=follow).values_list("verb", flat=True))

@@ -10,22 +10,23 @@ from domains.agents.report import AgentReport, PeerStatus, Step
 from domains.agents.services import GpuFacts, NodeFacts
 from domains.inventory.services import ConditionFacts
 from nodeagent.protocol import FABRIC_STATES, PEER_STATUSES
+from portal.api.serializers.common import StrictSerializer
 
 
-class GpuSerializer(serializers.Serializer):
+class GpuSerializer(StrictSerializer):
     index = serializers.IntegerField(min_value=0, max_value=63)
     uuid = serializers.CharField(max_length=64)
     product = serializers.CharField(max_length=100, allow_blank=True, required=False, default="")
     fabric_state = serializers.ChoiceField(list(FABRIC_STATES), required=False, default="COMPLETED")
 
 
-class ConditionSerializer(serializers.Serializer):
+class ConditionSerializer(StrictSerializer):
     type = serializers.RegexField(r"^[A-Z][A-Za-z0-9]{1,63}$")
     blocking = serializers.BooleanField()
     message = serializers.CharField(max_length=2000)
 
 
-class FactsSerializer(serializers.Serializer):
+class FactsSerializer(StrictSerializer):
     """A tray's facts (nodeagent.protocol.NodeFacts)."""
 
     hostname = serializers.RegexField(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
@@ -73,13 +74,13 @@ class JoinSerializer(FactsSerializer):
     join_token = serializers.CharField(max_length=200, trim_whitespace=False)
 
 
-class PeerSerializer(serializers.Serializer):
+class PeerSerializer(StrictSerializer):
     index = serializers.IntegerField(min_value=0, max_value=4095)
     ip = serializers.CharField(max_length=253, allow_blank=True)
     status = serializers.ChoiceField(list(PEER_STATUSES))
 
 
-class ReportSerializer(serializers.Serializer):
+class ReportSerializer(StrictSerializer):
     domain_uid = serializers.UUIDField(allow_null=True, required=False, default=None)
     generation_applied = serializers.IntegerField(min_value=0)
     step = serializers.ChoiceField(list(Step.ALL))

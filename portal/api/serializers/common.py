@@ -20,7 +20,9 @@ MAX_DURATION = timedelta(days=3650)
 
 
 class StrictSerializer(serializers.Serializer):
-    """Rejects fields it does not know, naming each one (nested serializers too)."""
+    """Rejects fields it does not know, naming each one (nested serializers too), and takes
+    numbers only as JSON numbers and text only as JSON strings: `"numNodes": "3"` is
+    refused, not read as 3, and so is `"name": 5`."""
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
@@ -29,7 +31,32 @@ class StrictSerializer(serializers.Serializer):
                 raise serializers.ValidationError(
                     {key: [f"unknown field {key!r}"] for key in unknown}
                 )
+            not_numbers = sorted(
+                name
+                for name, field in self.fields.items()
+                if isinstance(field, _NUMBERS)
+                and name in data
+                and (isinstance(data[name], str | bool))
+            )
+            if not_numbers:
+                raise serializers.ValidationError(
+                    {name: ["must be a number, not a string"] for name in not_numbers}
+                )
+            not_strings = sorted(
+                name
+                for name, field in self.fields.items()
+                if isinstance(field, serializers.CharField)
+                and data.get(name) is not None
+                and not isinstance(data.get(name), str)
+            )
+            if not_strings:
+                raise serializers.ValidationError(
+                    {name: ["must be a string"] for name in not_strings}
+                )
         return super().to_internal_value(data)
+
+
+_NUMBERS = (serializers.IntegerField, serializers.FloatField, serializers.DecimalField)
 
 
 class StrictCharField(serializers.CharField):

@@ -125,7 +125,7 @@ class CliqueViewSet(
     def get_object(self) -> Clique:
         uuid, _, clique_id = self.kwargs["label"].rpartition(".")
         obj = None
-        if uuid and clique_id.isdigit():
+        if uuid and (clique_id.isascii() and clique_id.isdigit()):
             obj = self.get_queryset().filter(cluster_uuid=uuid, clique_id=int(clique_id)).first()
         if obj is None:
             raise NotFound(f"no clique labelled {self.kwargs['label']!r}")
@@ -334,7 +334,7 @@ class MaintenanceWindowViewSet(
 
     def _pk(self) -> int:
         raw = str(self.kwargs.get("pk", ""))
-        if not raw.isdigit():
+        if not (raw.isascii() and raw.isdigit()):
             raise NotFound(f"no maintenance window {raw!r}")
         return int(raw)
 

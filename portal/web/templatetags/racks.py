@@ -213,3 +213,11 @@ def percent(used: int | None, limit: int | None) -> int:
     if not limit:
         return 0
     return min(100, round(100 * (used or 0) / limit))
+
+
+@register.filter
+def percent5(used: int | None, limit: int | None) -> int:
+    """`percent` to the nearest 5, naming one of the bar-width classes (`w0` … `w100`): a
+    class, not an inline style, so the page keeps working under a strict style-src."""
+    share = percent(used, limit)
+    return 5 * round(share / 5) if share < 100 else 100

@@ -28,6 +28,7 @@ app.autodiscover_tasks(
     ]
 )
 
+import portal.worker_consumer  # noqa: E402, F401  # kombu 5.7.0's lost-Redis guard, web too
 from portal.worker_health import WorkerHealth  # noqa: E402
 
 app.steps["worker"].add(WorkerHealth)

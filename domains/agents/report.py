@@ -4,19 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-class Step:
-    """Where the agent is in applying its desired state."""
-
-    IDLE = "idle"  # nothing desired, node clean
-    CONFIGURING = "configuring"  # writing config, nodes file, channels, CDI spec
-    STARTING_DAEMON = "starting_daemon"
-    WAITING_PEERS = "waiting_peers"  # daemon up, not yet READY / peers not all connected
-    READY = "ready"  # daemon READY, domain UP, channels present
-    RELEASING = "releasing"  # stopping daemon, removing channels/config
-    FAILED = "failed"  # could not apply; `error` says why
-
-    ALL = (IDLE, CONFIGURING, STARTING_DAEMON, WAITING_PEERS, READY, RELEASING, FAILED)
+# A report's `step`: the contract's own definition, one for both sides.
+from nodeagent.protocol import Step as Step
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
@@ -75,6 +76,22 @@ def summary_ms(values_s: list[float]) -> str:
         f"median {statistics.median(ms):8.2f} ms  p95 {percentile(ms, 95):8.2f} ms  "
         f"max {max(ms):8.2f} ms  (n={len(ms)})"
     )
+
+
+def stats(values: list[float]) -> str:
+    """Median and p95 of durations in seconds, as milliseconds (formation, DRA)."""
+    ms = [v * 1000 for v in values]
+    return f"median {statistics.median(ms):7.0f} ms   p95 {percentile(ms, 95):7.0f} ms"
+
+
+def wait(predicate, timeout: float, what: str, interval: float = 0.01) -> float:
+    """Poll until true; returns the monotonic time it was first seen true."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return time.monotonic()
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def load_average() -> str:

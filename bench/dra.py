@@ -23,7 +23,6 @@ released. Round 0 warms up.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -32,25 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import banner, load_average, percentile, setup_django
+from bench.common import banner, load_average, setup_django, stats, wait
 from bench.formation import cpu_seconds
 
 TRAYS = 18
 FIRST_RACK = 121  # trays at 127.<base>.121.x, away from the tests and the other benchmarks
-
-
-def stats(values: list[float]) -> str:
-    ms = [v * 1000 for v in values]
-    return f"median {statistics.median(ms):7.0f} ms   p95 {percentile(ms, 95):7.0f} ms"
-
-
-def wait(predicate, timeout: float, what: str, interval: float = 0.01) -> float:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return time.monotonic()
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def main() -> int:

@@ -48,16 +48,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import banner, load_average, percentile, setup_django
+from bench.common import banner, load_average, setup_django, stats, wait
 
 TRAYS_PER_RACK = 18
 FIRST_RACK = 101  # trays at 127.<base>.101.x … away from the tests' 127.<base>.1.x
 STAGES = ("placed", "rendered", "daemon", "peers", "reported", "Ready")
-
-
-def stats(values: list[float]) -> str:
-    ms = [v * 1000 for v in values]
-    return f"median {statistics.median(ms):7.0f} ms   p95 {percentile(ms, 95):7.0f} ms"
 
 
 def cpu_seconds(pid: int, *, children: bool) -> float:
@@ -107,16 +102,6 @@ def start_web(processes: int):
     wait_until(healthy, timeout=60, what="web servers")
     wait_until(lambda: len(_children(proc.pid)) >= processes, timeout=30, what="web workers")
     return proc, url
-
-
-def wait(predicate, timeout: float, what: str, interval: float = 0.01) -> float:
-    """Poll until true; returns the monotonic time it was first seen true."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return time.monotonic()
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def main() -> int:

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from domains.agents.report import AgentReport, PeerStatus, Step
+from domains.agents.report import AgentReport, Step
 from domains.agents.services import agent_heartbeat, agent_join, reports_fold
 from domains.audit.events import Actor
 from domains.audit.models import Event
@@ -16,7 +16,7 @@ from domains.computedomains.services import domain_release
 from domains.inventory.models import Node
 from tests import factories
 from tests.support.agents import ensure_join_token, node_facts
-from tests.support.lifecycle import request_and_place
+from tests.support.lifecycle import ready_report, request_and_place
 
 pytestmark = pytest.mark.django_db
 
@@ -50,19 +50,6 @@ def placed_with_tokens(ns, user, size: int) -> tuple[ComputeDomain, dict[Node, s
     return domain, tokens
 
 
-def ready(domain: ComputeDomain) -> AgentReport:
-    peers = domain.members.order_by("index").values_list("index", "ip_address")
-    return AgentReport(
-        domain_uid=str(domain.uid),
-        generation_applied=domain.generation,
-        step=Step.READY,
-        daemon_state="READY",
-        domain_state="UP",
-        peers=[PeerStatus(index, ip, "CONNECTED") for index, ip in peers],
-        message="IMEX domain UP",
-    )
-
-
 def test_a_changing_report_is_one_statement_on_the_web_whatever_the_size(
     topology, big_ns, tenant_a, worker_folds, django_capture_on_commit_callbacks
 ):
@@ -70,7 +57,7 @@ def test_a_changing_report_is_one_statement_on_the_web_whatever_the_size(
     for size in SIZES:
         domain, tokens = placed_with_tokens(big_ns, tenant_a, size)
         node, token = next(iter(tokens.items()))
-        report = ready(domain)
+        report = ready_report(domain)
         with (
             django_capture_on_commit_callbacks() as callbacks,
             CaptureQueriesContext(connection) as queries,
@@ -92,7 +79,7 @@ def test_a_burst_of_reports_is_folded_in_a_constant_number_of_queries(
         domain, tokens = placed_with_tokens(big_ns, tenant_a, size)
         with django_capture_on_commit_callbacks():
             for node, token in tokens.items():
-                assert agent_heartbeat(node_id=node.pk, token=token, report=ready(domain))
+                assert agent_heartbeat(node_id=node.pk, token=token, report=ready_report(domain))
         with CaptureQueriesContext(connection) as queries:
             assert reports_fold(domain_id=domain.pk) == size
         counts.append(len(queries))
@@ -106,7 +93,7 @@ def test_a_burst_of_reports_is_folded_in_a_constant_number_of_queries(
 def test_a_fold_with_nothing_new_changes_nothing(topology, big_ns, tenant_a, worker_folds):
     domain, tokens = placed_with_tokens(big_ns, tenant_a, 2)
     for node, token in tokens.items():
-        agent_heartbeat(node_id=node.pk, token=token, report=ready(domain))
+        agent_heartbeat(node_id=node.pk, token=token, report=ready_report(domain))
     assert reports_fold(domain_id=domain.pk) == 2
     events = Event.objects.count()
     assert reports_fold(domain_id=domain.pk) == 0
@@ -118,7 +105,7 @@ def test_clean_reports_folded_at_once_finish_the_release(
 ):
     domain, tokens = placed_with_tokens(big_ns, tenant_a, 4)
     for node, token in tokens.items():
-        agent_heartbeat(node_id=node.pk, token=token, report=ready(domain))
+        agent_heartbeat(node_id=node.pk, token=token, report=ready_report(domain))
     reports_fold(domain_id=domain.pk)
     domain_release(actor=Actor.for_user(tenant_a), domain=domain)
     domain.refresh_from_db()

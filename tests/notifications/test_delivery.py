@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import email
 import json
-import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -32,46 +29,6 @@ from tests.support.lifecycle import all_ready, request_domain
 from tests.support.processes import SESSION_QUEUE, running, start_worker, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-class Hooks(ThreadingHTTPServer):
-    """A webhook receiver: records every request; answers from `script`, then 200."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.received: list[tuple[str, dict[str, str], bytes]] = []
-        self.script: dict[str, list[int]] = {}
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def on(self, path: str) -> list[tuple[dict[str, str], bytes]]:
-        return [(h, b) for p, h, b in self.received if p == path]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: Hooks
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.server.received.append((self.path, dict(self.headers.items()), body))
-        codes = self.server.script.get(self.path) or [200]
-        code = codes.pop(0) if len(codes) > 1 else codes[0]
-        self.send_response(code)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def hooks() -> Iterator[Hooks]:
-    server = Hooks()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
 
 
 @pytest.fixture(scope="module")

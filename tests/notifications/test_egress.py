@@ -6,11 +6,6 @@ HTTP receiver on loopback stands for the internal service."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-
 import pytest
 from django.conf import settings
 from django.test import override_settings
@@ -27,37 +22,6 @@ pytestmark = pytest.mark.django_db
 
 def allowing(*nets: str):
     return override_settings(PORTAL={**settings.PORTAL, "WEBHOOK_ALLOWED_NETS": list(nets)})
-
-
-class Receiver(ThreadingHTTPServer):
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.hosts: list[str] = []
-
-    @property
-    def port(self) -> int:
-        return self.server_address[1]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: Receiver
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.server.hosts.append(self.headers.get("Host", ""))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
 
 
 @pytest.mark.parametrize(
@@ -106,16 +70,17 @@ def _notification(hook: Subscription, key: str) -> Notification:
     )
 
 
-def test_delivery_checks_again_and_connects_to_the_address_it_checked(receiver):
+def test_delivery_checks_again_and_connects_to_the_address_it_checked(hooks):
+    port = hooks.server_address[1]
     user = factories.make_user("hooked")
     hook = subscription_create(
         user=user,
         channel="webhook",
         kinds=["domain.ready"],
-        target=f"http://localhost:{receiver.port}/hook",  # loopback is allowed in tests
+        target=f"http://localhost:{port}/hook",  # loopback is allowed in tests
     )
     assert deliver(notification_id=_notification(hook, "event:1").pk) == "delivered"
-    assert receiver.hosts == [f"localhost:{receiver.port}"]
+    assert [headers["Host"] for headers, _ in hooks.on("/hook")] == [f"localhost:{port}"]
 
     # The operator narrows what webhooks may reach: the saved subscription is refused too.
     with allowing():
@@ -124,4 +89,4 @@ def test_delivery_checks_again_and_connects_to_the_address_it_checked(receiver):
             deliver(notification_id=refused.pk)
     attempt = DeliveryAttempt.objects.get(notification=refused)
     assert attempt.status_code is None and attempt.error.startswith("refused: localhost")
-    assert receiver.hosts == [f"localhost:{receiver.port}"]  # nothing more reached it
+    assert len(hooks.on("/hook")) == 1  # nothing more reached it

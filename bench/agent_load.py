@@ -144,8 +144,9 @@ def main() -> None:
     env = {**os.environ, "DATABASE_URL": url, "DEBUG": "0", "LOG_LEVEL": "WARNING",
            "SECURE_SSL_REDIRECT": "0"}  # fmt: skip
     server = subprocess.Popen(
-        [str(ROOT / ".venv/bin/uvicorn"), "portal.asgi:application", "--port", str(port),
-         "--no-access-log", "--log-level", "warning", "--workers", str(args.web)],
+        [str(ROOT / ".venv/bin/python"), "-m", "portal.serve", "portal.asgi:application",
+         "--port", str(port), "--no-access-log", "--log-level", "warning",
+         "--workers", str(args.web)],
         cwd=ROOT, env=env,
     )  # fmt: skip
     try:

@@ -157,8 +157,8 @@ def main() -> None:
     port = free_port()
     env = {**os.environ, "DATABASE_URL": url, "DEBUG": "0"}
     server = subprocess.Popen(
-        [str(ROOT / ".venv/bin/uvicorn"), "portal.asgi:application", "--port", str(port),
-         "--no-access-log", "--log-level", "warning"],
+        [str(ROOT / ".venv/bin/python"), "-m", "portal.serve", "portal.asgi:application",
+         "--port", str(port), "--no-access-log", "--log-level", "warning"],
         cwd=ROOT, env=env,
     )  # fmt: skip
     try:

@@ -88,8 +88,9 @@ def start_web(processes: int):
     from tests.support.processes import VENV_BIN, Proc, free_port, process_env, wait_until
 
     port = free_port()
-    argv = [str(VENV_BIN / "uvicorn"), "portal.asgi:application", "--host", "127.0.0.1",
-            "--port", str(port), "--no-access-log", "--workers", str(processes)]  # fmt: skip
+    argv = [str(VENV_BIN / "python"), "-m", "portal.serve", "portal.asgi:application",
+            "--host", "127.0.0.1", "--port", str(port), "--no-access-log",
+            "--workers", str(processes)]  # fmt: skip
     proc = Proc("web", argv, process_env(LOG_LEVEL="WARNING"))
     url = f"http://127.0.0.1:{port}"
 

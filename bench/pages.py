@@ -108,10 +108,9 @@ def chromium_fleet(repeat: int) -> tuple[float, float, float, float]:
     store.save()
     port = free_port()
     env = {**os.environ, "SECURE_SSL_REDIRECT": "0"}  # plain HTTP on loopback
-    venv = Path(sys.executable).parent
     server = subprocess.Popen(
-        [str(venv / "uvicorn"), "portal.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--no-access-log", "--log-level", "warning"],
+        [sys.executable, "-m", "portal.serve", "portal.asgi:application",
+         "--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"],
         env=env,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

@@ -112,7 +112,9 @@ class WebPair:
         env = process_env(ALLOWED_HOSTS=f"{self.host},127.0.0.1,localhost", DB_POOL_TIMEOUT="10")
         self.procs[i] = subprocess.Popen(
             [
-                str(VENV_BIN / "uvicorn"),
+                str(VENV_BIN / "python"),
+                "-m",
+                "portal.serve",
                 "portal.asgi:application",
                 "--fd",
                 str(fd),

@@ -9,7 +9,15 @@ mkdir -p var/log
 export DEBUG=${DEBUG:-1}
 export PORTAL_VAR_DIR="$PWD/var"
 export PORT=${PORT:-8000}
-export PORTAL_AGENT_JOIN_TOKEN=${PORTAL_AGENT_JOIN_TOKEN:-dpj_demo-join-token}
+# The well-known demo join token works only with DEBUG on (like the demo logins); with DEBUG
+# off and no token given, the demo's agents get a fresh random one.
+if [ -z "${PORTAL_AGENT_JOIN_TOKEN:-}" ]; then
+  case "$(echo "$DEBUG" | tr '[:upper:]' '[:lower:]' | xargs)" in
+    1|true|yes|on) PORTAL_AGENT_JOIN_TOKEN=dpj_demo-join-token ;;
+    *) PORTAL_AGENT_JOIN_TOKEN="dpj_$("$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(24))')" ;;
+  esac
+fi
+export PORTAL_AGENT_JOIN_TOKEN
 export PORTAL_URL="http://127.0.0.1:${PORT}"
 
 # --- Redis: use the one on REDIS_URL if it answers, otherwise run a private one -----------

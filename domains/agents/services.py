@@ -80,8 +80,19 @@ class NodeFacts:
     conditions: list[ConditionFacts] = field(default_factory=list)
 
 
+# The demo's well-known join token (scripts/demo.sh): like the demo users' logins, it opens
+# nothing while DEBUG is off, however it was configured (setting or JoinToken row).
+DEMO_JOIN_TOKEN = "dpj_demo-join-token"  # noqa: S105 - public on purpose; inert without DEBUG
+
+
 def _check_join_token(raw: str) -> None:
     """The settings token (compared in constant time) or a usable JoinToken row (counted)."""
+    if not settings.DEBUG and hmac.compare_digest(raw.encode(), DEMO_JOIN_TOKEN.encode()):
+        raise PermissionDenied(
+            "The demo's join token works only with DEBUG on; give the agents a token of your "
+            "own (PORTAL_AGENT_JOIN_TOKEN, or one made in Django admin).",
+            field="join_token",
+        )
     configured = settings.PORTAL["AGENT_JOIN_TOKEN"]
     if configured and hmac.compare_digest(configured.encode(), raw.encode()):
         return

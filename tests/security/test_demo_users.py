@@ -1,14 +1,20 @@
 """Demo users are inert with DEBUG off (issue 16, finding 4): no password, no session, no
-API token. The real server runs with DEBUG off, as production does."""
+API token; nor does the demo's well-known join token register a tray. The real server runs
+with DEBUG off, as production does."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from rest_framework.test import APIClient
 
+from domains.agents.models import JoinToken
+from domains.agents.services import DEMO_JOIN_TOKEN
+from domains.security import hash_token
 from domains.tenancy.seed import DEMO_PASSWORD, build_demo_tenants
 from tests import factories
-from tests.security.conftest import bearer
+from tests.security.conftest import JOIN, bearer
+from tests.support.processes import running, start_server
 
 pytestmark = pytest.mark.django_db
 
@@ -46,3 +52,31 @@ def test_a_demo_users_token_works_in_debug(settings):
         **{"HTTP_AUTHORIZATION": bearer(User.objects.get(username="bob"))["Authorization"]}
     )
     assert client.get("/api/v1/namespaces/").status_code == 200
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_join_token_is_refused_with_debug_off(fabric):
+    # As `make demo` has it: the setting, and the JoinToken row seed_demo registers from it.
+    JoinToken.objects.create(token_hash=hash_token(DEMO_JOIN_TOKEN), name="demo agents")
+    JoinToken.objects.create(token_hash=hash_token(JOIN), name="the operator's own")
+    tray = fabric.nodes.order_by("slot").first()
+    proc, url = start_server(PORTAL_AGENT_JOIN_TOKEN=DEMO_JOIN_TOKEN)
+    with running(proc), httpx.Client(base_url=url, timeout=30) as http:
+        body = {"hostname": tray.hostname, "ip": tray.management_ip}
+        refused = http.post("/api/v1/agent/join/", json={**body, "join_token": DEMO_JOIN_TOKEN})
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["field"] == "join_token"
+        assert "DEBUG" in refused.json()["message"]
+        joined = http.post("/api/v1/agent/join/", json={**body, "join_token": JOIN})
+        assert joined.status_code == 201, joined.text
+    assert JoinToken.objects.get(name="demo agents").uses == 0
+
+
+def test_the_demo_join_token_works_in_debug(settings, fabric):
+    settings.DEBUG = True
+    settings.PORTAL = {**settings.PORTAL, "AGENT_JOIN_TOKEN": DEMO_JOIN_TOKEN}
+    tray = fabric.nodes.order_by("slot").first()
+    body = {"hostname": tray.hostname, "join_token": DEMO_JOIN_TOKEN}
+    resp = APIClient().post("/api/v1/agent/join/", body, format="json")
+    assert resp.status_code == 201, resp.content

@@ -7,10 +7,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.core.paginator import Page, Paginator
 from django.db.models import (
     Count,
     F,
     Prefetch,
+    Q,
     QuerySet,
     Sum,
 )
@@ -214,23 +216,70 @@ class CliqueChannels:
     all_mode: list[ComputeDomain]  # `All` domains: every channel of their trays, no rows
 
 
-def channel_ledger() -> list[CliqueChannels]:
-    """Every clique with a channel held, by rack and clique number (two queries)."""
-    rows: dict[Clique, list[ChannelAllocation]] = defaultdict(list)
-    held = ChannelAllocation.objects.filter(released_at__isnull=True).select_related(
-        "clique__rack", "domain__namespace"
-    )
-    for row in held:
-        rows[row.clique].append(row)
-    all_mode: dict[Clique, dict[int, ComputeDomain]] = defaultdict(dict)
+@dataclass(frozen=True)
+class LedgerPage:
+    """One page of the ledger: the cliques on it and what the whole (filtered) ledger holds."""
+
+    cliques: list[CliqueChannels]
+    page: Page[Clique]
+    channels_held: int  # `Single` ledger rows over every page
+    all_mode_domains: int  # `All` domains over every page
+
+
+LEDGER_PAGE = 25  # cliques per page: at 1,000 racks the whole ledger is thousands of rows
+
+
+def channel_ledger(
+    *,
+    namespace: str = "",
+    search: str = "",
+    page: int | str | None = 1,
+    per_page: int = LEDGER_PAGE,
+) -> LedgerPage:
+    """The cliques holding a channel, by rack and clique number, a page at a time.
+
+    `namespace` keeps the channels of one tenant's domains; `search` matches a rack name,
+    a clique's short name or its label. The query count is the same for one clique as for
+    thousands (two to find the cliques, two for the page's holders, one count each).
+    """
+    held = ChannelAllocation.objects.filter(released_at__isnull=True)
+    all_mode = DomainMember.objects.filter(active=True, domain__allocation_mode=AllocationMode.ALL)
+    if namespace:
+        held = held.filter(domain__namespace__name=namespace)
+        all_mode = all_mode.filter(domain__namespace__name=namespace)
+    cliques = Clique.objects.filter(
+        Q(pk__in=held.values("clique_id")) | Q(pk__in=all_mode.values("clique_id"))
+    ).select_related("rack")
+    if search:
+        term = search.strip()
+        match = Q(rack__name__icontains=term) | Q(name__icontains=term)
+        uuid, dot, number = term.rpartition(".")
+        if dot and number.isdigit():
+            match |= Q(cluster_uuid__iexact=uuid, clique_id=int(number))
+        elif term.isdigit():
+            match |= Q(clique_id=int(term))
+        cliques = cliques.filter(match)
+    shown = Paginator(cliques.order_by("rack__name", "clique_id", "pk"), per_page).get_page(page)
+    on_page = list(shown.object_list)
+    rows: dict[int, list[ChannelAllocation]] = defaultdict(list)
+    for row in (
+        held.filter(clique__in=on_page).select_related("domain__namespace").order_by("channel")
+    ):
+        rows[row.clique_id].append(row)
+    domains: dict[int, dict[int, ComputeDomain]] = defaultdict(dict)
     members = (
-        DomainMember.objects.filter(active=True, domain__allocation_mode=AllocationMode.ALL)
-        .select_related("clique__rack", "domain__namespace")
+        all_mode.filter(clique__in=on_page)
+        .select_related("domain__namespace")
         .order_by("domain_id")
     )
     for member in members:
-        all_mode[member.clique][member.domain_id] = member.domain
-    cliques = sorted(
-        set(rows) | set(all_mode), key=lambda c: (c.rack.name if c.rack else "", c.clique_id)
+        domains[member.clique_id][member.domain_id] = member.domain
+    return LedgerPage(
+        cliques=[
+            CliqueChannels(c, rows.get(c.pk, []), list(domains.get(c.pk, {}).values()))
+            for c in on_page
+        ],
+        page=shown,
+        channels_held=held.count(),
+        all_mode_domains=all_mode.values("domain_id").distinct().count(),
     )
-    return [CliqueChannels(c, rows.get(c, []), list(all_mode.get(c, {}).values())) for c in cliques]

@@ -256,6 +256,13 @@ class DomainFilterForm(forms.Form):
     )
 
 
+class LedgerFilterForm(forms.Form):
+    """The channel ledger's filters: one tenant's channels, or a rack or clique searched."""
+
+    namespace = forms.CharField(label="Tenant", required=False, max_length=63)
+    q = forms.CharField(label="Rack or clique", required=False, max_length=200)
+
+
 class FleetFilterForm(forms.Form):
     """The fleet view's filters; the tenant and clique choices come from the fleet read."""
 

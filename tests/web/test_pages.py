@@ -14,8 +14,9 @@ from django.urls import reverse
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain
+from domains.computedomains.selectors import channel_ledger
 from domains.computedomains.services import domain_release
-from domains.inventory.models import Gpu, Node, NodeState
+from domains.inventory.models import Clique, Gpu, Node, NodeState, Rack
 from domains.inventory.services import node_cordon
 from domains.tenancy.models import Quota
 from tests import factories
@@ -281,6 +282,41 @@ def test_the_channel_ledger_lists_held_channels_per_clique(client, operator, rea
     body = client.get(reverse("operator:channels")).content.decode()
     channel = ready_domain.channels.get().channel
     assert f"<td>{channel}</td>" in body and "team-a/train" in body
+
+
+def test_the_channel_ledger_pages_filters_and_costs_the_same_queries_at_any_size(
+    client, operator, tenant_a, ns_a, tenant_b, ns_b
+):
+    """At 1,000 racks the ledger holds thousands of rows: a page of cliques at a time,
+    one tenant's or one rack's on request, the same queries for one clique as for four."""
+    (rack_1,) = factories.make_racks("18", ip_prefix="127.13")
+    form(request_domain(ns_a, tenant_a, "one", num_nodes=2))
+    client.force_login(operator)
+    url = reverse("operator:channels")
+    one = _queries(client, url)
+    factories.make_racks("9,9", "18", ip_prefix="127.13", first_rack=2)
+    others = Clique.objects.exclude(rack=rack_1).order_by("pk")
+    for n, clique in enumerate(others):
+        namespace, user = (ns_b, tenant_b) if n == 1 else (ns_a, tenant_a)
+        spec = {"placement_constraint": "clique", "placement_target": clique.label}
+        form(request_domain(namespace, user, f"c{n}", num_nodes=2, **spec))
+    assert _queries(client, url) == one
+
+    everything = channel_ledger()
+    assert everything.page.paginator.count == 4 and everything.channels_held == 4
+    pages = [channel_ledger(page=n, per_page=3) for n in (1, 2)]
+    assert [len(p.cliques) for p in pages] == [3, 1]
+    labels = [c.clique.label for p in pages for c in p.cliques]
+    assert len(set(labels)) == 4  # every clique once, none on two pages
+
+    body = client.get(url, {"namespace": "team-b"}).content.decode()
+    assert "team-b/" in body and "team-a/" not in body
+    third = Rack.objects.order_by("name").last()
+    body = client.get(url, {"q": third.name}).content.decode()
+    assert body.count('<section class="card" data-clique=') == third.cliques.count()
+    body = client.get(url, {"q": "no-such-rack"}).content.decode()
+    assert "No channel held matches the filter." in body
+    assert client.get(url, {"page": "99"}).status_code == 200  # past the end: the last page
 
 
 def test_the_preview_says_when_a_request_needs_approval(client, topology, tenant_a):

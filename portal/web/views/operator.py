@@ -63,6 +63,7 @@ from portal.web.fleet import Filters, clique_options, fleet, heatmap_html
 from portal.web.forms import (
     DomainFilterForm,
     FleetFilterForm,
+    LedgerFilterForm,
     MaintenanceForm,
     PartStateForm,
     ReasonForm,
@@ -285,8 +286,23 @@ def domains(request: SignedInRequest) -> HttpResponse:
 
 @operator_required
 def channels(request: SignedInRequest) -> HttpResponse:
-    """The IMEX channel ledger per clique: who holds which channel number now."""
-    context = {"cliques": channel_ledger(), "rack_count": Rack.objects.count()}
+    """The IMEX channel ledger per clique: who holds which channel number now, a page of
+    cliques at a time, filtered by tenant or searched by rack or clique."""
+    form = LedgerFilterForm(request.GET)
+    data = form.cleaned_data if form.is_valid() else {"namespace": "", "q": ""}
+    ledger = channel_ledger(
+        namespace=data["namespace"], search=data["q"], page=request.GET.get("page")
+    )
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "form": form,
+        "ledger": ledger,
+        "cliques": ledger.cliques,
+        "page": ledger.page,
+        "query": query.urlencode(),
+        "filtered": bool(data["namespace"] or data["q"]),
+    }
     return render(request, "operator/channels.html", context)
 
 

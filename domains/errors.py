@@ -70,6 +70,13 @@ class QuotaExceeded(DomainError):
     http_status = 422
 
 
+class Unavailable(DomainError):
+    """A service the answer depends on (the Kubernetes API server) did not answer: try again."""
+
+    code = "unavailable"
+    http_status = 503
+
+
 class TransientError(Exception):
     """Worth retrying: a lost connection, a lock timeout, an API server hiccup."""
 

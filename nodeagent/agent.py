@@ -229,7 +229,7 @@ class Agent:
         if saved and saved.get("portal") == self.cfg.portal and saved.get("token"):
             self.client.use(int(saved["node_id"]), saved["token"])
         else:
-            node_id, token = self.client.join(self.cfg.join_token, self.facts.document())
+            node_id, token = self.client.join(self.facts.document(), **self.join_credential())
             self.client.use(node_id, token)
             write_atomic(
                 self.paths.credentials,
@@ -243,6 +243,18 @@ class Agent:
         if self.cfg.websocket and (self.nudger is None or not self.nudger.is_alive()):
             self.nudger = Nudger(self.client, self.nudge, self.stop_event, self.log)
             self.nudger.start()
+
+    def join_credential(self) -> dict[str, str]:
+        """What the agent joins with: the pod's service-account token when configured, read
+        now (the kubelet rotates the file well before the token expires), else the join
+        token. An unreadable or empty file is an OSError: the cycle backs off and retries."""
+        path = self.cfg.service_account_token_file
+        if path is None:
+            return {"join_token": self.cfg.join_token}
+        token = path.read_bytes().decode("ascii", errors="replace").strip()
+        if not token:
+            raise OSError(f"service-account token file {path} is empty")
+        return {"service_account_token": token}
 
     def sync_facts(self) -> None:
         """Re-register the tray's facts and conditions when they differ from what was sent."""

@@ -69,6 +69,13 @@ def parser() -> argparse.ArgumentParser:
         help="Join token (or NODEAGENT_JOIN_TOKEN); only needed until the node token is saved",
     )
     p.add_argument(
+        "--service-account-token-file",
+        type=Path,
+        default=os.environ.get("NODEAGENT_SERVICE_ACCOUNT_TOKEN_FILE") or None,
+        help="Kubernetes: join with this projected service-account token (audience: the "
+        "portal's; re-read at every join) instead of a join token",
+    )
+    p.add_argument(
         "--root", type=Path, default=Path("/"), help="Root for /dev, /proc, /etc/cdi, /var/lib"
     )
     p.add_argument(
@@ -154,6 +161,7 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
     return AgentConfig(
         portal=args.portal,
         join_token=args.join_token,
+        service_account_token_file=args.service_account_token_file,
         root=args.root.resolve(),
         driver_root=args.driver_root,
         imex_bin=split_command(args.imex_bin),

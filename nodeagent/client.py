@@ -17,7 +17,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import jsonschema
@@ -101,8 +101,17 @@ class PortalClient:
             )
         return resp.json() if resp.content else None
 
-    def join(self, join_token: str, facts: NodeFacts) -> tuple[int, str]:
-        request: JoinRequest = {**facts, "join_token": join_token}
+    def join(
+        self, facts: NodeFacts, *, join_token: str = "", service_account_token: str = ""
+    ) -> tuple[int, str]:
+        """Register the tray with one credential: the join token, or (Kubernetes) the pod's
+        service-account token."""
+        credential = (
+            {"service_account_token": service_account_token}
+            if service_account_token
+            else {"join_token": join_token}
+        )
+        request = cast(JoinRequest, {**facts, **credential})
         body: JoinResponse = self._call("POST", f"{API}/join/", json=request)
         return int(body["node_id"]), str(body["token"])
 

@@ -123,6 +123,10 @@ class Paths:
 class AgentConfig:
     portal: str
     join_token: str
+    # Kubernetes: the projected service-account token file (audience: the portal's) the
+    # agent joins with instead of the join token. Read afresh at every join: the kubelet
+    # rotates it.
+    service_account_token_file: Path | None = None
     root: Path = Path("/")
     # Where the NVIDIA driver's files are: "/" on a host-installed driver, the GPU
     # Operator's driver container root (e.g. /run/nvidia/driver) as mounted into the

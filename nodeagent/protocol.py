@@ -3,7 +3,8 @@
 
 Four documents travel between a tray's agent and the portal (DESIGN.md §5):
 
-- `JoinRequest` (agent → `POST /api/v1/agent/join/`): the tray's facts and the join token;
+- `JoinRequest` (agent → `POST /api/v1/agent/join/`): the tray's facts and one credential,
+  the fleet's join token or (Kubernetes) the agent pod's projected service-account token;
 - `NodeFacts` (agent → `PUT /api/v1/agent/nodes/<id>/facts/`): the same facts under the
   node token, re-sent whenever they change (a fabric probe completes, NVML comes back, the
   host's IMEX service is found) and after every agent start;
@@ -102,7 +103,9 @@ class NodeFacts(TypedDict):
 
 
 class JoinRequest(NodeFacts):
-    join_token: str
+    # Exactly one of the two.
+    join_token: NotRequired[str]
+    service_account_token: NotRequired[str]  # a JWT for the portal's audience
 
 
 class JoinResponse(TypedDict):
@@ -274,7 +277,15 @@ NODE_FACTS_SCHEMA: dict[str, Any] = {
 JOIN_REQUEST_SCHEMA: dict[str, Any] = {
     "$schema": SCHEMA_DIALECT,
     "title": "JoinRequest",
-    **_object({**_FACTS_PROPERTIES, "join_token": {"type": "string", "minLength": 1}}),
+    **_object(
+        {
+            **_FACTS_PROPERTIES,
+            "join_token": {"type": "string", "minLength": 1, "maxLength": 200},
+            "service_account_token": {"type": "string", "minLength": 1, "maxLength": 16384},
+        },
+        optional=("join_token", "service_account_token"),
+    ),
+    "oneOf": [{"required": ["join_token"]}, {"required": ["service_account_token"]}],
 }
 
 _CHANNELS = {

@@ -354,6 +354,11 @@ PORTAL: PortalSettings = {
     "HEARTBEAT_INTERVAL_S": env_int("PORTAL_HEARTBEAT_INTERVAL_S", 10),
     "HEARTBEAT_STALE_AFTER": timedelta(seconds=env_int("PORTAL_HEARTBEAT_STALE_S", 30)),
     "AGENT_JOIN_TOKEN": os.environ.get("PORTAL_AGENT_JOIN_TOKEN", ""),
+    # Kubernetes: agents join with their pod's projected service-account token, verified by
+    # TokenReview and bound to the node the pod runs on (domains/kube/tokenreview.py).
+    "AGENT_SERVICE_ACCOUNTS": env_list("PORTAL_AGENT_SERVICE_ACCOUNTS"),
+    "AGENT_TOKEN_AUDIENCE": os.environ.get("PORTAL_AGENT_TOKEN_AUDIENCE", "domain-portal"),
+    "AGENT_TOKEN_CACHE_S": env_int("PORTAL_AGENT_TOKEN_CACHE_S", 60),
     "DEFAULT_LIFETIME": timedelta(hours=env_int("PORTAL_DEFAULT_LIFETIME_H", 24)),
     "DEMO_USERS_ALLOWED": DEBUG,
     "KUBE_ENABLED": env_bool("PORTAL_KUBE_ENABLED", bool(os.environ.get("KUBECONFIG"))),

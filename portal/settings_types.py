@@ -16,6 +16,11 @@ class PortalSettings(TypedDict):
     HEARTBEAT_INTERVAL_S: int
     HEARTBEAT_STALE_AFTER: timedelta  # agent silence after which a tray counts as lost
     AGENT_JOIN_TOKEN: str
+    # Kubernetes: the agents' ServiceAccounts ("<namespace>:<name>") whose projected tokens,
+    # verified by TokenReview, join a tray instead of a join token; empty: not accepted.
+    AGENT_SERVICE_ACCOUNTS: list[str]
+    AGENT_TOKEN_AUDIENCE: str  # the audience those tokens must be issued for
+    AGENT_TOKEN_CACHE_S: int  # how long a token's review is re-used (at most its expiry)
     DEFAULT_LIFETIME: timedelta  # a domain's lease when the request names none
     DEMO_USERS_ALLOWED: bool
     KUBE_ENABLED: bool

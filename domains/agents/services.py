@@ -107,15 +107,28 @@ def _check_join_token(raw: str) -> None:
 
 
 @transaction.atomic
-def agent_join(*, join_token: str, facts: NodeFacts) -> tuple[Node, str]:
+def agent_join(*, facts: NodeFacts, join_token: str = "", bound_node: str = "") -> tuple[Node, str]:
     """Register (or re-register) a tray and issue its node token; returns (node, raw token).
 
     The raw token is returned once and stored only hashed. Joining again replaces the token,
     so a tray whose agent lost its token can come back. A join token is shared by the
     fleet, so whoever holds it must not take a known tray over (lock its agent out, move it
     between cliques, receive its domain's peers and channel): see `_check_may_rejoin`.
+
+    `bound_node`, instead of a join token: the node a Kubernetes service-account token was
+    verified to be bound to (domains/kube/tokenreview.py). That proves the caller is the
+    agent running on that very tray, so it may re-register its own tray even while the tray
+    looks alive or serves a domain (its state directory was lost, its node token replaced);
+    it can never register another, and identity changes still need an operator.
     """
-    _check_join_token(join_token)
+    if bound_node:
+        if bound_node != facts.hostname:
+            raise PermissionDenied(
+                f"An agent joins only as the node it runs on, not as {facts.hostname}.",
+                field="hostname",
+            )
+    else:
+        _check_join_token(join_token)
     node = (
         Node.objects.select_for_update(of=("self",))
         .filter(hostname=facts.hostname)
@@ -123,7 +136,7 @@ def agent_join(*, join_token: str, facts: NodeFacts) -> tuple[Node, str]:
         .first()
     )
     if node is not None:
-        _check_may_rejoin(node, facts)
+        _check_may_rejoin(node, facts, proven=bool(bound_node))
     if (
         facts.ip
         and Node.objects.filter(management_ip=facts.ip).exclude(hostname=facts.hostname).exists()
@@ -149,7 +162,12 @@ def agent_join(*, join_token: str, facts: NodeFacts) -> tuple[Node, str]:
         verb="agent.joined" if created else "agent.rejoined",
         obj=node,
         message=f"agent {facts.agent_version or '?'} joined; clique {node.clique or 'none'}",
-        details={"ip": facts.ip, "gpus": len(facts.gpus), "channel_major": facts.channel_major},
+        details={
+            "ip": facts.ip,
+            "gpus": len(facts.gpus),
+            "channel_major": facts.channel_major,
+            "credential": "service account token" if bound_node else "join token",
+        },
     )
     # A new tray held back by a condition (NVML not loadable, the host's own IMEX running)
     # must not be placeable for a moment before its first facts update says so.
@@ -226,12 +244,14 @@ def _plain(value: object) -> object:
     return str(value) if isinstance(value, Clique) else value
 
 
-def _check_may_rejoin(node: Node, facts: NodeFacts) -> None:
+def _check_may_rejoin(node: Node, facts: NodeFacts, *, proven: bool = False) -> None:
     """A join token may re-register a tray that an agent registered before only when nobody
     else speaks for it: no live agent (a heartbeat within HEARTBEAT_STALE_AFTER), no live
     domain, and the same identity facts (clique, GPUs, IP) as that agent registered.
     Anything else waits for an operator: `node_allow_rejoin` (one join within
-    REJOIN_WINDOW) or marking the tray down.
+    REJOIN_WINDOW) or marking the tray down. `proven`: the caller is proven to run on this
+    tray (a node-bound service-account token), so it is the live agent: only the identity
+    facts are checked.
 
     The refusals name only the tray, never the domain on it: the caller may be anyone.
     """
@@ -250,7 +270,21 @@ def _check_may_rejoin(node: Node, facts: NodeFacts) -> None:
         "An operator can allow a fresh registration (allow-rejoin), or drain the tray and mark "
         "it down."
     )
-    stale = now - settings.PORTAL["HEARTBEAT_STALE_AFTER"]
+    if not proven:
+        _check_nobody_speaks_for(node, ask)
+    # The identity a tray's agent registered; before any agent has, the seed's guesses give
+    # way to the first agent's facts.
+    changed = identity_changes(node, facts) if node.agent_token_hash else []
+    if changed:
+        raise Conflict(
+            f"Joining would change tray {node.hostname}'s {' and '.join(changed)}. {ask}",
+            field=changed[0],
+        )
+
+
+def _check_nobody_speaks_for(node: Node, ask: str) -> None:
+    """No live agent (a heartbeat within HEARTBEAT_STALE_AFTER) and no live domain."""
+    stale = timezone.now() - settings.PORTAL["HEARTBEAT_STALE_AFTER"]
     if node.agent_token_hash and node.last_heartbeat and node.last_heartbeat > stale:
         raise Conflict(
             f"Tray {node.hostname} has a live agent, which keeps its node token. {ask}",
@@ -260,14 +294,6 @@ def _check_may_rejoin(node: Node, facts: NodeFacts) -> None:
         raise Conflict(
             f"Tray {node.hostname} serves a domain; its agent must keep its node token. {ask}",
             field="hostname",
-        )
-    # The identity a tray's agent registered; before any agent has, the seed's guesses give
-    # way to the first agent's facts.
-    changed = identity_changes(node, facts) if node.agent_token_hash else []
-    if changed:
-        raise Conflict(
-            f"Joining would change tray {node.hostname}'s {' and '.join(changed)}. {ask}",
-            field=changed[0],
         )
 
 

@@ -18,6 +18,7 @@ _DESCRIPTIONS = {
     413: "The request body is over the API's size limit (1 MiB).",
     422: "Refused by quota or placement; `details` says why.",
     429: "Too many failed sign-in attempts; see Retry-After.",
+    503: "A service the answer depends on is away (the Kubernetes API server); try again.",
 }
 
 

@@ -83,9 +83,9 @@ def daemonsets(objects) -> tuple[dict, dict]:
 
 
 def mounts(pod: dict) -> dict[str, tuple[str, dict]]:
-    """container path → (host path, mount) of the pod's one container."""
+    """container path → (host path, or "" when not one, mount) of the pod's one container."""
     (container,) = pod["containers"]
-    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    host = {v["name"]: v.get("hostPath", {}).get("path", "") for v in pod["volumes"]}
     return {m["mountPath"]: (host[m["name"]], m) for m in container["volumeMounts"]}
 
 
@@ -194,8 +194,52 @@ def test_rbac_allows_only_what_the_portal_does(objects):
         ("resourceclaims", ("get",)),
         ("resourceslices", ("get", "create", "update", "delete")),
     }
+    # The web's one call: a TokenReview of a joining agent's token.
+    web_role = objects["ClusterRole", "portal-domain-portal-web"]
+    assert web_role["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
+    ]
+    binding = objects["ClusterRoleBinding", "portal-domain-portal-web"]
+    assert binding["subjects"][0]["name"] == "portal-domain-portal-web"
     web = objects["Deployment", "portal-domain-portal-web"]["spec"]["template"]["spec"]
-    assert web["automountServiceAccountToken"] is False  # the web never calls the API
+    assert web["automountServiceAccountToken"] is True
+
+
+def test_agents_join_with_a_projected_token_bound_to_their_node(objects):
+    agent, _ = daemonsets(objects)
+    pod = agent["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    token_file = "--service-account-token-file=/var/run/secrets/domain-portal/token"
+    assert token_file in container["args"] and "--hostname=$(NODE_NAME)" in container["args"]
+    assert "NODEAGENT_JOIN_TOKEN" not in {e["name"] for e in container["env"]}
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "portal-token"]
+    assert volume["projected"]["sources"] == [
+        {"serviceAccountToken": {"audience": "domain-portal", "expirationSeconds": 3600,
+                                 "path": "token"}}
+    ]  # fmt: skip
+    _, mount = mounts(pod)["/var/run/secrets/domain-portal"]
+    assert mount["name"] == "portal-token" and mount["readOnly"] is True
+    config = objects["ConfigMap", "portal-domain-portal"]["data"]
+    assert config["PORTAL_AGENT_SERVICE_ACCOUNTS"] == "gpu-portal:portal-domain-portal-agent"
+    assert config["PORTAL_AGENT_TOKEN_AUDIENCE"] == "domain-portal"
+    # No shared secret is needed then.
+    assert render({k: v for k, v in VALUES.items() if k != "agentJoinToken"})
+
+
+def test_agents_can_still_join_with_the_join_token():
+    values = {**VALUES, "agent": {"auth": {"method": "joinToken"}}}
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in render(values)}
+    agent, _ = daemonsets(objects)
+    pod = agent["spec"]["template"]["spec"]
+    assert "NODEAGENT_JOIN_TOKEN" in {e["name"] for e in pod["containers"][0]["env"]}
+    assert not any(v["name"] == "portal-token" for v in pod["volumes"])
+    config = objects["ConfigMap", "portal-domain-portal"]["data"]
+    assert "PORTAL_AGENT_SERVICE_ACCOUNTS" not in config
+    web = objects["Deployment", "portal-domain-portal-web"]["spec"]["template"]["spec"]
+    assert web["automountServiceAccountToken"] is False  # the web never calls the API then
+    assert ("ClusterRole", "portal-domain-portal-web") not in objects
+    with pytest.raises(Exception, match="agentJoinToken"):
+        render({k: v for k, v in values.items() if k != "agentJoinToken"})
 
 
 def test_missing_database_settings_are_named():
@@ -215,6 +259,8 @@ def test_missing_database_settings_are_named():
         ({"agent": {"imex": {"graceTimeSeconds": -2}}}, "/agent/imex/graceTimeSeconds"),
         ({"agent": {"channels": {"mode": "0999"}}}, "/agent/channels/mode"),
         ({"agent": {"driverRoot": "run/nvidia/driver"}}, "/agent/driverRoot"),
+        ({"agent": {"auth": {"method": "secret"}}}, "/agent/auth/method"),
+        ({"agent": {"auth": {"tokenExpirationSeconds": 60}}}, "/agent/auth/tokenExpirationSeconds"),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(values, field):

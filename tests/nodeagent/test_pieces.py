@@ -250,3 +250,22 @@ def test_without_ip_the_agent_takes_the_source_address_of_its_route_to_the_porta
     from nodeagent.cli import route_source_ip
 
     assert route_source_ip("http://127.0.0.1:8000") == "127.0.0.1"
+
+
+def test_the_agent_reads_its_service_account_token_afresh_at_every_join(tmp_path):
+    from nodeagent.agent import Agent
+    from nodeagent.cli import config_from, parser
+
+    token = tmp_path / "token"
+    argv = ["--portal", "http://127.0.0.1:9", "--root", str(tmp_path), "--ip", "127.0.0.1"]
+    agent = Agent(config_from(parser().parse_args([*argv, "--join-token", "dpj_x"])))
+    assert agent.join_credential() == {"join_token": "dpj_x"}
+    agent = Agent(config_from(parser().parse_args([*argv, "--service-account-token-file",
+                                                   str(token)])))  # fmt: skip
+    token.write_text("first.jwt.sig\n")
+    assert agent.join_credential() == {"service_account_token": "first.jwt.sig"}
+    token.write_text("rotated.jwt.sig")  # the kubelet replaced it
+    assert agent.join_credential() == {"service_account_token": "rotated.jwt.sig"}
+    token.write_text("")
+    with pytest.raises(OSError, match="empty"):  # the cycle backs off and tries again
+        agent.join_credential()

@@ -12,9 +12,17 @@ It implements the part of the API the portal uses, with the semantics that matte
   `metadata.resourceVersion` → 409 Conflict; JSON merge patches;
 - custom resources with a status subresource: writes to the object ignore `status`,
   writes to `/status` change only `status` (as the CRD's `subresources: {status: {}}`);
-- faults on demand: `fail_next(...)` answers matching requests with an error status.
+- faults on demand: `fail_next(...)` answers matching requests with an error status;
+- TokenReview (`POST /apis/authentication.k8s.io/v1/tokenreviews`) of the service-account
+  tokens it issued (`issue_token`, as the kubelet asks for a pod's projected token): signed,
+  with an audience and an expiry, bound to a pod; a token is authenticated only with a valid
+  signature, before its expiry, for one of the audiences asked (none asked: the API
+  server's own) and while its pod exists with the same uid. The user info is the API
+  server's: `system:serviceaccount:<ns>:<sa>`, its groups, and the pod-name/-uid,
+  node-name/-uid and credential-id extras (Kubernetes >= 1.30 adds the node's to pod-bound
+  tokens). Anything else answers `authenticated: false` with an error, never an HTTP error.
 
-Resources: nodes, namespaces, events (core/v1), computedomains
+Resources: nodes, namespaces, pods, events (core/v1), computedomains
 (resource.nvidia.com/v1beta1) and the DRA objects of `resource.k8s.io` (resourceslices,
 resourceclaims, resourceclaimtemplates, deviceclasses) in ONE version, `resource_version`
 (`v1` as Kubernetes 1.34, or `v1beta1` as 1.32), which API discovery
@@ -25,10 +33,15 @@ store the way kubectl or the kubelet would, emitting the same watch events.
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
+import hmac
 import json
 import re
+import secrets
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -59,6 +72,7 @@ class Kind:
 KINDS = {
     "nodes": Kind("", "v1", "nodes", "Node", namespaced=False),
     "namespaces": Kind("", "v1", "namespaces", "Namespace", namespaced=False),
+    "pods": Kind("", "v1", "pods", "Pod", namespaced=True),
     "events": Kind("", "v1", "events", "Event", namespaced=True),
     "computedomains": Kind(
         "resource.nvidia.com",
@@ -108,6 +122,19 @@ class ApiError(Exception):
         }
 
 
+# The API server's own audience: what a token is for when a TokenReview names none.
+API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
+TOKEN_REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
 class KubeMock:
     """The store, the event history and the HTTP server around them."""
 
@@ -124,6 +151,7 @@ class KubeMock:
         self.resource_version = "v1"  # the one resource.k8s.io version served (or "v1beta1")
         self.cond = threading.Condition()
         self.stopping = False
+        self.signing_key = secrets.token_bytes(32)  # the service-account issuer's key
         # Tests cap every watch request (a real server honours timeoutSeconds, min 1 s) so
         # that one `Watcher.step()` returns as soon as the pending events are delivered.
         self.max_watch_seconds: float | None = None
@@ -183,6 +211,111 @@ class KubeMock:
             "status": {"addresses": [{"type": "InternalIP", "address": ip}] if ip else []},
         }
         return self.apply(obj)
+
+    def put_pod(
+        self, namespace: str, name: str, *, node: str, service_account: str = "default"
+    ) -> dict[str, Any]:
+        """A pod scheduled on `node` running as `service_account` (what a DaemonSet makes)."""
+        if ("namespaces", "", namespace) not in self.objects:
+            self.put_namespace(namespace)
+        obj = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"nodeName": node, "serviceAccountName": service_account},
+        }
+        return self.apply(obj)
+
+    def issue_token(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        audiences: tuple[str, ...] = (API_AUDIENCE,),
+        expires_in: float = 3600,
+    ) -> str:
+        """The projected service-account token the kubelet writes into the pod: a JWT signed
+        by this API server, for `audiences`, bound to the pod (and so to its node)."""
+        obj = self.get("pods", pod, namespace)
+        if obj is None:
+            raise ValueError(f"no pod {namespace}/{pod}")
+        node_name = obj["spec"]["nodeName"]
+        node = self.get("nodes", node_name)
+        now = int(time.time())
+        claims = {
+            "iss": API_AUDIENCE,
+            "aud": list(audiences),
+            "sub": f"system:serviceaccount:{namespace}:{obj['spec']['serviceAccountName']}",
+            "iat": now,
+            "nbf": now,
+            "exp": now + int(expires_in),
+            "jti": str(uuid.uuid4()),
+            "kubernetes.io": {
+                "namespace": namespace,
+                "serviceaccount": {"name": obj["spec"]["serviceAccountName"]},
+                "pod": {"name": pod, "uid": obj["metadata"]["uid"]},
+                "node": {"name": node_name, "uid": node["metadata"]["uid"] if node else ""},
+            },
+        }
+        head = _b64(json.dumps({"alg": "HS256", "kid": "mock"}).encode())
+        body = _b64(json.dumps(claims).encode())
+        return f"{head}.{body}.{self._sign(f'{head}.{body}')}"
+
+    def _sign(self, signed: str) -> str:
+        return _b64(hmac.new(self.signing_key, signed.encode(), hashlib.sha256).digest())
+
+    def review_token(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The `status` of a TokenReview, as the API server's service-account authenticator
+        answers it: every failure is `authenticated: false` with a reason."""
+        token = spec.get("token") or ""
+        wanted = list(spec.get("audiences") or [API_AUDIENCE])
+
+        def refused(error: str) -> dict[str, Any]:
+            return {"authenticated": False, "user": {}, "error": error}
+
+        try:
+            head, body, signature = token.split(".")
+            if not hmac.compare_digest(self._sign(f"{head}.{body}"), signature):
+                raise ValueError("bad signature")
+            claims = json.loads(_unb64(body))
+        except (ValueError, TypeError):
+            return refused("[invalid bearer token, token lookup failed]")
+        if claims["exp"] <= time.time():
+            return refused("[invalid bearer token, service account token has expired]")
+        matched = [a for a in wanted if a in claims["aud"]]
+        if not matched:
+            return refused(
+                f"[invalid bearer token, token audiences {claims['aud']} is invalid for the "
+                f"target audiences {wanted}]"
+            )
+        bound = claims["kubernetes.io"]
+        pod = self.get("pods", bound["pod"]["name"], bound["namespace"])
+        if pod is None or pod["metadata"]["uid"] != bound["pod"]["uid"]:
+            return refused(
+                f'[invalid bearer token, pod "{bound["pod"]["name"]}" not found or its uid changed]'
+            )
+        extra = {
+            "authentication.kubernetes.io/credential-id": [f"JTI={claims['jti']}"],
+            "authentication.kubernetes.io/pod-name": [bound["pod"]["name"]],
+            "authentication.kubernetes.io/pod-uid": [bound["pod"]["uid"]],
+            "authentication.kubernetes.io/node-name": [bound["node"]["name"]],
+        }
+        if bound["node"]["uid"]:
+            extra["authentication.kubernetes.io/node-uid"] = [bound["node"]["uid"]]
+        return {
+            "authenticated": True,
+            "audiences": matched,
+            "user": {
+                "username": claims["sub"],
+                "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, claims["sub"])),
+                "groups": [
+                    "system:serviceaccounts",
+                    f"system:serviceaccounts:{bound['namespace']}",
+                    "system:authenticated",
+                ],
+                "extra": extra,
+            },
+        }
 
     def put_namespace(self, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
         obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
@@ -519,6 +652,8 @@ def _handler(mock: KubeMock) -> type[BaseHTTPRequestHandler]:
                     raise ApiError(fault.status, "InternalError", "injected fault")
                 if method == "GET" and url.path.rstrip("/") == f"/apis/{DRA_GROUP}":
                     return self._send(200, mock.discovery())
+                if url.path.rstrip("/") == TOKEN_REVIEW_PATH:
+                    return self._token_review(method, body)
                 kind, namespace, name, sub = route(url.path, mock.resource_version)
                 if method == "GET" and not name and query.get("watch") in ("true", "1"):
                     return self._watch(kind, namespace, query)
@@ -557,6 +692,23 @@ def _handler(mock: KubeMock) -> type[BaseHTTPRequestHandler]:
             elif method == "DELETE":
                 return mock.remove(kind, ns, name)
             raise ApiError(405, "MethodNotAllowed", f"{method} not allowed here")
+
+        def _token_review(self, method: str, body: Any) -> None:
+            """TokenReview is create-only and stores nothing: the review comes back as its
+            `status` (201), whatever it says about the token."""
+            if method != "POST":
+                raise ApiError(405, "MethodNotAllowed", f"{method} not allowed on tokenreviews")
+            spec = body.get("spec") if isinstance(body, dict) else None
+            if not isinstance(spec, dict) or not spec.get("token"):
+                raise ApiError(422, "Invalid", "TokenReview is invalid: spec.token: Required")
+            review = {
+                "kind": "TokenReview",
+                "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {"creationTimestamp": None},
+                "spec": spec,
+                "status": mock.review_token(spec),
+            }
+            self._send(201, review)
 
         def _body(self) -> Any:
             length = int(self.headers.get("Content-Length") or 0)

@@ -64,7 +64,9 @@ class Tray:
         runner: bool = False,
         args: tuple[str, ...] = (),
         fabric_file: bool = True,
+        join_token: str | None = JOIN_TOKEN,
     ) -> None:
+        """`join_token` None: the agent gets none (it joins with what `args` give it)."""
         self.url = portal_url
         self.facts = facts
         self.hostname = facts.hostname
@@ -76,7 +78,9 @@ class Tray:
         self.health_port = free_port()
         self.agent: Proc | None = None
         self.runner: Proc | None = None
-        ensure_join_token()
+        self.join_token = join_token
+        if join_token == JOIN_TOKEN:
+            ensure_join_token()
 
     # --- processes ------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -96,8 +100,7 @@ class Tray:
             "nodeagent",
             "--portal",
             self.url,
-            "--join-token",
-            JOIN_TOKEN,
+            *(["--join-token", self.join_token] if self.join_token else []),
             "--root",
             str(self.root),
             "--hostname",

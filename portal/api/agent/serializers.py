@@ -64,6 +64,7 @@ class FactsSerializer(StrictSerializer):
     def facts(self) -> NodeFacts:
         data: dict[str, Any] = dict(self.validated_data)
         data.pop("join_token", None)
+        data.pop("service_account_token", None)
         data["gpus"] = [GpuFacts(**g) for g in data.get("gpus", [])]
         data["conditions"] = [ConditionFacts(**c) for c in data.get("conditions", [])]
         data["ip"] = data.get("ip") or None
@@ -71,7 +72,32 @@ class FactsSerializer(StrictSerializer):
 
 
 class JoinSerializer(FactsSerializer):
-    join_token = serializers.CharField(max_length=200, trim_whitespace=False)
+    """The tray's facts and one credential: the fleet's join token, or (Kubernetes) the
+    agent pod's projected service-account token."""
+
+    join_token = serializers.CharField(
+        max_length=200, trim_whitespace=False, required=False, min_length=1
+    )
+    service_account_token = serializers.CharField(
+        max_length=16384,
+        trim_whitespace=False,
+        required=False,
+        min_length=1,
+        help_text="Kubernetes: the agent pod's projected service-account token for the "
+        "portal's audience, verified with a TokenReview; instead of `join_token`.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        given = [name for name in ("join_token", "service_account_token") if name in attrs]
+        if len(given) != 1:
+            raise serializers.ValidationError(
+                {
+                    given[-1] if given else "join_token": [
+                        "Give one credential: join_token or service_account_token."
+                    ]
+                }
+            )
+        return attrs
 
 
 class PeerSerializer(StrictSerializer):

@@ -26,6 +26,7 @@ from domains.agents.services import (
 )
 from domains.computedomains.claims import ClaimRef, claim_admit, claim_release
 from domains.inventory.models import Node
+from domains.kube.tokenreview import agent_token_verify
 from nodeagent.protocol import ClaimAdmission
 from portal.api.agent.auth import IsNodeAgent, NodeTokenAuthentication
 from portal.api.agent.serializers import (
@@ -35,21 +36,26 @@ from portal.api.agent.serializers import (
     JoinSerializer,
     ReportSerializer,
 )
+from portal.api.schema import errors
 
 
 class JoinView(APIView):
-    """Exchange a join token and the tray's facts for a node token (shown once)."""
+    """Exchange a join token (or, on Kubernetes, the agent pod's service-account token) and
+    the tray's facts for a node token (shown once)."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(request=JoinSerializer, responses={201: dict}, tags=["agent"])
+    @extend_schema(request=JoinSerializer, responses={201: dict, **errors(503)}, tags=["agent"])
     def post(self, request: Request) -> Response:
         serializer = JoinSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        node, token = agent_join(
-            join_token=serializer.validated_data["join_token"], facts=serializer.facts()
-        )
+        facts, data = serializer.facts(), serializer.validated_data
+        if "service_account_token" in data:
+            agent = agent_token_verify(data["service_account_token"], hostname=facts.hostname)
+            node, token = agent_join(bound_node=agent.node_name, facts=facts)
+        else:
+            node, token = agent_join(join_token=data["join_token"], facts=facts)
         body = {"node_id": node.pk, "hostname": node.hostname, "token": token}
         return Response(body, status=status.HTTP_201_CREATED)
 

@@ -44,7 +44,17 @@ app.kubernetes.io/component: {{ .component }}
 - name: REDIS_URL
   valueFrom: {secretKeyRef: {name: {{ include "portal.secretName" . }}, key: REDIS_URL}}
 - name: PORTAL_AGENT_JOIN_TOKEN
-  valueFrom: {secretKeyRef: {name: {{ include "portal.secretName" . }}, key: PORTAL_AGENT_JOIN_TOKEN}}
+  valueFrom: {secretKeyRef: {name: {{ include "portal.secretName" . }}, key: PORTAL_AGENT_JOIN_TOKEN, optional: true}}
+{{- end -}}
+
+{{- /* "true" when the chart's agents join with the shared join token, "" otherwise. */ -}}
+{{- define "portal.agentJoinsWithToken" -}}
+{{- if and .Values.agent.enabled (eq .Values.agent.auth.method "joinToken") }}true{{ end -}}
+{{- end -}}
+
+{{- /* "true" when the chart's agents join with their projected service-account token. */ -}}
+{{- define "portal.agentJoinsWithServiceAccount" -}}
+{{- if and .Values.agent.enabled (eq .Values.agent.auth.method "serviceAccountToken") }}true{{ end -}}
 {{- end -}}
 
 {{- define "portal.podDefaults" -}}

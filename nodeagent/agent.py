@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import random
 import signal
@@ -50,8 +51,21 @@ MISMATCHES = {"NODE_MAP_MISMATCH": "node map", "VERSION_MISMATCH": "version"}
 # a cycle that fails for a local reason must not make a healthy member look lost.
 MAX_BACKOFF_S = 10.0
 # nvidia-imex processes at most one SIGUSR1 every 5 s, counted from when it handled the last
-# one; the agent spaces its own by a little more, so a busy moment cannot make one too early.
+# one (NVIDIA's IMEX guide, "Signal handling"); the agent spaces its own by a little more, so
+# a busy moment cannot make one too early.
 USR1_SPACING_S = 5.5
+# Joins come in bursts (a workload's pods are scheduled together). A SIGUSR1 sent at the
+# first new name would spend the daemon's one re-resolve per 5 s on a partial peer list, and
+# the rest would wait 5 s: while the portal says the membership is still `settling`, the
+# agent holds the signal (at most RESOLVE_MAX_S after the first change: the portal nudges
+# every member when the burst is over); otherwise it sends it RESOLVE_QUIET_S after the
+# last change.
+RESOLVE_QUIET_S = 0.1
+RESOLVE_MAX_S = 6.0
+# A tray that joins during such a burst holds its daemon's first start until the portal says
+# the burst is over (at most this long), so that the daemon reads the whole peer list at its
+# start and needs no SIGUSR1 at all (NVIDIA's daemons, too, skip it for a fresh process).
+GATHER_MAX_S = 2.0
 # A daemon that ran this long before it exited is started again at once; one that exited
 # sooner is started again with backoff.
 RESTART_RESET_S = 30.0
@@ -126,6 +140,9 @@ class Agent:
         self.major: int | None = None
         self.usr1_at = -USR1_SPACING_S  # when the daemon was last told to re-resolve
         self.resolve_due = 0.0  # when to tell it next (0: nothing pending)
+        self.resolve_since = 0.0  # when the first change not yet signalled was written
+        self.hosts_map: dict[int, str] = {}  # slot → IP, as last written to the hosts file
+        self.gather: tuple[str, float] = ("", 0.0)  # (domain uid, first seen) before a start
         # What the tray serves, as last observed, for the DRA plugin's gRPC threads.
         self.serving: Serving | None = None
         self.serving_changed = threading.Condition()
@@ -280,20 +297,44 @@ class Agent:
             # interval (repairing drift), not on every fast readiness poll.
             self.present, error = self.apply_files(want)
             self.files_key, self.files_checked_at = ("" if error else key), now
+        hold = self.gather_hold(want, now)
+        if hold and not error:
+            report = self.report_doc(
+                uid=uid,
+                generation=want["generation"],
+                step=Step.CONFIGURING,
+                channels=self.present,
+                message="gathering the trays that join with this one before nvidia-imex starts",
+            )
+            return report, hold
         if not self.daemon.running():
             error = error or self.start_daemon()
-            self.resolve_due = 0.0  # a new instance resolves every name at its start
+            if self.daemon.running():
+                self.resolve_due = self.resolve_since = 0.0  # it resolves every name at start
+                self.gather = (uid, -math.inf)  # gathered once: a restart holds nothing
         elif self.resolve_due and now >= self.resolve_due:
             self.re_resolve()
         report, delay = self.observe(want, index, self.present, error)
         if want.get("slots") and not self.resolve_due and self.unresolved(report):
             # Level-triggered: a member this daemon has never reached although the hosts
             # file names it (a SIGUSR1 the daemon ignored as too soon, one lost in a busy
-            # moment) is asked for again once the 5 s are up.
-            self.resolve_due = self.usr1_at + USR1_SPACING_S
+            # moment) is asked for again once 5 s have passed since the daemon's start and
+            # since the last SIGUSR1.
+            self.resolve_due = max(self.usr1_at, self.wait_started) + USR1_SPACING_S
         if self.resolve_due:
             delay = min(delay, max(self.resolve_due - time.monotonic(), 0.01))
         return report, delay
+
+    def gather_hold(self, want: DesiredDomain, now: float) -> float:
+        """How long to hold the daemon's first start for a domain whose members are still
+        joining (0: start it)."""
+        if not want.get("slots") or self.daemon.running() or self.daemon.exit_code is not None:
+            return 0.0
+        if self.gather[0] != want["uid"]:
+            self.gather = (want["uid"], now)
+        if not want.get("settling"):
+            return 0.0
+        return max(self.gather[1] + GATHER_MAX_S - now, 0.0)
 
     @staticmethod
     def unresolved(report: StatusReport) -> bool:
@@ -310,7 +351,18 @@ class Agent:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGUSR1)
             self.log.info("IMEX peers changed; nvidia-imex told to re-resolve (SIGUSR1)")
-        self.usr1_at, self.resolve_due = time.monotonic(), 0.0
+        self.usr1_at, self.resolve_due, self.resolve_since = time.monotonic(), 0.0, 0.0
+
+    def resolve_later(self, *, gained: bool, settling: bool) -> None:
+        """One SIGUSR1 for the names that got a new address, once the burst is over."""
+        now = time.monotonic()
+        if gained:
+            self.resolve_since = self.resolve_since or now
+        elif not self.resolve_since:
+            return  # nothing waits for a re-resolve
+        due = self.resolve_since + RESOLVE_MAX_S if settling else now + RESOLVE_QUIET_S
+        due = min(due, self.resolve_since + RESOLVE_MAX_S)
+        self.resolve_due = max(due, self.usr1_at + USR1_SPACING_S)
 
     def start_daemon(self) -> str:
         """Start the tray's daemon unless something stops it; returns what went wrong.
@@ -369,8 +421,14 @@ class Agent:
             # Follows its workload: stable names; a new peer list is a hosts change and a
             # SIGUSR1, never a restart of this daemon.
             nodes = imex.render_names(slots)
-            if imex.write_hosts(self.paths.hosts, {p["index"]: p["ip"] for p in peers}):
-                self.resolve_due = max(time.monotonic(), self.usr1_at + USR1_SPACING_S)
+            mapping = {p["index"]: p["ip"] for p in peers}
+            imex.write_hosts(self.paths.hosts, mapping)
+            gained = any(self.hosts_map.get(i) != ip for i, ip in mapping.items())
+            self.hosts_map = mapping
+            if self.daemon.running():
+                # A name that left needs nothing (its daemon said goodbye); a new one is
+                # re-resolved once per burst. A daemon not started yet reads it at start.
+                self.resolve_later(gained=gained, settling=bool(want.get("settling")))
         else:
             nodes = imex.render_nodes([p["ip"] for p in peers])
         restart = imex.write_config(paths=self.paths, config=config, nodes=nodes)
@@ -519,7 +577,8 @@ class Agent:
     def teardown(self) -> None:
         self.files_key = ""
         self.restart_at = self.restart_delay = 0.0
-        self.resolve_due = 0.0
+        self.resolve_due = self.resolve_since = 0.0
+        self.hosts_map = {}
         self.daemon.stop(self.cfg.stop_timeout)
         self.channels.remove_all()
         remove_cdi(self.paths.cdi_spec)

@@ -154,6 +154,10 @@ class DesiredDomain(TypedDict):
     # the tray's hosts file and the daemon re-resolves them on SIGUSR1, so a member joining
     # or leaving never restarts the daemons of the others.
     slots: NotRequired[int]
+    # True while the domain's members are still changing (a burst of joins or leaves): the
+    # portal nudges every member once the burst is over, and a daemon's re-resolve (one per
+    # 5 s) is best spent then, on the whole list.
+    settling: NotRequired[bool]
 
 
 class ReleaseOrder(TypedDict):
@@ -320,8 +324,9 @@ _DOMAIN = _object(
         "imex": _object({"server_port": _int(1, 65535), "cmd_port": _int(1, 65535)}),
         "channels": _CHANNELS,
         "slots": _int(1, 4096),
+        "settling": {"type": "boolean"},
     },
-    optional=("slots",),
+    optional=("slots", "settling"),
 )
 DESIRED_STATE_SCHEMA: dict[str, Any] = {
     "$schema": SCHEMA_DIALECT,

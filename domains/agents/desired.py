@@ -17,6 +17,7 @@ from domains.computedomains.selectors import (
     domain_channels,
     domain_peer_addresses,
     member_should_run,
+    peers_settling,
 )
 from domains.inventory.models import Node
 from nodeagent.protocol import ChannelSpec, DesiredDomain, DesiredState
@@ -63,6 +64,8 @@ def desired_state_for(node: Node) -> DesiredState:
         want["slots"] = max(
             Node.objects.filter(clique_id=member.clique_id).count(), member.index + 1
         )
+        if peers_settling(domain.pk):
+            want["settling"] = True
     doc["domain"] = want
     return doc
 

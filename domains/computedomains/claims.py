@@ -15,6 +15,7 @@ workload the tray's last claim takes it out of the domain.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -34,6 +35,7 @@ from domains.computedomains.models import (
     ComputeDomain,
     DomainClaim,
     DomainMember,
+    MemberState,
     Phase,
 )
 from domains.computedomains.phases import (
@@ -49,6 +51,7 @@ from domains.errors import Conflict, NotFound, PermissionDenied, QuotaExceeded
 from domains.inventory.models import Node, NodeCondition, NodeState
 from domains.tenancy.models import Namespace, Quota
 
+DAEMON_READY = "READY"  # the `nvidia-imex-ctl -q` word of a daemon that serves
 # Phases in which a claim may be prepared (a releasing domain takes no new pods).
 ADMITTING_PHASES = (Phase.ADMITTED, Phase.FORMING, Phase.READY, Phase.DEGRADED)
 
@@ -101,6 +104,15 @@ def claim_admit(*, node: Node, claim: ClaimRef, domain_uid: str) -> Admission:
 
 def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef) -> Admission:
     held = DomainClaim.objects.filter(claim_uid=claim.uid, released_at__isnull=True).first()
+    if held is None:
+        refused = (
+            DomainClaim.objects.filter(claim_uid=claim.uid, domain=domain)
+            .exclude(refusal="")
+            .values_list("refusal", flat=True)
+            .first()
+        )
+        if refused:
+            raise Conflict(f"{claim}: {refused}")
     if held is not None and held.node_id != node.pk:
         raise Conflict(f"{claim} is already prepared on another tray (node {held.node_id})")
     if domain.phase not in ADMITTING_PHASES:
@@ -318,6 +330,76 @@ def _leave(domain: ComputeDomain, node: Node) -> None:
         details={"index": member.index, "generation": domain.generation},
     )
     _announce_membership(domain, [node.pk])
+
+
+def drop_stuck_joiners(*, domain_id: int, now: datetime | None = None) -> int:
+    """The formation deadline passed for a domain that follows its workload: the trays whose
+    own IMEX daemon never became ready are dropped, so the others can form without them.
+
+    Such a tray leaves the domain (its agent tears down as for a leave), its claims are let
+    go of with a refusal that every later prepare is answered with (delete the pod so it is
+    scheduled again; cordon the tray if its daemon keeps failing), and the domain gets a new
+    deadline. Returns how many trays were dropped; 0 when it cannot tell whom to blame (no
+    member is stuck before its own daemon, or every member is): the caller then fails the
+    domain as for a placed one.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        domain = lock_domain(domain_id)
+        if (
+            domain is None
+            or not domain.follows_workload
+            or domain.phase != Phase.FORMING
+            or domain.formation_deadline is None
+            or domain.formation_deadline >= now
+        ):
+            return 0
+        members = list(domain.members.filter(active=True).select_related("node"))
+        stuck = [
+            m for m in members if m.state != MemberState.READY and m.daemon_state != DAEMON_READY
+        ]
+        if not stuck or len(stuck) == len(members):
+            return 0
+        deadline = settings.PORTAL["FORMATION_DEADLINE"]
+        for member in sorted(stuck, key=lambda m: m.index):
+            _drop(domain, member, deadline, now)
+        set_phase(
+            domain,
+            Phase.FORMING,
+            Phase.FORMING,
+            bump=True,
+            formation_deadline=now + deadline,
+            reason="Forming",
+            message=f"dropped {', '.join(m.node.hostname for m in stuck)}: IMEX daemon not "
+            "ready by the formation deadline",
+        )
+        aggregate(domain)
+        _announce_membership(domain, [m.node_id for m in stuck])
+    return len(stuck)
+
+
+def _drop(domain: ComputeDomain, member: DomainMember, deadline: timedelta, now: datetime) -> None:
+    node = member.node
+    said = member.message or member.daemon_state or "nothing: its agent never reported"
+    why = (
+        f"tray {node.hostname} was dropped from ComputeDomain {domain}: its IMEX daemon was not "
+        f"ready {deadline.total_seconds():.0f} s after it joined (agent said: {said}); the "
+        f"other trays carry on without it. Delete this pod so that it is scheduled again, "
+        f"and cordon {node.hostname} (see its page in the portal) if its daemon keeps failing"
+    )
+    release_member(member, message=f"dropped: IMEX daemon not ready by the deadline ({said})")
+    DomainClaim.objects.filter(domain=domain, node=node, released_at__isnull=True).update(
+        released_at=now, refusal=why[:4000]
+    )
+    record_event(
+        actor=CONTROLLER,
+        verb="member.dropped",
+        obj=domain,
+        node=node,
+        message=f"{node.hostname} #{member.index} dropped: IMEX daemon not ready by the "
+        f"formation deadline ({said})",
+        details={"index": member.index, "step": member.step, "message": member.message},
+    )
 
 
 def _announce_membership(domain: ComputeDomain, changed: list[int]) -> None:

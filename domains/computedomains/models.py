@@ -271,6 +271,9 @@ class DomainClaim(models.Model):
     name = models.CharField(max_length=253)
     prepared_at = models.DateTimeField(auto_now_add=True)
     released_at = models.DateTimeField(null=True, blank=True)
+    # Set when the portal let go of the claim itself (its tray was dropped from the domain):
+    # what every later prepare of this claim is answered with.
+    refusal = models.TextField(blank=True)
 
     class Meta:
         ordering = ["domain", "prepared_at"]

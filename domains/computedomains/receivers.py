@@ -14,13 +14,10 @@ from django.dispatch import receiver
 
 from domains import signals
 from domains.computedomains.members import tray_marked_down
-from domains.computedomains.tasks import nudge_peers, peers_key, place_domain, place_queued
+from domains.computedomains.selectors import PEERS_MAX_S, PEERS_QUIET_S, peers_key
+from domains.computedomains.tasks import nudge_peers, place_domain, place_queued
 
 log = logging.getLogger(__name__)
-
-# How long the members of a domain that follows its workload wait before they re-fetch
-# their peers after a join or a leave: joins of one workload come in bursts.
-PEERS_BATCH_S = 0.5
 
 
 @receiver(signals.placement_wanted, dispatch_uid="computedomains.place_domain")
@@ -45,8 +42,8 @@ def let_go_of_tray(sender: object, node_id: int, message: str, **kwargs: Any) ->
 def queue_peer_nudge(sender: object, domain_id: int, **kwargs: Any) -> None:
     """One nudge of the members per burst; Redis away: nudge them now."""
     try:
-        if cache.add(peers_key(domain_id), 1, PEERS_BATCH_S + 10):
-            nudge_peers.apply_async((domain_id,), countdown=PEERS_BATCH_S)
+        if cache.add(peers_key(domain_id), 1, PEERS_MAX_S + 10):
+            nudge_peers.apply_async((domain_id,), countdown=PEERS_QUIET_S)
         return
     except Exception:
         log.warning("could not queue computedomains.nudge_peers for %s; nudging now", domain_id)

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from domains.audit.announce import announce_domain
 from domains.audit.events import CONTROLLER, record_event
+from domains.computedomains.claims import drop_stuck_joiners
 from domains.computedomains.members import member_fail
 from domains.computedomains.models import ComputeDomain, DomainMember, MemberState, Phase
 from domains.computedomains.phases import (
@@ -61,8 +62,16 @@ def _release_expired_leases(now: datetime) -> int:
 
 
 def _fail_late_formations(now: datetime) -> int:
+    """A domain that follows its workload first drops the trays stuck before their own
+    daemon (the others form without them); any other late formation fails."""
     late = ComputeDomain.objects.filter(phase=Phase.FORMING, formation_deadline__lt=now)
-    return sum(fail_formation(domain_id=pk) for pk in late.values_list("id", flat=True))
+    count = 0
+    for pk, num_nodes in late.values_list("id", "num_nodes"):
+        if num_nodes == 0 and drop_stuck_joiners(domain_id=pk, now=now):
+            count += 1
+            continue
+        count += fail_formation(domain_id=pk)
+    return count
 
 
 def _aggregate_out_of_step() -> int:

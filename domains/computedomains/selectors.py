@@ -3,14 +3,17 @@ placement queue, how long formation and release took, and how much of a quota is
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.core.cache import cache
 from django.core.paginator import Page, Paginator
 from django.db.models import (
     Count,
     F,
+    Max,
     Prefetch,
     Q,
     QuerySet,
@@ -283,3 +286,37 @@ def channel_ledger(
         channels_held=held.count(),
         all_mode_domains=all_mode.values("domain_id").distinct().count(),
     )
+
+
+# --- a domain that follows its workload: bursts of joins -------------------------------------
+# Members learn a changed peer list once per burst of joins and leaves: the nudge waits until
+# the membership has been quiet PEERS_QUIET_S (and no longer than PEERS_MAX_S after the
+# burst's first change: about the daemons' own once-per-5-s re-resolve). A joining tray
+# itself hears at once (it starts its daemon with what it gets).
+PEERS_QUIET_S = 0.75
+PEERS_MAX_S = 5.0
+
+
+def peers_key(domain_id: int) -> str:
+    """The cache key that is set while a nudge of the domain's members is pending."""
+    return f"computedomains:peers-pending:{domain_id}"
+
+
+def peers_settling(domain_id: int) -> bool:
+    """Whether a burst of membership changes is under way (a nudge is pending)."""
+    try:
+        return bool(cache.get(peers_key(domain_id)))
+    except Exception:  # Redis away: say nothing; a daemon is re-resolved anyway
+        return False
+
+
+def peers_nudge_wait(domain_id: int, *, first: float, now: float | None = None) -> float:
+    """How long to put off nudging the members (0: now): until the membership has been
+    quiet PEERS_QUIET_S, and no later than PEERS_MAX_S after `first` (epoch seconds)."""
+    now = time.time() if now is None else now
+    changed = DomainMember.objects.filter(domain_id=domain_id).aggregate(
+        joined=Max("assigned_at"), left=Max("released_at")
+    )
+    last = max((at.timestamp() for at in changed.values() if at is not None), default=0.0)
+    wait = min(PEERS_QUIET_S - (now - last), PEERS_MAX_S - (now - first))
+    return max(wait, 0.05) if wait > 0 else 0.0

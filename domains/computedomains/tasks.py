@@ -11,6 +11,7 @@ freed", and `apps.py` queues these tasks when it hears that.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from celery import shared_task
@@ -20,6 +21,7 @@ from domains.audit.announce import announce_desired_state
 from domains.computedomains import reconcile as controller
 from domains.computedomains.models import DomainMember
 from domains.computedomains.placing import domain_place, domains_place_queued
+from domains.computedomains.selectors import peers_key, peers_nudge_wait
 from domains.errors import DATABASE_AWAY, TransientError
 
 log = logging.getLogger(__name__)
@@ -59,18 +61,20 @@ def reap_stale_heartbeats() -> int:
     return controller.reap_stale_heartbeats()
 
 
-def peers_key(domain_id: int) -> str:
-    return f"computedomains:peers-pending:{domain_id}"
-
-
 @shared_task(name="computedomains.nudge_peers", acks_late=True)
-def nudge_peers(domain_id: int) -> int:
+def nudge_peers(domain_id: int, first: float | None = None) -> int:
     """Tell the members of a domain that follows its workload to re-fetch their peer list.
 
-    Queued once per burst of joins and leaves (see receivers): 18 trays joining within a
-    second would otherwise make every member fetch its desired state 18 times, while its
-    daemon re-resolves the names at most once every 5 s anyway.
+    Queued once per burst of joins and leaves (see receivers) and put off while the burst
+    goes on: 18 trays joining within a second or two would otherwise make every member fetch
+    its desired state many times, and spend its daemon's one re-resolve per 5 s on a peer
+    list that is still growing. `first`: when the burst's first change was seen.
     """
+    first = first or time.time()
+    wait = peers_nudge_wait(domain_id, first=first)
+    if wait > 0:
+        nudge_peers.apply_async((domain_id, first), countdown=wait)
+        return 0
     cache.delete(peers_key(domain_id))  # before reading: a change after this queues again
     nodes = list(
         DomainMember.objects.filter(domain_id=domain_id, active=True).values_list(

@@ -219,3 +219,89 @@ def test_a_following_domain_is_never_in_the_placement_queue_or_its_forecast(foll
 
     assert follow not in queued_domains()
     assert follow.pk not in queue_forecast(now=timezone.now())
+
+
+def test_members_hear_of_a_burst_of_joins_once_it_is_over(follow, split):
+    """While trays keep joining, the desired state says `settling` (a joining tray holds its
+    daemon's first start, a member its SIGUSR1); the members are nudged once it is quiet."""
+    import time
+
+    from django.core.cache import cache
+
+    from domains.computedomains.selectors import PEERS_MAX_S, peers_key, peers_nudge_wait
+    from domains.computedomains.tasks import nudge_peers
+
+    a, b = trays(split)[:2]
+    client, node_id, _, _ = admit(a, follow)
+    admit(b, follow)
+    cache.add(peers_key(follow.pk), 1, 60)  # what the join's receiver sets, after commit
+    desired = client.get(f"/api/v1/agent/nodes/{node_id}/desired/").json()["domain"]
+    assert desired["settling"] is True and desired["slots"] == 3
+    now = time.time()
+    assert peers_nudge_wait(follow.pk, first=now, now=now) > 0  # b joined just now
+    assert peers_nudge_wait(follow.pk, first=now - PEERS_MAX_S, now=now) == 0  # waited enough
+    assert peers_nudge_wait(follow.pk, first=now, now=now + 60) == 0  # quiet for a minute
+    assert nudge_peers(follow.pk, first=now - PEERS_MAX_S) == 2  # both members nudged
+    desired = client.get(f"/api/v1/agent/nodes/{node_id}/desired/").json()["domain"]
+    assert "settling" not in desired
+
+
+def test_at_the_deadline_a_tray_stuck_before_its_daemon_is_dropped_the_rest_form(follow, split):
+    """A joiner whose IMEX daemon never becomes ready does not fail everyone: at the
+    formation deadline it leaves, its claim's prepare is answered with what to do, and
+    the others form the domain without it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from domains.computedomains.models import Phase
+    from domains.computedomains.reconcile import reconcile
+    from domains.computedomains.selectors import desired_member
+    from tests.support.lifecycle import report
+
+    a, b, c = trays(split)[:3]
+    admit(a, follow)
+    admit(b, follow)
+    client_c, c_id, doc_c, _ = admit(c, follow)
+    follow.refresh_from_db()
+    for good in (a, b):  # daemons READY, but #2 never answers them
+        report(good, follow, "waiting_peers", daemon_state="READY", domain_state="DEGRADED")
+    report(c, follow, "starting_daemon", daemon_state="INITIALIZING", message="nvidia-imex hangs")
+    done = reconcile(now=timezone.now() + timedelta(minutes=10))
+    assert done["deadline"] == 1
+    follow.refresh_from_db()
+    assert follow.phase == Phase.FORMING  # not Failed
+    assert follow.formation_deadline > timezone.now()
+    assert desired_member(c) is None  # its agent tears down
+    assert sorted(follow.members.filter(active=True).values_list("index", flat=True)) == [0, 1]
+    again = client_c.post(f"/api/v1/agent/nodes/{c_id}/claims/", doc_c, format="json")
+    assert again.status_code == 409
+    message = again.json()["message"]
+    assert f"tray {c.hostname} was dropped from ComputeDomain team-a/wl" in message
+    assert "agent said: nvidia-imex hangs" in message and "Delete this pod" in message
+    assert not DomainClaim.objects.filter(node=c, released_at__isnull=True).exists()
+    verbs = list(Event.objects.filter(domain=follow).values_list("verb", flat=True))
+    assert verbs.count("member.dropped") == 1
+    for good in (a, b):  # the peer list without #2: both UP
+        report(good, follow, "ready", daemon_state="READY", domain_state="UP")
+    follow.refresh_from_db()
+    assert follow.phase == Phase.READY
+
+
+def test_at_the_deadline_a_following_domain_with_no_one_to_blame_fails(follow, split):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from domains.computedomains.models import Phase
+    from domains.computedomains.reconcile import reconcile
+    from tests.support.lifecycle import report
+
+    a, b = trays(split)[:2]
+    admit(a, follow)
+    admit(b, follow)
+    for tray in (a, b):  # both daemons READY, yet they never connect: whose fault?
+        report(tray, follow, "waiting_peers", daemon_state="READY", domain_state="DEGRADED")
+    assert reconcile(now=timezone.now() + timedelta(minutes=10))["deadline"] == 1
+    follow.refresh_from_db()
+    assert (follow.phase, follow.reason) == (Phase.FAILED, "FormationTimeout")

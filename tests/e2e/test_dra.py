@@ -254,3 +254,61 @@ def test_a_domain_follows_its_18_pod_workload_grows_shrinks_and_goes(
             assert list((fleet.tray_root(host) / "var/run/cdi").glob("*.json")) == []
         for kubelet in kubelets_by_host.values():
             kubelet.close()
+
+
+def test_a_joiner_whose_daemon_never_gets_ready_is_dropped_and_the_rest_form(
+    portal, tenant_api, kube, kubeconfig, kubelets
+):
+    """One of three trays is unkind (its nvidia-imex hangs while it initialises). At the
+    formation deadline (the controller's pass, run here as the beat would) that tray alone
+    leaves; its pod's prepare says what to do; the two others form without restarting."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from domains.computedomains.reconcile import reconcile
+
+    (rack,) = factories.make_racks("3", ip_prefix=IP_PREFIX, first_rack=3)
+    nodes = list(Node.objects.filter(rack=rack).order_by("slot"))
+    hosts = [n.hostname for n in nodes]
+    stuck, good = hosts[2], hosts[:2]
+    with AgentFleet(portal, nodes, kubelet_dir=kubelets, kubeconfig=kubeconfig) as fleet:
+        fleet.wait_joined()
+        fleet.set_faults(stuck, start_delay_s=3600)
+        for host in hosts:
+            wait_for(lambda h=host: published_slice(kube, h), 30, "slices")
+        domain = request_domain(tenant_api, "stuck", 0)
+        wait_for(lambda: kube.get("resourceclaimtemplates", "stuck-channel", "e2e"), 20, "RCT")
+        claims = {
+            host: allocate(kube, namespace="e2e", template="stuck-channel", pod=f"s-{i}", node=host)
+            for i, host in enumerate(hosts)
+        }
+        by_host = {host: kubelet_of(kubelets, host) for host in hosts}
+        first = by_host[stuck].prepare(claims[stuck])[claims[stuck].uid]["error"]
+        assert "is not ready for ComputeDomain e2e/stuck yet" in first
+        for host in good:
+            assert by_host[host].prepare_until_ready(claims[host], timeout=60)["error"] == ""
+        wait_for(
+            lambda: domain.members.filter(active=True, daemon_state="READY").count() == 2,
+            30,
+            "the two good daemons READY (waiting for the third)",
+        )
+        assert phase_of(domain) == Phase.FORMING
+
+        assert reconcile(now=timezone.now() + timedelta(hours=1))["deadline"] == 1
+        error = by_host[stuck].prepare(claims[stuck])[claims[stuck].uid]["error"]
+        assert f"tray {stuck} was dropped from ComputeDomain e2e/stuck" in error
+        assert "Delete this pod" in error
+        wait_for(lambda: fleet.leftovers(stuck) == [], 30, "the dropped tray clean")
+        wait_for(lambda: phase_of(domain) == Phase.READY, 60, "the two form without it")
+        assert [daemon_starts(fleet.tray_root(h)) for h in good] == [1, 1]
+
+        assert by_host[stuck].unprepare(claims[stuck]) == {claims[stuck].uid: ""}
+        for host in good:
+            assert by_host[host].unprepare(claims[host]) == {claims[host].uid: ""}
+        for host in hosts:
+            deallocate(kube, claims[host])
+        release_domain(tenant_api, "stuck")
+        wait_for(lambda: phase_of(domain) == Phase.RELEASED, 30, "domain Released")
+        for kubelet in by_host.values():
+            kubelet.close()

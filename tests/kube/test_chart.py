@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from nodeagent.dra import DRIVER_NAME
+from nodeagent.dra.slices import SliceFacts, slice_object
 from tests.kube.schemas import CRD_PATH, assert_valid_dra, assert_valid_kubernetes
 
 helm = pytest.importorskip("helm_python.chart", reason="helm-python-sdk (helm template) absent")
@@ -310,3 +312,39 @@ def test_without_dra_the_agent_has_no_api_access_and_no_device_class():
     assert pod["automountServiceAccountToken"] is False
     assert not any(a.startswith("--kubelet-dir") for a in pod["containers"][0]["args"])
     assert not any(kind == "DeviceClass" for kind, _ in objects)
+
+
+def test_an_agent_may_write_only_its_own_nodes_resourceslice(objects):
+    """RBAC lets the agents' service account write any slice; an admission policy narrows
+    it to the node in the agent's pod-bound token, as NVIDIA's chart does for its plugin."""
+    name = "portal-domain-portal-agent-resourceslices"
+    policy = objects["ValidatingAdmissionPolicy", name]
+    binding = objects["ValidatingAdmissionPolicyBinding", name]
+    assert_valid_kubernetes(policy)
+    assert_valid_kubernetes(binding)
+    assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"]) == (["resource.k8s.io"], ["resourceslices"])
+    assert set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}
+    (who,) = spec["matchConditions"]
+    agent, _ = daemonsets(objects)
+    account = agent["spec"]["template"]["spec"]["serviceAccountName"]
+    assert who["expression"] == (
+        f'request.userInfo.username == "system:serviceaccount:gpu-portal:{account}"'
+    )
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert "authentication.kubernetes.io/node-name" in variables["agentNode"]
+    checks = " ".join(v["expression"] for v in spec["validations"])
+    assert "variables.slice.spec.?nodeName.orValue('') == variables.agentNode" in checks
+    assert "oldObject.spec.?nodeName.orValue('') == variables.agentNode" in checks  # UPDATE
+    assert f'spec.driver == "{DRIVER_NAME}"' in checks
+    # The slice the agent publishes names its node and our driver, as the policy wants.
+    published = slice_object(SliceFacts(node="gb-r01-t01", clique="", gpus=4), version="v1",
+                             generation=1)  # fmt: skip
+    assert published["spec"]["nodeName"] == "gb-r01-t01"
+    assert published["spec"]["driver"] == DRIVER_NAME
+    off = {**VALUES, "agent": {"dra": {"restrictSlicesToNode": False}}}
+    kinds = {o["kind"] for o in render(off)}
+    assert "ValidatingAdmissionPolicy" not in kinds and "DeviceClass" in kinds

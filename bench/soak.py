@@ -49,6 +49,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,8 +215,10 @@ def wait_phase(client, path: str, phases: set[str], tally: Tally) -> str:
 
 def run_cycle(client, ns: str, name: str, body: dict, tally: Tally) -> str:
     base = f"/api/v1/namespaces/{ns}/computedomains"
+    # One key per write: a retry (a web process killed mid-request) is answered, not redone.
+    key = f"{ns}-{name}-{uuid.uuid4().hex[:8]}"
     while True:
-        resp = call(client, "POST", f"{base}/", tally, json=body)
+        resp = call(client, "POST", f"{base}/", tally, json=body, headers=_key(f"{key}-create"))
         if resp.status_code == 422:  # no capacity right now (the other tenant holds it)
             time.sleep(0.5)
             continue
@@ -228,11 +231,15 @@ def run_cycle(client, ns: str, name: str, body: dict, tally: Tally) -> str:
     phase = wait_phase(client, f"{base}/{name}", {"Ready", "Failed"}, tally)
     if phase != "Ready":
         return f"never Ready ({phase})"
-    resp = call(client, "DELETE", f"{base}/{name}", tally)
+    resp = call(client, "DELETE", f"{base}/{name}", tally, headers=_key(f"{key}-release"))
     if resp.status_code not in (200, 202, 409):
         return f"release answered {resp.status_code}: {resp.text[:200]}"
     phase = wait_phase(client, f"{base}/{name}", {"Released"}, tally)
     return "ok" if phase == "Released" else f"never Released ({phase})"
+
+
+def _key(key: str) -> dict[str, str]:
+    return {"Idempotency-Key": key}
 
 
 # --- faults ----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ app.autodiscover_tasks(
         "domains.kube",
         "domains.foresight",
         "domains.notifications",
+        "portal.receipts",
     ]
 )
 

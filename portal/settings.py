@@ -84,6 +84,7 @@ INSTALLED_APPS = [
     "portal.web",
     "portal.api",
     "portal.realtime",
+    "portal.receipts",
 ]
 
 MIDDLEWARE = [
@@ -317,6 +318,8 @@ CELERY_WORKER_CONSUMER = "portal.worker_consumer:Consumer"
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "portal")
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {
+    # Write receipts (portal.outage) older than a day.
+    "purge-receipts": {"task": "portal.purge_receipts", "schedule": 3600.0},
     "reconcile": {
         "task": "domains.reconcile",
         "schedule": float(os.environ.get("PORTAL_RECONCILE_SECONDS", 5)),

@@ -31,7 +31,7 @@ from django.db import close_old_connections
 from django.http.request import split_domain_port, validate_host
 from rest_framework.utils.encoders import JSONEncoder
 
-from domains.agents.desired import desired_state_for
+from domains.agents.desired import desired_state
 from domains.agents.selectors import node_for_token
 from domains.agents.services import agent_heartbeat, agent_report
 from domains.context import request_id_scope
@@ -141,10 +141,8 @@ def _serve(kind: str, node_id: int, token: str, body: bytes, rid: str) -> tuple[
         try:
             if kind == "status":
                 return _report(node_id, token, body)
-            node = node_for_token(token)
-            if node is None or node.pk != node_id:
-                return None
-            return 200, _dumps(desired_state_for(node))
+            doc = desired_state(node_id, token=token)  # None: not this tray's token
+            return None if doc is None else (200, _dumps(doc))
         except Exception:
             log.exception("agent %s request for node %s failed", kind, node_id)
             message = "The portal failed to handle this request; it has been logged."

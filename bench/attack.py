@@ -8,7 +8,8 @@ an outsider would: schemathesis with every check on the OpenAPI schema with a te
 operator's and an admin's token; a list of hostile inputs on every JSON endpoint; one
 tenant reaching for the other's objects; 20 concurrent requests racing the quota; password
 guessing on both login forms, with made-up X-Forwarded-For; bad bearer tokens; and the
-fleet's join token re-registering a tray whose agent is alive. Prints the figures: requests
+fleet's join token re-registering a tray whose agent is alive, and a forged Kubernetes
+service-account token presented instead of it. Prints the figures: requests
 tried, bad inputs tried, 5xx seen, isolation violations, quota overruns, and each finding
 held or not. Run it against a throwaway demo: it pauses the operator's sign-in from this
 address for the cool-off (15 minutes) and creates and releases domains in team-b.
@@ -322,6 +323,28 @@ def takeover(url: str, join_token: str, operator: str) -> tuple[str, bool]:
     )
 
 
+def forged_service_account_token(url: str, operator: str) -> tuple[str, bool]:
+    """A made-up Kubernetes service-account token (a JWT for the portal's audience, bound to
+    a live tray's node, signed by nobody) presented instead of the join token."""
+    import base64
+
+    with httpx.Client(base_url=url, timeout=30) as client:
+        nodes = hit(
+            client.get("/api/v1/nodes/?limit=1000", headers={"Authorization": f"Bearer {operator}"})
+        ).json()["results"]
+        live = next((n for n in nodes if n.get("lastHeartbeat")), nodes[0])
+        claims = {"aud": ["domain-portal"], "sub": "system:serviceaccount:x:agent",
+                  "kubernetes.io": {"node": {"name": live["hostname"]}}}  # fmt: skip
+        part = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+        body = {"service_account_token": f"eyJhbGciOiJSUzI1NiJ9.{part}.c2ln",
+                "hostname": live["hostname"]}  # fmt: skip
+        resp = hit(client.post("/api/v1/agent/join/", json=body), bad_input=True)
+    return (
+        f"forged service-account token registers {live['hostname']}: {resp.status_code}",
+        resp.status_code in (400, 403),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000")
@@ -342,6 +365,7 @@ def main() -> None:
     print("sign-in, tokens, join token …")
     findings = sign_in_attacks(url, args.password, tokens["alice"])
     findings.append(takeover(url, args.join_token, tokens["operator"]))
+    findings.append(forged_service_account_token(url, tokens["operator"]))
     print()
     print(f"requests tried        {COUNT['requests']}")
     print(f"bad inputs tried      {COUNT['bad inputs']}")

@@ -69,5 +69,8 @@ class DeliverySerializer(NotificationSerializer):
 
 class MarkReadInput(StrictSerializer):
     ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), required=False, max_length=1000
+        # An id is a BigAutoField: past 2**63 - 1 the demo's SQLite refused it (a 500).
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
+        required=False,
+        max_length=1000,
     )

@@ -126,7 +126,7 @@ class DatabaseAwayMiddleware:
         if client_key and not _KEY.fullmatch(client_key):
             return _bad_key(request, "must be 1-255 printable ASCII characters")
         key = _scoped(request, client_key) if client_key else uuid.uuid4().hex
-        attempt = _Attempt(request, key, digest)
+        attempt = _Attempt(request, key, digest, replayable=bool(client_key))
         deadline = time.monotonic() + SAFE_RETRY_S
         check = bool(client_key)  # a client's retry may find its answer waiting
         while True:
@@ -158,8 +158,12 @@ DONE, LOST, FATE_UNKNOWN = "done", "lost", "fate unknown"
 class _Attempt:
     """One write: run in a transaction with its receipt, or answered from its receipt."""
 
-    def __init__(self, request: HttpRequest, key: str, digest: str) -> None:
+    def __init__(self, request: HttpRequest, key: str, digest: str, *, replayable: bool) -> None:
         self.request, self.key, self.digest = request, key, digest
+        # Only a client's own key is ever asked again by a later request; for a key made
+        # here the answer is still in hand when the receipt settles it, so no body is kept.
+        self.replayable = replayable
+        self.answer: HttpResponse | None = None
 
     def receipt(self) -> tuple[bool, HttpResponse | None]:
         """(whether the database answered, the stored answer if the write committed)."""
@@ -175,6 +179,10 @@ class _Attempt:
             self.digest,
         ):
             return True, _bad_key(self.request, "was already used for another request")
+        if self.answer is not None:
+            return True, self.answer  # committed on this very attempt
+        if row.withheld:
+            return True, _withheld(self.request)
         return True, _replay(row)
 
     def run(self, get_response: Any) -> tuple[str, HttpResponse]:
@@ -187,12 +195,14 @@ class _Attempt:
             with transaction.atomic():
                 stage = "work"
                 response = get_response(self.request)
+                self.answer = None
                 if getattr(response, _MARK, False):
                     transaction.set_rollback(True)  # gone with the connection anyway
                     return LOST, response
                 if response.status_code < 400:
                     stage = "receipt"
                     self._store(response)
+                    self.answer = response
                 stage = "commit"
         except IntegrityError:
             if stage != "receipt":
@@ -206,6 +216,10 @@ class _Attempt:
         return DONE, response
 
     def _store(self, response: HttpResponse) -> None:
+        # An answer marked no-store (a new API token's secret, shown once) is never written
+        # down here either: a retry under its key learns that it was done, not the secret.
+        secret = "no-store" in response.get("Cache-Control", "")
+        keep = self.replayable and not secret and not response.streaming
         headers = {h: response[h] for h in _KEPT_HEADERS if response.has_header(h)}
         WriteReceipt.objects.create(
             key=self.key,
@@ -213,8 +227,9 @@ class _Attempt:
             path=self.request.get_full_path()[:2000],
             body_digest=self.digest,
             status=response.status_code,
-            headers=headers,
-            body=b"" if response.streaming else response.content,
+            headers=headers if keep else {},
+            body=response.content if keep else b"",
+            withheld=self.replayable and not keep,
         )
 
 
@@ -237,6 +252,19 @@ def _replay(row: WriteReceipt) -> HttpResponse:
         response[name] = value
     response["Idempotent-Replayed"] = "true"
     return response
+
+
+def _withheld(request: HttpRequest) -> HttpResponse:
+    """A key whose write was done, but whose answer held a secret that is shown only once."""
+    message = (
+        f"This {IDEMPOTENCY_HEADER} was already carried out; its answer held a secret shown "
+        "only once, which is not kept. List your tokens to find it, or revoke it and make "
+        "another."
+    )
+    if request.path.startswith("/api/"):
+        body = {"code": "conflict", "message": message, "field": IDEMPOTENCY_HEADER}
+        return JsonResponse(body, status=409)
+    return HttpResponse(message, status=409, content_type="text/plain")
 
 
 def _bad_key(request: HttpRequest, why: str) -> HttpResponse:

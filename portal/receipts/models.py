@@ -23,7 +23,10 @@ class WriteReceipt(models.Model):
     body_digest = models.CharField(max_length=64)  # sha256 of the request body
     status = models.PositiveSmallIntegerField()
     headers = models.JSONField(default=dict)  # Content-Type, Location
-    body = models.BinaryField()
+    body = models.BinaryField()  # kept only for a client's own key, and never a secret
+    # The write was done under a client's key but its answer was not kept (no-store: it
+    # held a secret shown once); a retry is told so instead of being answered the secret.
+    withheld = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

@@ -14,6 +14,7 @@ from django.db import OperationalError, connection
 
 from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain, Phase
+from domains.tenancy.models import ApiToken
 from portal.receipts.models import WriteReceipt
 
 CD = "/api/v1/namespaces/team-a/computedomains/"
@@ -117,3 +118,26 @@ def test_a_connection_lost_during_commit_is_settled_by_the_receipt(
     assert released.status_code == 202, released.content
     assert ComputeDomain.objects.get(name="commit").phase == Phase.RELEASED
     assert Event.objects.filter(verb="domain.released").count() == 1
+
+
+def test_a_new_tokens_secret_is_never_kept_in_a_receipt(member) -> None:
+    """The secret is shown once: a retry under the same key learns the token was made (409,
+    naming the header), not the secret, and no second token is made."""
+    url = "/api/v1/tokens/"
+    made = member.post(url, {"name": "ci"}, format="json", HTTP_IDEMPOTENCY_KEY="tok-1")
+    assert made.status_code == 201, made.content
+    secret = made.json()["token"]
+    assert made["Cache-Control"] == "no-store"
+    receipt = WriteReceipt.objects.get()
+    assert receipt.withheld and bytes(receipt.body) == b"" and secret not in str(receipt.headers)
+
+    again = member.post(url, {"name": "ci"}, format="json", HTTP_IDEMPOTENCY_KEY="tok-1")
+    assert again.status_code == 409 and again.json()["field"] == "Idempotency-Key"
+    assert secret not in again.content.decode()
+    assert ApiToken.objects.filter(name="ci").count() == 1
+
+
+def test_a_write_without_a_key_keeps_no_answer(member, fabric) -> None:
+    assert member.post(CD, body("plain"), format="json").status_code == 201
+    receipt = WriteReceipt.objects.get()
+    assert bytes(receipt.body) == b"" and receipt.headers == {} and not receipt.withheld

@@ -134,7 +134,9 @@ class TokenViewSet(
             expires_in=timedelta(days=days) if days else None,
         )
         token.token = raw  # type: ignore[attr-defined]
-        return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
+        response = Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
+        response["Cache-Control"] = "no-store"  # the secret is shown once: never kept or cached
+        return response
 
     @extend_schema(responses={204: None, **errors(*WRITE)}, summary="Revoke a token.")
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:

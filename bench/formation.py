@@ -172,6 +172,7 @@ def main() -> int:
                 "IMEX daemons+ctl": [(fleet.proc.pid, True)],
             }
             cpu_before = {name: _cpu(pids) for name, pids in procs.items()}
+            served_before = _served(fleet, nodes)
             started = time.monotonic()
             for rnd in range(args.rounds + 1):  # round 0 warms up
                 names = [f"b{size}-{rnd}-{i}" for i in range(count)]
@@ -209,6 +210,10 @@ def main() -> int:
                 for name, pids in procs.items()
             }
             round_s = (time.monotonic() - started) / (args.rounds + 1)
+            served = [
+                (after - before) / (args.rounds + 1) / size
+                for after, before in zip(_served(fleet, nodes), served_before, strict=True)
+            ]
             portal, agents = statistics.median(portal_t), statistics.median(agent_t)
             total = portal + agents
             print(
@@ -218,6 +223,11 @@ def main() -> int:
             print(
                 f"{'':>14}CPU per round: "
                 + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in cpu.items())
+            )
+            print(
+                f"{'':>14}per tray per round: {served[0]:.2f} daemon starts, nvidia-imex-ctl "
+                f"{served[1]:.1f} x -q and {served[2]:.1f} x -N, {served[3]:.1f} rows sent to "
+                "peers' -N"
             )
             net = max(0.0, cpu["web"] - idle * round_s)
             print(
@@ -236,6 +246,24 @@ def _idle_web_cpu(pid: int, seconds: float = 20.0) -> float:
     before = cpu_seconds(pid, children=False)
     time.sleep(seconds)
     return (cpu_seconds(pid, children=False) - before) / seconds
+
+
+def _served(fleet, nodes) -> list[int]:
+    """Daemon starts, then `-q` and `-N` calls answered and rows sent to peers' `-N`, summed
+    over the trays (from the emulator's `starts` and `served` files; a daemon writes its
+    counts when it stops)."""
+    from nodeagent.emulator.tray import EMU_DIR
+
+    totals = [0, 0, 0, 0]
+    for hostname in nodes.values_list("hostname", flat=True):
+        emu = fleet.tray_root(hostname) / EMU_DIR
+        with contextlib.suppress(FileNotFoundError):
+            totals[0] += len((emu / "starts").read_text().splitlines())
+        with contextlib.suppress(FileNotFoundError):
+            for line in (emu / "served").read_text().splitlines():
+                for k, count in enumerate(line.split()[:3], start=1):
+                    totals[k] += int(count)
+    return totals
 
 
 def _cpu(pids: list[tuple[int, bool]]) -> float:

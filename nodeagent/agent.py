@@ -129,12 +129,15 @@ class Agent:
         self.restart_delay = 0.0
         self.next_health_check = 0.0
         self.start_poll = config.start_poll_interval
+        self.ready_poll = config.ready_poll_interval
+        self.last_view: tuple[str, imex.DomainHealth | None] = ("", None)  # while waiting
+        self.daemon_ready = False  # the daemon said READY at the last look (see observe)
         self.last_cycle_at = time.monotonic()
         self.last_report_ok = False
         self.started = False
         self.pending_step = ""
         self.pending_since = 0.0
-        self.files_key = ""
+        self.files_want: DesiredDomain | None = None  # applied to the files, unchanged since
         self.files_checked_at = 0.0
         self.present: list[int] = []
         self.major: int | None = None
@@ -290,13 +293,12 @@ class Agent:
             )
             self.teardown()
         now = time.monotonic()
-        key = json.dumps(want, sort_keys=True)
         error = ""
-        if key != self.files_key or now - self.files_checked_at >= self.cfg.poll_interval:
+        if want != self.files_want or now - self.files_checked_at >= self.cfg.poll_interval:
             # Files and devices are checked when the desired state changes and once per poll
             # interval (repairing drift), not on every fast readiness poll.
             self.present, error = self.apply_files(want)
-            self.files_key, self.files_checked_at = ("" if error else key), now
+            self.files_want, self.files_checked_at = (None if error else want), now
         hold = self.gather_hold(want, now)
         if hold and not error:
             report = self.report_doc(
@@ -387,6 +389,7 @@ class Agent:
                     f"{self.restart_delay:.0f} s"
                 )
         self.daemon.start()
+        self.daemon_ready = False
         self.wait_started, self.restart_at = now, 0.0
         self.start_poll = self.cfg.start_poll_interval
         if code is None:
@@ -459,7 +462,7 @@ class Agent:
             file_mode=self.cfg.channel_mode,
             gid=self.cfg.channel_gid,
         )
-        write_atomic(self.paths.cdi_spec, text)
+        write_atomic(self.paths.cdi_spec, text, durable=False)
         return present, ""
 
     def observe(
@@ -467,14 +470,24 @@ class Agent:
     ) -> tuple[StatusReport, float]:
         """Read the daemon's state (and the domain's when it matters) into a report."""
         now = time.monotonic()
-        state = self.ctl.query()
+        state, health = "", None
+        if self.daemon_ready:
+            # One call where it would be two: a READY daemon's `-N -j` row for this node
+            # carries the word `-q` prints. Anything but READY there is checked with `-q`.
+            with contextlib.suppress(imex.CtlError):  # -q says what went wrong
+                health = self.ctl.domain(index)
+            state = "READY" if health and health.own_state == "READY" else ""
+        if not state:
+            state = self.ctl.query()
         waited = now - self.wait_started
-        health: imex.DomainHealth | None = None
-        if state == "READY" or (state and now >= self.next_health_check and waited > 1.0):
+        if health is None and (
+            state == "READY" or (state and now >= self.next_health_check and waited > 1.0)
+        ):
             health = self.ctl.domain(index)
             self.next_health_check = now + 1.0
-            if want.get("slots"):
-                health = members_only(health, want)
+        self.daemon_ready = state == "READY"
+        if health is not None and want.get("slots"):
+            health = members_only(health, want)
         self.log.debug("observed daemon=%s domain=%s", state, health.state if health else "-")
         self.set_serving(
             Serving(
@@ -488,12 +501,25 @@ class Agent:
             )
         )
         if state == "READY" and health and health.state == "UP" and not error:
-            step, delay, message = Step.READY, self.cfg.ready_poll_interval, "IMEX domain UP"
+            # A domain that stays up is looked at less and less often (each look is a `-N`
+            # across every member's daemon); any other observation starts again from 1 s.
+            step, delay, message = Step.READY, self.ready_poll, "IMEX domain UP"
+            self.ready_poll = min(self.ready_poll * 2, self.cfg.ready_poll_max)
         else:
+            self.ready_poll = self.cfg.ready_poll_interval
             step = Step.STARTING_DAEMON if state in STARTING_STATES else Step.WAITING_PEERS
             # Back off from fast polling: quick when formation is quick, cheap when it is not.
+            # Up to 0.2 s while the daemon starts or peers keep connecting; up to 0.5 s while
+            # a READY daemon's view stays the same (peers whose daemons have not started:
+            # each look is a `-N` across every member that is up).
+            seen_state, seen_health = self.last_view
+            changed = state != seen_state or (health is not None and health != seen_health)
+            self.last_view = (state, health or seen_health)
+            if changed:
+                self.start_poll = min(self.start_poll, 0.1)
             delay = self.start_poll
-            self.start_poll = min(self.start_poll * 1.4, 0.2)
+            cap = 0.5 if state == "READY" and not changed else 0.2
+            self.start_poll = min(self.start_poll * 1.4, cap)
             message, mismatch = self.describe_wait(state, health)
             error = error or mismatch
         report = self.report_doc(
@@ -575,7 +601,8 @@ class Agent:
         )
 
     def teardown(self) -> None:
-        self.files_key = ""
+        self.files_want = None
+        self.daemon_ready = False
         self.restart_at = self.restart_delay = 0.0
         self.resolve_due = self.resolve_since = 0.0
         self.hosts_map = {}
@@ -592,7 +619,9 @@ class Agent:
             "request_id": want["request_id"],
             "channels": want["channels"],
         }
-        write_atomic(self.paths.applied, _json(self.applied))
+        # No fsync: after a power loss nothing applied survives (the daemon, the /dev nodes),
+        # and a torn record reads as none, which makes the agent clean up what is left.
+        write_atomic(self.paths.applied, _json(self.applied), durable=False)
 
     # --- reporting --------------------------------------------------------------------------
     def report_doc(
@@ -695,7 +724,7 @@ def members_only(health: imex.DomainHealth, want: DesiredDomain) -> imex.DomainH
     state = health.state
     if state in ("UP", "DEGRADED") and all(p["status"] == "CONNECTED" for p in peers):
         state = "UP" if len(peers) == len(members) else "DEGRADED"
-    return imex.DomainHealth(state=state, peers=peers)
+    return imex.DomainHealth(state=state, peers=peers, own_state=health.own_state)
 
 
 def _json(doc: dict[str, Any]) -> str:

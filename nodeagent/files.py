@@ -10,8 +10,13 @@ from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> bool:
-    """Write via a temp file + rename; returns False when the content was already there."""
+def write_atomic(path: Path, text: str, mode: int = 0o644, *, durable: bool = True) -> bool:
+    """Write via a temp file + rename; returns False when the content was already there.
+
+    Readers never see half a file either way. `durable` adds an fsync before the rename, so
+    that the new content also survives a power loss; files the agent derives again from the
+    desired state at every start (the IMEX config, the CDI spec, a pidfile) do without: on
+    a loaded disk an fsync took milliseconds, and formation waited for four of them."""
     with contextlib.suppress(FileNotFoundError):
         if path.read_text(encoding="utf-8") == text:
             return False
@@ -20,8 +25,9 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> bool:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
+        if durable:
+            fh.flush()
+            os.fsync(fh.fileno())
     os.replace(tmp, path)
     return True
 

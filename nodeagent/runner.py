@@ -150,7 +150,7 @@ class Runner:
         now = time.time()
         if doc == self.written and now - self.written_at < HEARTBEAT_S:
             return
-        write_atomic(status_path(self.paths), _dump(doc | {"updated_at": now}))
+        write_atomic(status_path(self.paths), _dump(doc | {"updated_at": now}), durable=False)
         self.written, self.written_at = doc, now
 
 
@@ -176,7 +176,7 @@ class RunnerDaemon:
 
     def _write(self, *, run: bool, instance: int) -> None:
         doc = {"run": run, "instance": instance, "config": str(self.paths.imex_config)}
-        write_atomic(request_path(self.paths), _dump(doc))
+        write_atomic(request_path(self.paths), _dump(doc), durable=False)
 
     def adopt(self) -> bool:
         request, status = self._request(), self._status()

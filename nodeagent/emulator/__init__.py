@@ -17,4 +17,6 @@ Per-tray layout under a tray root (the agent's `--root`):
     run/nvidia-emu/faults.json         fault knobs: read at start, re-read on SIGUSR2
     run/nvidia-emu/imex.lock           held by the running daemon (a second one: NV_ERR_IN_USE)
     run/nvidia-emu/starts              one line per daemon instance that took the tray
+    run/nvidia-emu/served              per cleanly stopped instance: `-q` and `-N` answered,
+                                       rows sent to peers' `-N` (bench/formation.py)
 """

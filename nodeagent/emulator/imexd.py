@@ -119,7 +119,8 @@ class Link:
     """One connection: outbound to a peer, inbound from a peer, or a ctl client."""
 
     __slots__ = (
-        "addr", "closing", "connecting", "fd", "kind", "peer", "rbuf", "sock", "up", "wbuf"
+        "addr", "closing", "connecting", "fd", "kind", "mask", "peer", "rbuf", "sock", "up",
+        "wbuf",
     )  # fmt: skip
 
     def __init__(self, sock: _socket.socket, kind: str, peer: int = -1, addr: str = "") -> None:
@@ -133,6 +134,7 @@ class Link:
         self.up = False  # out: handshake done; in: hello received
         self.connecting = kind == "out"  # out: the TCP connect has not completed yet
         self.closing = False
+        self.mask = 0  # the events epoll watches for it
 
 
 class Query:
@@ -177,6 +179,7 @@ class Daemon:
         self.unix_path = ""
         self.row = b""  # this node's row for `-N` answers, built when first asked
         self.out: dict[int, Link | None] = {}  # peer index → our connection to it
+        self.served = [0, 0, 0]  # -q asked, -N asked, rows sent to peers' -N (see shutdown)
         self.apply_faults()
 
     # --- log ----------------------------------------------------------------------------
@@ -442,12 +445,15 @@ class Daemon:
         if link.closing and not link.wbuf:
             self.drop(link)
             return
-        if link.fd in self.links:
-            self.ep.modify(link.fd, EPOLLIN | (EPOLLOUT if link.wbuf else 0))
+        mask = EPOLLIN | (EPOLLOUT if link.wbuf else 0)
+        if mask != link.mask and link.fd in self.links:  # a syscall only when it changes
+            self.ep.modify(link.fd, mask)
+            link.mask = mask
 
     def add_link(self, link: Link, events: int) -> None:
         self.links[link.fd] = link
         self.ep.register(link.fd, events)
+        link.mask = events
 
     def connect(self, peer: int) -> None:
         addr = self.addrs[peer]
@@ -587,6 +593,7 @@ class Daemon:
             else:
                 self.on_hello_in(link, words)
         elif kind == "A" and link.kind == "in" and link.up:
+            self.served[2] += 1
             self.send(link, self.row_reply(words[1]))
         elif kind == "R" and link.kind == "out":
             query = self.queries.get(int(words[1]))
@@ -616,8 +623,10 @@ class Daemon:
     def on_command(self, link: Link, line: str) -> None:
         flags = line.split()
         if "-q" in flags:
+            self.served[0] += 1
             self.reply(link, self.state + "\n")
             return
+        self.served[1] += 1
         up = [(k, out) for k, out in self.out.items() if out is not None and out.up]
         query = Query(self.next_query, link, flags, {k for k, _ in up})
         self.next_query += 1
@@ -843,6 +852,8 @@ class Daemon:
         self.lock_fh.flush()
         self.log("IMEX daemon stopped")
         self.dump_verbose()
+        with open(os.path.join(self.emu_dir, "served"), "a", encoding="utf-8") as fh:
+            fh.write(" ".join(map(str, self.served)) + "\n")  # for bench/formation.py
         return 0
 
 

@@ -136,15 +136,18 @@ def test_the_domain_json_yields_state_and_this_nodes_peers():
         "nodes": {
             "0": {"connections": {"1": {"host": "a", "status": "CONNECTED"}}},
             "1": {
+                "status": "READY",
                 "connections": {
                     "0": {"host": "b", "status": "CONNECTED"},
                     "2": {"host": "c", "status": "DISCONNECTED"},
-                }
+                },
             },
         },
     }
     health = imex.parse_domain_json(json.dumps(doc), 1)
     assert health.state == "DEGRADED"
+    assert health.own_state == "READY"  # this node's row: the word `-q` would print
+    assert imex.parse_domain_json(json.dumps(doc), 0).own_state == ""
     assert health.peers == [
         {"index": 0, "ip": "b", "status": "CONNECTED"},
         {"index": 2, "ip": "c", "status": "DISCONNECTED"},

@@ -36,7 +36,7 @@ from domains.agents.selectors import node_for_token
 from domains.agents.services import agent_heartbeat, agent_report
 from domains.context import request_id_scope
 from portal.api.agent.auth import token_from_header
-from portal.api.agent.serializers import ReportSerializer
+from portal.api.agent.serializers import ReportSerializer, canonical_report
 from portal.api.parsers import MAX_BODY, loads_bounded
 from portal.middleware import request_id_from
 
@@ -156,10 +156,12 @@ def _report(node_id: int, token: str, body: bytes) -> tuple[int, bytes] | None:
         data = loads_bounded(body)
     except ValueError:
         return None  # Django answers with the parser's 400/413
-    serializer = ReportSerializer(data=data)
-    if not serializer.is_valid():
-        return None
-    report = serializer.report()
+    report = canonical_report(data)  # the agent's own form, recognised without DRF
+    if report is None:
+        serializer = ReportSerializer(data=data)
+        if not serializer.is_valid():
+            return None
+        report = serializer.report()
     if not agent_heartbeat(node_id=node_id, token=token, report=report):
         node = node_for_token(token)
         if node is None or node.pk != node_id:

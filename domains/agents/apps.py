@@ -9,4 +9,4 @@ class AgentsConfig(AppConfig):
     def ready(self) -> None:
         # Importing the receivers connects them. Not at the top of this module: they load
         # models, which may load only once the app registry is ready (that is `ready()`).
-        from domains.agents import receivers  # noqa: F401
+        from domains.agents import checks, receivers  # noqa: F401

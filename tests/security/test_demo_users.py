@@ -80,3 +80,20 @@ def test_the_demo_join_token_works_in_debug(settings, fabric):
     body = {"hostname": tray.hostname, "join_token": DEMO_JOIN_TOKEN}
     resp = APIClient().post("/api/v1/agent/join/", body, format="json")
     assert resp.status_code == 201, resp.content
+
+
+def test_the_deploy_check_names_the_demo_join_token_with_debug_off(settings):
+    from django.core import checks
+
+    def ours() -> list[str]:
+        found = checks.run_checks(tags=["security"], include_deployment_checks=True)
+        return [m.id for m in found if m.id.startswith("agents.")]
+
+    settings.PORTAL = {**settings.PORTAL, "AGENT_JOIN_TOKEN": DEMO_JOIN_TOKEN}
+    settings.DEBUG = False
+    assert ours() == ["agents.W001"]
+    settings.DEBUG = True
+    assert ours() == []
+    settings.DEBUG = False
+    settings.PORTAL = {**settings.PORTAL, "AGENT_JOIN_TOKEN": "dpj_" + "x" * 32}
+    assert ours() == []

@@ -29,10 +29,13 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from django.db.models import Count, Max
 
+from domains.computedomains.admission import quota_of
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.computedomains.selectors import domain_peers
-from domains.errors import InvalidTransition
+from domains.errors import InvalidInput, InvalidTransition
+from domains.inventory.models import Node
 
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -50,16 +53,23 @@ NVBANDWIDTH_IMAGE = "ghcr.io/nvidia/k8s-samples:nvbandwidth-v0.7-8d103163"
 MANIFEST_PHASES = (Phase.FORMING, Phase.READY, Phase.DEGRADED)
 # A domain that follows its workload has manifests as soon as it is admitted.
 FOLLOW_PHASES = (Phase.ADMITTED, *MANIFEST_PHASES)
-FOLLOW_REPLICAS = 2  # a starting point: the header says to set the trays wanted
 
 
 def workload_manifests(domain: ComputeDomain, *, replicas: int | None = None) -> dict[str, str]:
     """`{"deployment", "job", "mpijob"}` → YAML text.
 
-    Placed domains: one pod per member tray, pinned there. Domains that follow their
-    workload: `replicas` pods (default FOLLOW_REPLICAS) in one clique, wherever they land.
-    Raises InvalidTransition when there is nothing to run on (see the module docstring).
+    Placed domains: one pod per member tray, pinned there (`replicas` is not theirs to set).
+    Domains that follow their workload: `replicas` pods in one clique, wherever they land
+    (default and limits: `follow_replicas`).
+    Raises InvalidTransition when there is nothing to run on (see the module docstring),
+    InvalidInput (field `replicas`) for a number it cannot run.
     """
+    if replicas is not None and domain.num_nodes != 0:
+        raise InvalidInput(
+            f"replicas applies only to a domain that follows its workload (numNodes 0); "
+            f"{domain} runs one pod on each of its {domain.num_nodes} placed trays",
+            field="replicas",
+        )
     ctx = _Context.of(domain, replicas)
     return {
         "deployment": _dump(ctx, _deployment(ctx)),
@@ -88,7 +98,14 @@ class _Context:
                 raise InvalidTransition(
                     f"{domain} is {domain.phase}: manifests exist while it is live"
                 )
-            return cls(domain, [], "", replicas or FOLLOW_REPLICAS)
+            default, most = follow_replicas(domain)
+            if replicas is not None and not 1 <= replicas <= most:
+                raise InvalidInput(
+                    f"replicas must be a whole number from 1 to {most}: one pod per tray, all "
+                    f"in one NVLink clique ({_limit_reason(domain, most)})",
+                    field="replicas",
+                )
+            return cls(domain, [], "", default if replicas is None else replicas)
         members = [m for m in domain_peers(domain) if m.active]
         if domain.phase not in MANIFEST_PHASES or not members:
             raise InvalidTransition(
@@ -109,13 +126,65 @@ class _Context:
         return {"name": name, "namespace": self.namespace, "labels": self.labels}
 
 
+def parse_replicas(values: list[str]) -> int | None:
+    """The `replicas` a user asked for (every value of the query parameter or form field
+    of that name); None: not asked."""
+    if not values:
+        return None
+    if len(values) > 1:
+        raise InvalidInput("replicas given more than once", field="replicas")
+    raw = values[0].strip()
+    if not raw.isascii() or not raw.lstrip("-").isdigit():
+        raise InvalidInput(
+            f"replicas must be a whole number of pods, not {values[0][:20]!r}", field="replicas"
+        )
+    return int(raw, 10)
+
+
+def follow_replicas(domain: ComputeDomain) -> tuple[int, int]:
+    """(default, most) pods for a domain that follows its workload.
+
+    Most: one pod per tray of one NVLink clique, so the largest clique's tray count, and no
+    more than the namespace's quota lets one domain hold. Default: the trays the domain holds
+    now, or, while it waits for its workload, that most (one domain as large as it may be).
+    """
+    largest = (
+        Node.objects.filter(clique__isnull=False)
+        .values("clique_id")
+        .annotate(trays=Count("id"))
+        .aggregate(most=Max("trays"))["most"]
+        or 1
+    )
+    cap = _quota_cap(domain)
+    most = max(1, min(largest, cap) if cap is not None else largest)
+    held = domain.members.filter(active=True).count()
+    return (min(held, most) if held else most), most
+
+
+def _quota_cap(domain: ComputeDomain) -> int | None:
+    """The most trays the namespace's quota lets one domain hold (None: no limit)."""
+    quota = quota_of(domain.namespace)
+    caps = [quota.max_nodes_per_domain, quota.max_nodes]
+    if quota.max_gpus is not None and domain.gpus_per_node:
+        caps.append(quota.max_gpus // domain.gpus_per_node)
+    known = [c for c in caps if c is not None]
+    return min(known) if known else None
+
+
+def _limit_reason(domain: ComputeDomain, most: int) -> str:
+    cap = _quota_cap(domain)
+    if cap is not None and cap <= most:
+        return f"the quota of namespace {domain.namespace.name} allows {cap} trays in one domain"
+    return f"the largest clique has {most} trays"
+
+
 def _dump(ctx: _Context, obj: dict[str, Any]) -> str:
     template = ctx.domain.resource_claim_template
     if ctx.follows:
         where = (
             f"{ctx.replicas} pod(s), one per tray, all in one NVLink clique; the domain follows\n"
-            "# the workload: each tray joins it when its pod's claim is prepared (set the\n"
-            "# replicas to the trays you want)"
+            "# the workload: each tray joins it when its pod's claim is prepared (ask for\n"
+            "# another number of pods with `replicas` on the portal's page or API)"
         )
     else:
         where = f"{ctx.replicas} pod(s), one per placed tray, in clique {ctx.clique}"

@@ -438,3 +438,22 @@ def test_bad_membership_input_is_a_400_naming_the_field(clients, ns_a, field, bo
 def test_paths_work_with_and_without_the_trailing_slash_like_kubectl(member, domain_a) -> None:
     for path in (CD, CD.rstrip("/"), f"{CD}{domain_a.name}", f"{CD}{domain_a.name}/manifests"):
         assert member.get(path).status_code == 200, path
+
+
+def test_manifests_of_a_following_domain_take_the_pods_wanted(member, fabric, domain_a) -> None:
+    body = {"metadata": {"name": "wl"}, "spec": {"numNodes": 0}}
+    assert member.post(CD, body, format="json").status_code == 201
+    default = member.get(f"{CD}wl/manifests/").json()
+    # team-a may hold 12 trays in one domain: as large as it may be, until told otherwise
+    assert yaml.safe_load(default["deployment"].split("\n", 3)[3])["spec"]["replicas"] == 12
+    four = member.get(f"{CD}wl/manifests/?replicas=4").json()
+    assert yaml.safe_load(four["deployment"].split("\n", 3)[3])["spec"]["replicas"] == 4
+    for bad, words in (("0", "from 1 to 12"), ("13", "from 1 to 12"), ("x", "whole number")):
+        resp = member.get(f"{CD}wl/manifests/?replicas={bad}")
+        assert resp.status_code == 400 and resp.json()["field"] == "replicas"
+        assert words in resp.json()["message"]
+    resp = member.get(f"{CD}{domain_a.name}/manifests/?replicas=3")
+    assert (
+        resp.status_code == 400
+        and "applies only to a domain that follows" in (resp.json()["message"])
+    )

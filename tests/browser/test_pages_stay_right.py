@@ -304,3 +304,23 @@ def test_no_page_is_wider_than_a_phone_for_any_role(
                 wide.append((role, path, width))
                 screenshot(page, f"phone-{role}-{len(wide)}")
     assert wide == []
+
+
+def test_a_following_domains_manifests_run_the_pods_the_user_asks_for(
+    login, portal_url, tenant_a, ns_a
+):
+    factories.make_racks("18", ip_prefix=IP_PREFIX)
+    domain = request_domain(ns_a, tenant_a, "wl", num_nodes=0)
+    page = login(tenant_a).page(f"/ns/team-a/domains/{domain.uid}/")
+    assert "replicas: 12" in page.inner_text("#manifest-deployment")  # team-a's most
+    page.fill("#id_replicas", "5")
+    page.click("#manifests button[type=submit]")
+    page.wait_for_selector("#manifest-deployment >> text=replicas: 5")
+    href = page.get_attribute("#manifests a[download]", "href")
+    assert href.endswith("deployment.yaml?replicas=5")
+    page.fill("#id_replicas", "40")
+    page.eval_on_selector("#manifests form", "f => f.noValidate = true")  # past the browser
+    page.click("#manifests button[type=submit]")
+    page.wait_for_selector("#id_replicas-errors")
+    assert "from 1 to 12" in page.inner_text("#id_replicas-errors")
+    assert page.get_attribute("#id_replicas", "aria-invalid") == "true"

@@ -122,10 +122,10 @@ def test_a_following_domains_pods_stay_in_one_clique_wherever_they_land(topology
         actor=Actor.for_user(tenant_a), namespace=ns_a, spec=DomainSpec(name="wl", num_nodes=0)
     )
     assert domain.phase == Phase.ADMITTED  # waiting for its workload: manifests already
-    manifests = {k: yaml.safe_load(v) for k, v in workload_manifests(domain, replicas=18).items()}
+    manifests = {k: yaml.safe_load(v) for k, v in workload_manifests(domain, replicas=12).items()}
     assert_valid_kubernetes(manifests["deployment"])
     assert_valid_kubernetes(manifests["job"])
-    assert manifests["deployment"]["spec"]["replicas"] == 18
+    assert manifests["deployment"]["spec"]["replicas"] == 12
     for template in pod_templates(manifests):
         affinity = template["spec"]["affinity"]
         (term,) = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
@@ -141,3 +141,47 @@ def test_a_following_domains_pods_stay_in_one_clique_wherever_they_land(topology
         in workload_manifests(domain)["deployment"].splitlines()[0]
         + (workload_manifests(domain)["deployment"].splitlines()[1])
     )
+
+
+def test_a_following_domain_runs_as_many_pods_as_asked_within_one_clique_and_quota(
+    topology, ns_a, tenant_a
+):
+    from domains.computedomains.claims import ClaimRef, claim_admit
+    from domains.errors import InvalidInput
+    from domains.tenancy.models import Quota
+
+    domain = domain_request(
+        actor=Actor.for_user(tenant_a), namespace=ns_a, spec=DomainSpec(name="wl", num_nodes=0)
+    )
+
+    def replicas(**kw) -> int:
+        return yaml.safe_load(workload_manifests(domain, **kw)["deployment"])["spec"]["replicas"]
+
+    # Waiting for its workload: as large as one domain may be (team-a: 12 trays per domain).
+    assert replicas() == 12
+    assert replicas(replicas=5) == 5
+    job = yaml.safe_load(workload_manifests(domain, replicas=5)["job"])["spec"]
+    assert job["completions"] == job["parallelism"] == 5
+    for bad in (0, 13, -3):
+        with pytest.raises(InvalidInput) as err:
+            workload_manifests(domain, replicas=bad)
+        assert err.value.field == "replicas"
+        assert "from 1 to 12" in err.value.message
+        assert "the quota of namespace team-a allows 12 trays" in err.value.message
+    # Without a quota: one clique of 18 trays.
+    Quota.objects.filter(namespace=ns_a).update(
+        max_nodes_per_domain=None, max_nodes=None, max_gpus=None
+    )
+    assert replicas() == 18
+    with pytest.raises(InvalidInput, match=r"from 1 to 18.*the largest clique has 18 trays"):
+        workload_manifests(domain, replicas=19)
+    # Once trays have joined: as many pods as it holds.
+    for i, node in enumerate(topology.nodes.order_by("slot")[:3]):
+        claim = ClaimRef(uid=f"00000000-0000-0000-0000-00000000000{i}", namespace="team-a",
+                         name=f"wl-{i}-channel")  # fmt: skip
+        claim_admit(node=node, claim=claim, domain_uid=str(domain.uid))
+    assert replicas() == 3
+    # A placed domain runs one pod per placed tray: not a number to choose.
+    placed = request_and_place(ns_a, tenant_a, name="placed", num_nodes=2)
+    with pytest.raises(InvalidInput, match="applies only to a domain that follows its workload"):
+        workload_manifests(placed, replicas=2)

@@ -383,6 +383,16 @@ def test_a_request_that_follows_the_workload_waits_for_it_on_its_page(client, to
     assert "waiting for workload" in page
     assert "follows the workload: no trays now" in page
     assert "resourceClaimTemplateName: wl-channel" in page  # its manifests, already
+    assert "replicas: 12" in page  # as large as team-a's quota lets it be, until told
+    page = client.get(resp["Location"] + "?replicas=4").content.decode()
+    assert "replicas: 4" in page and 'value="4"' in page
+    assert "deployment.yaml?replicas=4" in page.replace("/deployment.yaml", "deployment.yaml")
+    page = client.get(resp["Location"] + "?replicas=99").content.decode()
+    assert "replicas must be a whole number from 1 to 12" in page and 'aria-invalid="true"' in page
+    download = reverse("tenant:manifest", args=["team-a", domain.uid, "job"])
+    assert "completions: 4" in client.get(download + "?replicas=4").content.decode()
+    bad = client.get(download + "?replicas=four")
+    assert bad.status_code == 400 and "whole number of pods" in bad.content.decode()
 
 
 def test_a_request_without_a_size_names_the_trays_field(client, topology, tenant_a):

@@ -23,7 +23,7 @@ from domains.computedomains.selectors import (
     events_visible_to,
 )
 from domains.errors import DomainError, InvalidInput
-from domains.kube.manifests import workload_manifests
+from domains.kube.manifests import parse_replicas, workload_manifests
 from domains.tenancy.selectors import Viewer, can_request_in
 from portal.api.base import NamespacedViewSet, ScopedViewSet, refreshed
 from portal.api.permissions import IsPortalAdmin
@@ -162,12 +162,24 @@ class ComputeDomainViewSet(
         return self._render(domain)
 
     @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "replicas",
+                {"type": "integer", "minimum": 1},
+                description=(
+                    "Pods to run, for a domain that follows its workload (numNodes 0) only: "
+                    "1 to the largest clique's tray count (and the namespace's quota); "
+                    "default: the trays it holds now, else that largest number."
+                ),
+            )
+        ],
         responses={200: ManifestsSerializer, **errors(*READ, 409)},
         summary="Workload manifests (Deployment, Job, MPIJob) pinned to the domain's trays.",
     )
     @action(detail=True, methods=["get"], serializer_class=ManifestsSerializer)
     def manifests(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        manifests = workload_manifests(self.get_object())
+        replicas = parse_replicas(request.query_params.getlist("replicas"))
+        manifests = workload_manifests(self.get_object(), replicas=replicas)
         return Response(ManifestsSerializer(manifests).data)
 
     @extend_schema(

@@ -23,10 +23,10 @@ from domains.computedomains.selectors import (
     domains_visible_to,
     quota_usage,
 )
-from domains.errors import DomainError, InvalidTransition
+from domains.errors import DomainError, InvalidInput, InvalidTransition
 from domains.foresight.maintenance import windows_for_domain
 from domains.inventory.models import Rack
-from domains.kube.manifests import workload_manifests
+from domains.kube.manifests import follow_replicas, parse_replicas, workload_manifests
 from domains.tenancy.models import Quota
 from domains.tenancy.selectors import can_request_in
 from portal.web.access import (
@@ -140,11 +140,7 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
     namespace = visible_namespace(request, ns)
     domain = visible_domain(request, namespace, uid)
     members = domain_peers(domain)
-    manifests, manifests_note = {}, ""
-    try:
-        manifests = workload_manifests(domain)
-    except InvalidTransition as exc:
-        manifests_note = exc.message
+    manifests, manifests_note, replicas = _manifests(request, domain)
     ended = not domain.is_live
     context = {
         "namespace": namespace,
@@ -163,6 +159,7 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
             (k, MANIFEST_TITLES[k], manifests[k]) for k in MANIFEST_KINDS if k in manifests
         ],
         "manifests_note": manifests_note,
+        "replicas": replicas,
         "can_request": can_request_in(request.user, namespace),
         "can_change": can_request_in(request.user, namespace) and domain.is_live,
         "can_extend": domain.phase in (Phase.READY, Phase.DEGRADED),
@@ -176,6 +173,33 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
     return render(request, template, context)
 
 
+def _manifests(
+    request: SignedInRequest, domain: ComputeDomain
+) -> tuple[dict[str, str], str, dict[str, object] | None]:
+    """(manifests, why there are none, the replicas form of a domain that follows its
+    workload: value, most, error). A bad `replicas` shows the default's manifests and the
+    error beside the field."""
+    replicas: dict[str, object] | None = None
+    if domain.follows_workload and domain.is_live:
+        default, most = follow_replicas(domain)
+        replicas = {"value": default, "most": most, "error": "", "asked": False}
+        try:
+            asked = parse_replicas([v for v in request.GET.getlist("replicas") if v.strip()])
+            manifests = workload_manifests(domain, replicas=asked)
+            if asked is not None:
+                replicas["value"], replicas["asked"] = asked, True
+            return manifests, "", replicas
+        except InvalidInput as exc:
+            replicas["error"] = exc.message
+            replicas["value"] = request.GET.get("replicas", "")[:20]
+        except InvalidTransition as exc:
+            return {}, exc.message, None
+    try:
+        return workload_manifests(domain), "", replicas
+    except InvalidTransition as exc:
+        return {}, exc.message, None
+
+
 @login_required
 def manifest_download(request: SignedInRequest, ns: str, uid: str, kind: str) -> HttpResponse:
     namespace = visible_namespace(request, ns)
@@ -183,7 +207,11 @@ def manifest_download(request: SignedInRequest, ns: str, uid: str, kind: str) ->
     if kind not in MANIFEST_KINDS:
         raise Http404("no such manifest")
     try:
-        text = workload_manifests(domain)[kind]
+        asked = request.GET.getlist("replicas")
+        replicas = parse_replicas(asked) if domain.follows_workload else None
+        text = workload_manifests(domain, replicas=replicas)[kind]
+    except InvalidInput as exc:
+        return HttpResponse(exc.message, status=400, content_type="text/plain; charset=utf-8")
     except InvalidTransition as exc:
         raise Http404(exc.message) from exc
     response = HttpResponse(text, content_type="application/yaml; charset=utf-8")

@@ -25,7 +25,8 @@ median and last tray, medians over the rounds), from the request to Ready:
   rendered   the tray's IMEX nodes file written (the nudge, the desired-state fetch, the
              agent's render of config, channels and CDI spec)
   daemon     the tray's `nvidia-imex` started (the emulator's `starts` file)
-  peers      the tray's daemon recorded its last peer (its `persist.dat` rewritten)
+  peers      the tray's daemon recorded its last peer (its `persist.dat` rewritten; the
+             emulator writes it within 50 ms of a change, or when asked before that)
   reported   the portal recorded the tray's ready report (the member's `ready_at`: the
              agent's readiness poll, the report's request)
   Ready      the domain's `ready_at` (the members' reports folded into the phase)

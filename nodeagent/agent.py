@@ -478,7 +478,9 @@ class Agent:
                 health = self.ctl.domain(index)
             state = "READY" if health and health.own_state == "READY" else ""
         if not state:
-            state = self.ctl.query()
+            own = next((p["ip"] for p in want["peers"] if p["index"] == index), "")
+            listening = not own or imex.accepts(own, want["imex"]["cmd_port"])
+            state = self.ctl.query() if listening else ""
         waited = now - self.wait_started
         if health is None and (
             state == "READY" or (state and now >= self.next_health_check and waited > 1.0)

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -193,6 +194,19 @@ def parse_domain_json(text: str, own_index: int) -> DomainHealth:
 
 class CtlError(RuntimeError):
     pass
+
+
+def accepts(ip: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether something accepts connections on the daemon's command port yet.
+
+    A starting daemon does not listen for a while; asking `nvidia-imex-ctl -q` then costs a
+    process that can only say it could not connect. A connect from here tells the same for
+    a fraction of it (the ctl connects to the same address and port)."""
+    try:
+        with socket.create_connection((ip, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 class Ctl:

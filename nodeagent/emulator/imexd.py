@@ -21,8 +21,11 @@ business (UP / DEGRADED / DOWN).
 Recovery quorum. The daemon keeps `var/run/nvidia-imex/persist.dat`: a key made from the
 nodes file and a `Node #k: host` line per importer. Any peer it has been connected to counts
 as an importer (a job across the domain imports from every member). A clean shutdown leaves
-only the key. After an unclean exit, with `IMEX_WAIT_FOR_QUORUM=RECOVERY` (the default) and
-an unchanged nodes file, the new instance waits in WAITING_FOR_RECOVERY until every former
+only the key. Changes are written within 50 ms, together (a burst of peers connecting or
+leaving is one write), and always before the daemon answers a ctl call or crashes (fault
+knob): a kill -9 within 50 ms of a change that nobody has looked at yet loses that change.
+After an unclean exit, with `IMEX_WAIT_FOR_QUORUM=RECOVERY` (the default) and an unchanged
+nodes file, the new instance waits in WAITING_FOR_RECOVERY until every former
 importer has reconnected; `IMEX_WAIT_FOR_QUORUM=NONE` or a changed nodes file skips that.
 Our assumption (NVIDIA documents no limit): the wait ends after
 `IMEX_NODE_DISCONNECTED_GRACE_TIME` seconds, cleaning up for those that did not return,
@@ -109,6 +112,7 @@ USR1_INTERVAL_S = 5.0  # NVIDIA: SIGUSR1 is processed at most once every 5 secon
 RETRY_FIRST_S = 0.1  # a peer that comes up calls us, and we call back at once: retries
 RETRY_MAX_S = 10.0  # only matter for peers that are up but have not called
 QUERY_TIMEOUT_S = 2.0
+PERSIST_BATCH_S = 0.05  # persist.dat changes are written together within this
 VERBOSE_BUFFER = 2000  # lines kept for SIGHUP
 EPOLLIN, EPOLLOUT = select.EPOLLIN, select.EPOLLOUT
 EPOLLERR = select.EPOLLERR | select.EPOLLHUP
@@ -171,6 +175,7 @@ class Daemon:
         self.stop = False
         self.usr1_at: float | None = None
         self.persist_dirty = False
+        self.persist_due = 0.0  # when a pending persist.dat write is made (see dirty_persist)
         self.recovery_deadline: float | None = None
         self.recovering: set[int] = set()
         self.importers: set[int] = set()
@@ -395,7 +400,7 @@ class Daemon:
     def recovered(self, peer: int) -> None:
         if peer in self.recovering:
             self.recovering.discard(peer)
-            self.persist_dirty = True
+            self.dirty_persist()
             if not self.recovering:
                 self.log("every former importer reconnected: recovery done")
                 self.become_ready()
@@ -404,14 +409,23 @@ class Daemon:
         for peer in sorted(self.recovering):
             self.log(f"node {peer} did not return within the grace time: clean up triggered", 3)
         self.recovering.clear()
-        self.persist_dirty = True
+        self.dirty_persist()
         self.become_ready()
 
     def become_ready(self) -> None:
         self.recovery_deadline = None
         self.set_state("INIT_GPU")
         self.set_state("READY")
-        self.persist_dirty = True
+        self.dirty_persist()
+
+    def dirty_persist(self) -> None:
+        """persist.dat is to be written: within PERSIST_BATCH_S, so that a burst of peers
+        connecting or saying goodbye is one write, not one per peer; and always before the
+        daemon answers `nvidia-imex-ctl` or crashes, so whoever saw a state through the ctl
+        finds it persisted."""
+        if not self.persist_dirty:
+            self.persist_dirty = True
+            self.persist_due = time.monotonic() + PERSIST_BATCH_S
 
     def write_persist(self) -> None:
         self.persist_dirty = False
@@ -519,7 +533,7 @@ class Daemon:
         self.lost_until.pop(peer, None)
         if peer in self.importers:
             self.importers.discard(peer)
-            self.persist_dirty = True
+            self.dirty_persist()
         self.set_cell(peer, "D")
 
     def note_instance(self, peer: int, inst: str) -> None:
@@ -559,7 +573,7 @@ class Daemon:
         self.set_cell(peer, "C")
         if peer not in self.importers:
             self.importers.add(peer)
-            self.persist_dirty = True
+            self.dirty_persist()
         self.recovered(peer)
 
     def on_hello_in(self, link: Link, words: list[str]) -> None:
@@ -621,6 +635,8 @@ class Daemon:
 
     # --- the command service ------------------------------------------------------------------
     def on_command(self, link: Link, line: str) -> None:
+        if self.persist_dirty:
+            self.write_persist()
         flags = line.split()
         if "-q" in flags:
             self.served[0] += 1
@@ -749,8 +765,6 @@ class Daemon:
             return 1
         while not self.stop:
             timeout = self.timers(time.monotonic())
-            if self.persist_dirty:
-                self.write_persist()
             for fd, events in self.ep.poll(timeout):
                 self.dispatch(fd, events)
         return self.shutdown()
@@ -759,8 +773,15 @@ class Daemon:
         """Run what is due; returns how long the loop may sleep (-1: until something happens)."""
         if self.crash_at is not None and now >= self.crash_at:
             self.log("crashing (fault knob crash_after_s)", 1)
+            if self.persist_dirty:
+                self.write_persist()
             os._exit(1)
         due = [self.crash_at] if self.crash_at is not None else []
+        if self.persist_dirty:
+            if self.persist_due <= now:
+                self.write_persist()
+            else:
+                due.append(self.persist_due)
         if self.retry_at:  # empty once every peer is connected: an idle loop scans nothing
             for peer, at in list(self.retry_at.items()):
                 if at <= now:

@@ -35,6 +35,7 @@ from bench.common import banner, load_average, setup_django, stats, wait
 from bench.formation import cpu_seconds
 
 TRAYS = 18
+DAEMON_LOG = "var/log/domain-portal/nvidia-imex.log"  # under each tray's root
 FIRST_RACK = 121  # trays at 127.<base>.121.x, away from the tests and the other benchmarks
 
 
@@ -106,10 +107,21 @@ def main() -> int:
                 "IMEX daemons+ctl": [(fleet.proc.pid, True)],
             }
             cpu: dict[str, float] = dict.fromkeys(procs, 0.0)
+            resolves: list[int] = []  # SIGUSR1s the daemons processed, per round
+
+            def processed() -> int:
+                """SIGUSR1s processed so far, from the emulated daemons' logs."""
+                return sum(
+                    path.read_text(errors="replace").count("SIGUSR1: names re-resolved")
+                    for host in hosts
+                    if (path := fleet.tray_root(host) / DAEMON_LOG).exists()
+                )
+
             for rnd in range(args.rounds + 1):
                 before = {
                     k: sum(cpu_seconds(p, children=c) for p, c in v) for k, v in procs.items()
                 }
+                resolved_before = processed()
                 name = f"wl-{rnd}"
                 body = {"metadata": {"name": name}, "spec": {"numNodes": 0}}
                 assert api.post("/computedomains/", json=body).status_code == 201
@@ -155,6 +167,7 @@ def main() -> int:
                 all_prepared.append(max(took))
                 to_ready.append(t_ready - t0)
                 prepared_to_ready.append(t_ready - t0 - max(took))
+                resolves.append(processed() - resolved_before)
             print(f"allocated → prepared, per claim   {stats(per_claim)}   (n={len(per_claim)})")
             print(
                 f"allocated → all 18 prepared       {stats(all_prepared)}   (n={len(all_prepared)})"
@@ -164,6 +177,7 @@ def main() -> int:
                 f"all 18 prepared → domain Ready     {stats(prepared_to_ready)}   "
                 f"(n={len(prepared_to_ready)})"
             )
+            print(f"SIGUSR1s processed per round (18 daemons): {resolves}")
             rounds = max(args.rounds, 1)
             print(
                 "CPU per round (prepare, join, Ready, unprepare, release): "

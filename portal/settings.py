@@ -143,12 +143,14 @@ elif env_int("DB_POOL_MAX", 8) > 0:
     # connections pile up until PostgreSQL refuses clients ("too many clients already" in
     # bench/agent_load.py). A per-process pool bounds them; requests wait for a free one.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
-    # With a pool, Django's health checks are psycopg_pool's check_connection: an empty
-    # query (one loopback round trip, no planning) on every checkout. Without it the first
-    # request on each pooled connection after a PostgreSQL restart or failover fails
-    # ("terminating connection due to administrator command"); the pool only drops
-    # connections that come back broken. On by default (docs/reliability.md); DB_POOL_CHECK=0
-    # trades that for the round trip.
+    # The pool's health check on checkout (portal/postgres/pool.py): a look at the socket,
+    # and an empty query only when the server has said something or the connection sat idle
+    # for seconds. Without it the first request on each pooled connection after a PostgreSQL
+    # restart or failover fails ("terminating connection due to administrator command"); the
+    # pool only drops connections that come back broken. On by default
+    # (docs/reliability.md); DB_POOL_CHECK=0 turns it off.
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"]["ENGINE"] = "portal.postgres"  # Django's, with that check
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("DB_POOL_CHECK", True)
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,

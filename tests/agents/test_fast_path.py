@@ -155,3 +155,31 @@ def test_other_requests_are_djangos(tray, method, path):
     path = path.format(pk=node.pk)
     assert call(AgentFastPath(behind), method, path, token=raw)[0] == 299
     assert len(behind.calls) == 1
+
+
+def test_a_request_that_lost_its_connection_runs_once_more_then_goes_to_django(tray, monkeypatch):
+    """The pool hands out a connection used moments ago without asking the server
+    (portal/postgres/pool.py): one lost without a word costs the request one more run."""
+    from django.db import OperationalError
+
+    from portal.api.agent import fastpath
+
+    node, raw = tray
+    real = fastpath.desired_state
+    lost = {"left": 1}
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        if lost["left"]:
+            lost["left"] -= 1
+            raise OperationalError("server closed the connection unexpectedly")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fastpath, "desired_state", flaky)
+    behind = Behind()
+    app = AgentFastPath(behind)
+    path = f"/api/v1/agent/nodes/{node.pk}/desired/"
+    status, _, body = call(app, "GET", path, token=raw)
+    assert status == 200 and json.loads(body)["node"]["id"] == node.pk
+    lost["left"] = 2  # lost twice: Django answers (503 while PostgreSQL is away)
+    assert call(app, "GET", path, token=raw)[0] == 299
+    assert len(behind.calls) == 1

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 from django.http.request import split_domain_port, validate_host
 from rest_framework.utils.encoders import JSONEncoder
 
@@ -35,6 +35,7 @@ from domains.agents.desired import desired_state
 from domains.agents.selectors import node_for_token
 from domains.agents.services import agent_heartbeat, agent_report
 from domains.context import request_id_scope
+from domains.errors import DATABASE_AWAY
 from portal.api.agent.auth import token_from_header
 from portal.api.agent.serializers import ReportSerializer, canonical_report
 from portal.api.parsers import MAX_BODY, loads_bounded
@@ -134,21 +135,40 @@ def _serve(kind: str, node_id: int, token: str, body: bytes, rid: str) -> tuple[
     """(status, JSON body), or None to let Django answer (it will answer with an error).
 
     Runs on a pool thread and, like Django's request_started/request_finished, returns the
-    thread's database connection to the pool when it is done.
+    thread's database connection to the pool when it is done. Both requests are safe to run
+    twice (a read; one UPDATE recording the same report), so one that lost its connection
+    runs again on a fresh one: the pool's checkout check does not ask the server about a
+    connection used seconds ago (portal/postgres/pool.py). Lost again, Django answers (503
+    while PostgreSQL is away).
     """
     close_old_connections()
     with request_id_scope(rid):
         try:
-            if kind == "status":
-                return _report(node_id, token, body)
-            doc = desired_state(node_id, token=token)  # None: not this tray's token
-            return None if doc is None else (200, _dumps(doc))
+            try:
+                return _answer(kind, node_id, token, body)
+            except DATABASE_AWAY as exc:
+                log.info(
+                    "agent %s request for node %s lost the database (%s); again", kind, node_id, exc
+                )
+                connection.close()  # broken: the pool discards it
+            try:
+                return _answer(kind, node_id, token, body)
+            except DATABASE_AWAY:
+                connection.close()
+                return None
         except Exception:
             log.exception("agent %s request for node %s failed", kind, node_id)
             message = "The portal failed to handle this request; it has been logged."
             return 500, _dumps({"code": "server_error", "message": message})
         finally:
             close_old_connections()
+
+
+def _answer(kind: str, node_id: int, token: str, body: bytes) -> tuple[int, bytes] | None:
+    if kind == "status":
+        return _report(node_id, token, body)
+    doc = desired_state(node_id, token=token)  # None: not this tray's token
+    return None if doc is None else (200, _dumps(doc))
 
 
 def _report(node_id: int, token: str, body: bytes) -> tuple[int, bytes] | None:

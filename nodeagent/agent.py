@@ -504,7 +504,7 @@ class Agent:
         )
         if state == "READY" and health and health.state == "UP" and not error:
             # A domain that stays up is looked at less and less often (each look is a `-N`
-            # across every member's daemon); any other observation starts again from 1 s.
+            # across every member's daemon); any other observation starts again from 2 s.
             step, delay, message = Step.READY, self.ready_poll, "IMEX domain UP"
             self.ready_poll = min(self.ready_poll * 2, self.cfg.ready_poll_max)
         else:

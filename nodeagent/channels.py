@@ -118,7 +118,8 @@ class Channels:
     def _make(self, number: int, major: int) -> None:
         path = self.dir / f"channel{number}"
         if self.emulated_files:
-            write_atomic(path, f"{major}:{number}\n", mode=self.mode)
+            # a stand-in for a device node, which a reboot removes: nothing to make durable
+            write_atomic(path, f"{major}:{number}\n", mode=self.mode, durable=False)
             return
         os.mknod(path, stat.S_IFCHR | self.mode, os.makedev(major, number))
 

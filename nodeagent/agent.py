@@ -377,6 +377,9 @@ class Agent:
         if blocked:
             return blocked
         code, now = self.daemon.exit_code, time.monotonic()
+        if self.daemon.adopt():  # ours runs already (started by an agent that died at once)
+            self.wait_started, self.restart_at = now, 0.0
+            return ""
         if code is not None:
             if not self.restart_at:  # the first look at this exit
                 lived = now - self.wait_started

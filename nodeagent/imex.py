@@ -309,17 +309,32 @@ class Daemon:
 
     # --- lifecycle ------------------------------------------------------------------------
     def adopt(self) -> bool:
-        """Take over a daemon a previous agent started (pidfile) if it still runs ours."""
+        """Take over a daemon a previous agent started, if one runs with our config.
+
+        The pidfile names it, but an agent can die between starting the daemon and writing
+        its pidfile (a kill -9, an OOM kill: bench/soak.py met it). Such a daemon holds the
+        tray (a second one fails with NV_ERR_IN_USE) and nothing would ever stop it, so
+        without a usable pidfile the agent looks for it among the processes.
+        """
         try:
-            pid = int(self.paths.pidfile.read_text().split()[0])
+            pid: int | None = int(self.paths.pidfile.read_text().split()[0])
         except (FileNotFoundError, ValueError, IndexError):
-            return False
-        if _alive(pid) and str(self.paths.imex_config) in _cmdline(pid):
-            self.pid = pid
-            self.log.info("re-adopted running nvidia-imex pid %s", pid)
-            return True
-        remove(self.paths.pidfile)
-        return False
+            pid = None
+        if pid is not None and not (_alive(pid) and str(self.paths.imex_config) in _cmdline(pid)):
+            remove(self.paths.pidfile)
+            pid = None
+        if pid is None:
+            pid = own_daemon(self.paths.imex_config)
+            if pid is None:
+                return False
+            with contextlib.suppress(OSError):  # a full disk: the pid is known all the same
+                write_atomic(self.paths.pidfile, f"{pid}\n")
+            self.log.warning("found nvidia-imex pid %s running without a pidfile", pid)
+        self.pid = pid
+        self.child = None
+        self.exit_code = None
+        self.log.info("re-adopted running nvidia-imex pid %s", pid)
+        return True
 
     def start(self) -> None:
         self.paths.daemon_log.parent.mkdir(parents=True, exist_ok=True)
@@ -369,6 +384,8 @@ class Daemon:
 
     def stop(self, timeout: float) -> None:
         """SIGTERM, then SIGKILL after `timeout`; always reaps our own child."""
+        if self.pid is None:
+            self.adopt()  # one left without a pidfile must not outlive a release
         if self.pid is None or not self.running():
             remove(self.paths.pidfile)
             self.exit_code = None
@@ -413,6 +430,27 @@ def _alive(pid: int) -> bool:
         return stat.rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+def own_daemon(config: Path) -> int | None:
+    """The oldest live process started as `… -c <config>` (how the agent starts its daemon;
+    `nvidia-imex-ctl` has flags after the config), or None."""
+    want = ["-c", str(config)]
+    found: list[tuple[int, int]] = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+            stat = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if args and args[-1] == b"":
+            args.pop()
+        if [a.decode(errors="replace") for a in args[-2:]] != want or stat[0] == "Z":
+            continue
+        found.append((int(stat[19]), int(entry.name)))  # (start time, pid)
+    return min(found)[1] if found else None
 
 
 def _cmdline(pid: int) -> str:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import signal
 
 import pytest
+from django.utils import timezone
 
 from domains.audit.models import Event
 from domains.computedomains.models import DomainMember, Phase
 from domains.inventory.models import Node
+from nodeagent.config import Paths
+from nodeagent.protocol import Step
 from tests import factories
 from tests.e2e.conftest import IP_PREFIX, phase_of, release_domain, request_domain, verbs
 from tests.support.agents import AgentFleet, wait_for
@@ -51,6 +54,46 @@ def test_an_agent_killed_mid_formation_comes_back_and_the_domain_still_forms(
         # the new agent re-adopted the daemon instead of restarting it
         assert lone.daemon_pid(victim.hostname) == pid
         assert "re-adopted running nvidia-imex" in lone.log()
+
+
+def test_a_daemon_whose_agent_died_before_writing_its_pidfile_is_adopted_not_doubled(
+    portal, tenant_api, trays
+):
+    """bench/soak.py's clock fault killed the agent process (kill -9) just after it started a
+    tray's nvidia-imex, before it wrote the pidfile. The next agent found no pidfile and
+    started a second daemon, which refused to run (NV_ERR_IN_USE) and was started again and
+    again: the member never Ready, its domain stuck in Forming until the formation deadline,
+    and the first daemon left running after the release, stopped by nobody. Here the agent
+    is killed and the tray left as that agent left it: daemon running, no pidfile."""
+    with AgentFleet(portal, trays) as fleet:
+        fleet.wait_joined()
+        domain = request_domain(tenant_api, "orphan", 4)
+        wait_for(lambda: ready(domain), 30, "domain Ready")
+        victim = DomainMember.objects.get(domain=domain, index=1).node.hostname
+        paths = Paths(fleet.tray_root(victim))
+        pid = fleet.daemon_pid(victim)
+        fleet.kill_agents()
+        paths.pidfile.unlink()
+        restarted = timezone.now().isoformat()
+        fleet.start()
+
+        def victim_ready_again() -> bool:
+            said = Node.objects.get(hostname=victim).agent_report or {}
+            return (
+                said.get("received_at", "") > restarted
+                and said.get("step") == Step.READY
+                and not said.get("error")
+            )
+
+        wait_for(victim_ready_again, 60, f"{victim}'s new agent reporting ready")
+        assert fleet.daemon_pid(victim) == pid  # adopted, no second one tried
+        assert "NV_ERR_IN_USE" not in paths.daemon_log.read_text(errors="replace")
+        assert paths.pidfile.read_text().split() == [str(pid)]
+        wait_for(lambda: ready(domain), 30, "domain Ready")
+
+        release_domain(tenant_api, "orphan")
+        wait_for(lambda: phase_of(domain) == Phase.RELEASED, 30, "Released")
+        assert fleet.daemon_pid(victim) is None  # stopped by the release, not left behind
 
 
 def test_a_killed_daemon_degrades_the_domain_naming_the_tray_then_it_recovers(

@@ -38,6 +38,7 @@ from domains.agents.services import NodeFacts
 from domains.inventory.models import Node
 from domains.security import hash_token
 from nodeagent.config import Paths
+from nodeagent.imex import own_daemon
 from tests.support.processes import VENV_BIN, Proc, free_port, process_env, wait_until
 
 JOIN_TOKEN = "dpj_e2e-test-join-token"
@@ -183,17 +184,9 @@ class AgentFleet:
         return self.root / hostname
 
     def daemon_pid(self, hostname: str) -> int | None:
-        """The tray's running nvidia-imex (from the agent's pidfile), or None."""
-        pidfile = Paths(self.tray_root(hostname)).pidfile
-        try:
-            pid = int(pidfile.read_text().split()[0])
-        except (FileNotFoundError, ValueError, IndexError):
-            return None
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except FileNotFoundError:
-            return None
-        return None if stat.rsplit(")", 1)[1].split()[0] == "Z" else pid
+        """The tray's running nvidia-imex, pidfile or not (one an agent started and died
+        before writing its pidfile still holds the tray), or None."""
+        return own_daemon(Paths(self.tray_root(hostname)).imex_config)
 
     def kill_daemon(self, hostname: str, sig: int = signal.SIGKILL) -> int | None:
         pid = self.daemon_pid(hostname)

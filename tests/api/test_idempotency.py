@@ -141,3 +141,19 @@ def test_a_write_without_a_key_keeps_no_answer(member, fabric) -> None:
     assert member.post(CD, body("plain"), format="json").status_code == 201
     receipt = WriteReceipt.objects.get()
     assert bytes(receipt.body) == b"" and receipt.headers == {} and not receipt.withheld
+
+
+def test_receipts_are_kept_a_day(member, fabric) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.receipts.tasks import purge_receipts
+
+    member.post(CD, body("kept"), format="json", HTTP_IDEMPOTENCY_KEY="old")
+    member.post(CD, body("fresh"), format="json", HTTP_IDEMPOTENCY_KEY="new")
+    old = WriteReceipt.objects.order_by("pk").first()
+    assert old is not None
+    WriteReceipt.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(hours=25))
+    assert purge_receipts() == 1
+    assert WriteReceipt.objects.count() == 1

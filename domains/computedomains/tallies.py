@@ -26,6 +26,7 @@ import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import Case, F, IntegerField, Value, When
 
 from domains.computedomains.models import Tally
@@ -59,15 +60,35 @@ def observe(series: str, values: Iterable[float | None], *, label: str = "") -> 
     if not seen:
         return
     bounds = BUCKETS[series]
-    rows = Tally.objects.filter(series=series, label=label)
-    # Each bucket's count grows by the observations at or below its bound; every row's
-    # total by their sum (only the +Inf row's total is read: the histogram's sum).
-    increments = [When(le=b, then=Value(sum(1 for v in seen if v <= b))) for b in bounds]
-    added = Case(*increments, default=Value(len(seen)), output_field=IntegerField())
-    updates = {"count": F("count") + added, "total": F("total") + sum(seen)}
-    if not rows.update(**updates):
+    if not _add(series, label, seen):
         _create(series, label, (*bounds, INF))
-        rows.update(**updates)
+        _add(series, label, seen)
+
+
+# Each bucket's count grows by the observations at or below its bound; every row's total by
+# their sum (only the +Inf row's total is read: the histogram's sum). Written by hand: the
+# same UPDATE built by the ORM as a CASE of one WHEN per bucket cost ~10 ms of CPU to
+# compile, three times per formation, the larger part of a fold on the worker.
+_ADD_SQL = (
+    "UPDATE {table} SET {count} = {count} + (SELECT count(*) FROM unnest(%s::float8[]) AS v"
+    " WHERE v <= {le}), {total} = {total} + %s WHERE {series} = %s AND {label} = %s"
+)
+
+
+def _add(series: str, label: str, seen: list[float]) -> int:
+    """Add the observations to the histogram's rows; how many rows there were."""
+    if connection.vendor != "postgresql":  # the demo's SQLite: the ORM's CASE
+        increments = [
+            When(le=b, then=Value(sum(1 for v in seen if v <= b))) for b in BUCKETS[series]
+        ]
+        added = Case(*increments, default=Value(len(seen)), output_field=IntegerField())
+        rows = Tally.objects.filter(series=series, label=label)
+        return rows.update(count=F("count") + added, total=F("total") + sum(seen))
+    column = {f.name: connection.ops.quote_name(f.column) for f in Tally._meta.concrete_fields}
+    sql = _ADD_SQL.format(table=connection.ops.quote_name(Tally._meta.db_table), **column)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [[float(v) for v in seen], float(sum(seen)), series, label])
+        return int(cursor.rowcount)
 
 
 def count(series: str, *, label: str = "", by: int = 1) -> None:

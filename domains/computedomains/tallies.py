@@ -84,7 +84,8 @@ def _add(series: str, label: str, seen: list[float]) -> int:
         added = Case(*increments, default=Value(len(seen)), output_field=IntegerField())
         rows = Tally.objects.filter(series=series, label=label)
         return rows.update(count=F("count") + added, total=F("total") + sum(seen))
-    column = {f.name: connection.ops.quote_name(f.column) for f in Tally._meta.concrete_fields}
+    quote = connection.ops.quote_name
+    column = {f.name: quote(f.column) for f in Tally._meta.concrete_fields if f.column}
     sql = _ADD_SQL.format(table=connection.ops.quote_name(Tally._meta.db_table), **column)
     with connection.cursor() as cursor:
         cursor.execute(sql, [[float(v) for v in seen], float(sum(seen)), series, label])

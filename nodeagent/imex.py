@@ -249,6 +249,9 @@ class Ctl:
             raise CtlError(f"nvidia-imex-ctl -N -j: not the expected JSON: {text[:200]!r}") from exc
 
 
+STARTING = "starting"  # what the pidfile says while a daemon is being started
+
+
 class Supervisor(Protocol):
     """Whoever keeps the tray's one `nvidia-imex` running for the agent."""
 
@@ -311,24 +314,30 @@ class Daemon:
     def adopt(self) -> bool:
         """Take over a daemon a previous agent started, if one runs with our config.
 
-        The pidfile names it, but an agent can die between starting the daemon and writing
-        its pidfile (a kill -9, an OOM kill: bench/soak.py met it). Such a daemon holds the
-        tray (a second one fails with NV_ERR_IN_USE) and nothing would ever stop it, so
-        without a usable pidfile the agent looks for it among the processes.
+        The pidfile names it. An agent can die between starting the daemon and writing its
+        pid (a kill -9, an OOM kill: bench/soak.py met it); such a daemon holds the tray (a
+        second one fails with NV_ERR_IN_USE) and nothing would ever stop it. So `start`
+        writes `starting` into the pidfile before the daemon exists, and only a pidfile left
+        saying that (or unreadable) makes the agent look for its daemon among the processes:
+        an ordinary first start costs no walk over /proc.
         """
         try:
-            pid: int | None = int(self.paths.pidfile.read_text().split()[0])
-        except (FileNotFoundError, ValueError, IndexError):
-            pid = None
+            words = self.paths.pidfile.read_text().split()
+        except FileNotFoundError:
+            return False  # no daemon was being started: nothing to look for
+        except OSError:
+            words = []
+        pid = int(words[0]) if words and words[0].isdigit() else None
         if pid is not None and not (_alive(pid) and str(self.paths.imex_config) in _cmdline(pid)):
-            remove(self.paths.pidfile)
-            pid = None
+            remove(self.paths.pidfile)  # a daemon that ended; a later start rewrites it first
+            return False
         if pid is None:
             pid = own_daemon(self.paths.imex_config)
             if pid is None:
+                remove(self.paths.pidfile)
                 return False
             with contextlib.suppress(OSError):  # a full disk: the pid is known all the same
-                write_atomic(self.paths.pidfile, f"{pid}\n")
+                write_atomic(self.paths.pidfile, f"{pid}\n", durable=False)
             self.log.warning("found nvidia-imex pid %s running without a pidfile", pid)
         self.pid = pid
         self.child = None
@@ -338,6 +347,10 @@ class Daemon:
 
     def start(self) -> None:
         self.paths.daemon_log.parent.mkdir(parents=True, exist_ok=True)
+        # Before the daemon exists: an agent killed before its pid is written leaves this
+        # behind, and the next one looks for the daemon (`adopt`). A full disk stops here,
+        # before there is a daemon nobody knows of.
+        write_atomic(self.paths.pidfile, f"{STARTING}\n", durable=False)
         with self.paths.daemon_log.open("ab") as log_fh:
             # Own session: the daemon outlives an agent crash/restart (it is re-adopted).
             self.child = subprocess.Popen(

@@ -10,6 +10,7 @@ from django.utils import timezone
 from domains.audit.models import Event
 from domains.computedomains.models import DomainMember, Phase
 from domains.inventory.models import Node
+from nodeagent import imex
 from nodeagent.config import Paths
 from nodeagent.protocol import Step
 from tests import factories
@@ -64,7 +65,8 @@ def test_a_daemon_whose_agent_died_before_writing_its_pidfile_is_adopted_not_dou
     started a second daemon, which refused to run (NV_ERR_IN_USE) and was started again and
     again: the member never Ready, its domain stuck in Forming until the formation deadline,
     and the first daemon left running after the release, stopped by nobody. Here the agent
-    is killed and the tray left as that agent left it: daemon running, no pidfile."""
+    is killed and the tray left as that agent left it: daemon running, its pid never written
+    (the pidfile still says what the agent wrote before starting it)."""
     with AgentFleet(portal, trays) as fleet:
         fleet.wait_joined()
         domain = request_domain(tenant_api, "orphan", 4)
@@ -73,7 +75,7 @@ def test_a_daemon_whose_agent_died_before_writing_its_pidfile_is_adopted_not_dou
         paths = Paths(fleet.tray_root(victim))
         pid = fleet.daemon_pid(victim)
         fleet.kill_agents()
-        paths.pidfile.unlink()
+        paths.pidfile.write_text(f"{imex.STARTING}\n")
         restarted = timezone.now().isoformat()
         fleet.start()
 

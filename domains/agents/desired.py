@@ -19,13 +19,14 @@ import json
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, models
+from django.db import connection
 
 from domains.computedomains.models import AllocationMode, ComputeDomain, DomainMember
 from domains.computedomains.models import ChannelAllocation as Channel
 from domains.computedomains.selectors import RUNNING_PHASES, peers_settling
 from domains.inventory.models import Node
 from domains.security import hash_token
+from domains.sqlnames import column, table
 from domains.tenancy.models import Namespace
 from nodeagent.protocol import ChannelSpec, DesiredDomain, DesiredState
 
@@ -134,43 +135,36 @@ LIMIT 1
 @functools.cache
 def _desired_sql(with_token: bool) -> str:
     """_DESIRED_SQL with the models' table and column names, quoted; values stay %s."""
-    quote = connection.ops.quote_name
-
-    def col(model: type[models.Model], name: str) -> str:
-        field = model._meta.get_field(name)
-        assert isinstance(field, models.Field) and field.column  # a column, not a relation
-        return quote(field.column)
-
-    auth = f" AND n.{col(Node, 'agent_token_hash')} = %s AND NOT n.{col(Node, 'gone')}"
+    auth = f" AND n.{column(Node, 'agent_token_hash')} = %s AND NOT n.{column(Node, 'gone')}"
     return _DESIRED_SQL.format(
-        node=quote(Node._meta.db_table),
-        n_id=col(Node, "id"),
-        n_host=col(Node, "hostname"),
-        n_clique=col(Node, "clique"),
-        member=quote(DomainMember._meta.db_table),
-        m_index=col(DomainMember, "index"),
-        m_ip=col(DomainMember, "ip_address"),
-        m_node=col(DomainMember, "node"),
-        m_domain=col(DomainMember, "domain"),
-        m_active=col(DomainMember, "active"),
-        m_clique=col(DomainMember, "clique"),
-        domain=quote(ComputeDomain._meta.db_table),
-        d_id=col(ComputeDomain, "id"),
-        d_uid=col(ComputeDomain, "uid"),
-        d_name=col(ComputeDomain, "name"),
-        d_generation=col(ComputeDomain, "generation"),
-        d_request=col(ComputeDomain, "request_id"),
-        d_phase=col(ComputeDomain, "phase"),
-        d_mode=col(ComputeDomain, "allocation_mode"),
-        d_num=col(ComputeDomain, "num_nodes"),
-        d_namespace=col(ComputeDomain, "namespace"),
-        namespace=quote(Namespace._meta.db_table),
-        ns_id=col(Namespace, "id"),
-        ns_name=col(Namespace, "name"),
-        channel=quote(Channel._meta.db_table),
-        c_channel=col(Channel, "channel"),
-        c_domain=col(Channel, "domain"),
-        c_released=col(Channel, "released_at"),
+        node=table(Node),
+        n_id=column(Node, "id"),
+        n_host=column(Node, "hostname"),
+        n_clique=column(Node, "clique"),
+        member=table(DomainMember),
+        m_index=column(DomainMember, "index"),
+        m_ip=column(DomainMember, "ip_address"),
+        m_node=column(DomainMember, "node"),
+        m_domain=column(DomainMember, "domain"),
+        m_active=column(DomainMember, "active"),
+        m_clique=column(DomainMember, "clique"),
+        domain=table(ComputeDomain),
+        d_id=column(ComputeDomain, "id"),
+        d_uid=column(ComputeDomain, "uid"),
+        d_name=column(ComputeDomain, "name"),
+        d_generation=column(ComputeDomain, "generation"),
+        d_request=column(ComputeDomain, "request_id"),
+        d_phase=column(ComputeDomain, "phase"),
+        d_mode=column(ComputeDomain, "allocation_mode"),
+        d_num=column(ComputeDomain, "num_nodes"),
+        d_namespace=column(ComputeDomain, "namespace"),
+        namespace=table(Namespace),
+        ns_id=column(Namespace, "id"),
+        ns_name=column(Namespace, "name"),
+        channel=table(Channel),
+        c_channel=column(Channel, "channel"),
+        c_domain=column(Channel, "domain"),
+        c_released=column(Channel, "released_at"),
         running=", ".join(["%s"] * len(RUNNING_PHASES)),
         auth=auth if with_token else "",
     )

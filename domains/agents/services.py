@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, models, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -46,6 +46,7 @@ from domains.errors import Conflict, PermissionDenied
 from domains.inventory.models import Clique, Gpu, Node, NodeCondition, NodeSource, NodeState
 from domains.inventory.services import ConditionFacts, node_conditions_set
 from domains.security import generate_token, hash_token
+from domains.sqlnames import column, table
 from nodeagent.protocol import ConditionType
 
 log = logging.getLogger(__name__)
@@ -463,31 +464,26 @@ _HEARTBEAT_SQL = (
 def _heartbeat_sql() -> str:
     """_HEARTBEAT_SQL with the models' table and column names, quoted; values stay %s."""
 
-    def col(model: type[models.Model], name: str) -> str:
-        field = model._meta.get_field(name)
-        assert isinstance(field, models.Field) and field.column  # a column, not a relation
-        return connection.ops.quote_name(field.column)
-
     return _HEARTBEAT_SQL.format(
-        node=connection.ops.quote_name(Node._meta.db_table),
-        beat=col(Node, "last_heartbeat"),
-        report=col(Node, "agent_report"),
-        id=col(Node, "id"),
-        token=col(Node, "agent_token_hash"),
-        gone=col(Node, "gone"),
-        daemon=col(Node, "daemon_state"),
-        state=col(Node, "state"),
+        node=table(Node),
+        beat=column(Node, "last_heartbeat"),
+        report=column(Node, "agent_report"),
+        id=column(Node, "id"),
+        token=column(Node, "agent_token_hash"),
+        gone=column(Node, "gone"),
+        daemon=column(Node, "daemon_state"),
+        state=column(Node, "state"),
         recoverable=", ".join(["%s"] * len(_RECOVERABLE)),
-        member=connection.ops.quote_name(DomainMember._meta.db_table),
-        member_node=col(DomainMember, "node"),
-        member_domain=col(DomainMember, "domain"),
-        active=col(DomainMember, "active"),
-        domain=connection.ops.quote_name(ComputeDomain._meta.db_table),
-        domain_id=col(ComputeDomain, "id"),
-        uid=col(ComputeDomain, "uid"),
-        phase=col(ComputeDomain, "phase"),
-        generation=col(ComputeDomain, "generation"),
-        reported=", ".join(f"m.{col(DomainMember, name)}" for name in REPORTED_FIELDS),
+        member=table(DomainMember),
+        member_node=column(DomainMember, "node"),
+        member_domain=column(DomainMember, "domain"),
+        active=column(DomainMember, "active"),
+        domain=table(ComputeDomain),
+        domain_id=column(ComputeDomain, "id"),
+        uid=column(ComputeDomain, "uid"),
+        phase=column(ComputeDomain, "phase"),
+        generation=column(ComputeDomain, "generation"),
+        reported=", ".join(f"m.{column(DomainMember, name)}" for name in REPORTED_FIELDS),
     )
 
 

@@ -29,6 +29,7 @@ from datetime import datetime
 from django.db import connection
 from django.db.models import Case, F, IntegerField, Value, When
 
+from domains import sqlnames
 from domains.computedomains.models import Tally
 
 INF = math.inf
@@ -84,9 +85,8 @@ def _add(series: str, label: str, seen: list[float]) -> int:
         added = Case(*increments, default=Value(len(seen)), output_field=IntegerField())
         rows = Tally.objects.filter(series=series, label=label)
         return rows.update(count=F("count") + added, total=F("total") + sum(seen))
-    quote = connection.ops.quote_name
-    column = {f.name: quote(f.column) for f in Tally._meta.concrete_fields if f.column}
-    sql = _ADD_SQL.format(table=connection.ops.quote_name(Tally._meta.db_table), **column)
+    columns = {f.name: sqlnames.column(Tally, f.name) for f in Tally._meta.concrete_fields}
+    sql = _ADD_SQL.format(table=sqlnames.table(Tally), **columns)
     with connection.cursor() as cursor:
         cursor.execute(sql, [[float(v) for v in seen], float(sum(seen)), series, label])
         return int(cursor.rowcount)

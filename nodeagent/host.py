@@ -15,6 +15,8 @@ domain. The agent looks without asking systemd (no D-Bus, no `nsenter` into the 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from nodeagent.config import Paths
@@ -43,31 +45,52 @@ def enabled_links(paths: Paths) -> list[Path]:
     return sorted(found)
 
 
-def foreign_daemons(paths: Paths) -> list[tuple[int, str]]:
-    """(pid, command line) of every running `nvidia-imex` that is not the agent's."""
-    ours = str(paths.imex_config)
-    found: list[tuple[int, str]] = []
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    start: int  # clock ticks after boot (/proc/<pid>/stat field 22)
+    args: list[str]  # the command line, one word each
+
+    @property
+    def cmdline(self) -> str:
+        return " ".join(self.args).strip()
+
+
+def live_processes(proc: Path, *, name: str = "") -> Iterator[Process]:
+    """Every process under `proc` (a /proc) that is not a zombie (one that exited, not yet
+    reaped, holds nothing); with `name`, only those whose `comm` is that (read first: cheap)."""
     try:
-        entries = list(os.scandir(paths.proc))
+        entries = list(os.scandir(proc))
     except FileNotFoundError:
-        return found
+        return
     for entry in entries:
         if not entry.name.isdigit():
             continue
+        where = Path(entry.path)
         try:
-            name = (Path(entry.path) / "comm").read_text().strip()
-            if name != DAEMON_NAME:
+            if name and (where / "comm").read_text().strip() != name:
                 continue
-            state = (Path(entry.path) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            raw = (Path(entry.path) / "cmdline").read_bytes()
-        except (OSError, IndexError):
+            stat = (where / "stat").read_text().rsplit(")", 1)[1].split()
+            if stat[0] == "Z":
+                continue
+            start = int(stat[19])
+            raw = (where / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
             continue  # gone meanwhile, or not a process directory
-        if state == "Z":
-            continue  # exited, not yet reaped: it holds nothing
-        cmdline = raw.replace(b"\0", b" ").decode(errors="replace").strip()
-        if ours not in cmdline:
-            found.append((int(entry.name), cmdline))
-    return sorted(found)
+        args = [a.decode(errors="replace") for a in raw.split(b"\0")]
+        if args and args[-1] == "":
+            args.pop()
+        yield Process(int(entry.name), start, args)
+
+
+def foreign_daemons(paths: Paths) -> list[tuple[int, str]]:
+    """(pid, command line) of every running `nvidia-imex` that is not the agent's."""
+    ours = str(paths.imex_config)
+    return sorted(
+        (p.pid, p.cmdline)
+        for p in live_processes(paths.proc, name=DAEMON_NAME)
+        if ours not in p.cmdline
+    )
 
 
 def host_service_condition(paths: Paths) -> Condition | None:

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from nodeagent.config import IMEX_GRACE_TIME_S, IMEX_LOG_LEVEL, Paths
 from nodeagent.files import remove, write_atomic
+from nodeagent.host import live_processes
 from nodeagent.protocol import PeerStatus
 
 Log = logging.Logger | logging.LoggerAdapter[Any]
@@ -449,20 +450,7 @@ def own_daemon(config: Path) -> int | None:
     """The oldest live process started as `… -c <config>` (how the agent starts its daemon;
     `nvidia-imex-ctl` has flags after the config), or None."""
     want = ["-c", str(config)]
-    found: list[tuple[int, int]] = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = Path(entry.path, "cmdline").read_bytes().split(b"\0")
-            stat = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if args and args[-1] == b"":
-            args.pop()
-        if [a.decode(errors="replace") for a in args[-2:]] != want or stat[0] == "Z":
-            continue
-        found.append((int(stat[19]), int(entry.name)))  # (start time, pid)
+    found = [(p.start, p.pid) for p in live_processes(Path("/proc")) if p.args[-2:] == want]
     return min(found)[1] if found else None
 
 

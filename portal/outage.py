@@ -160,6 +160,7 @@ class _Attempt:
 
     def __init__(self, request: HttpRequest, key: str, digest: str, *, replayable: bool) -> None:
         self.request, self.key, self.digest = request, key, digest
+        self.path = request.get_full_path()[:2000]  # as the receipt stores it
         # Only a client's own key is ever asked again by a later request; for a key made
         # here the answer is still in hand when the receipt settles it, so no body is kept.
         self.replayable = replayable
@@ -173,11 +174,7 @@ class _Attempt:
             return False, None
         if row is None:
             return True, None
-        if (row.method, row.path, row.body_digest) != (
-            self.request.method,
-            self.request.get_full_path()[:2000],
-            self.digest,
-        ):
+        if (row.method, row.path, row.body_digest) != (self.request.method, self.path, self.digest):
             return True, _bad_key(self.request, "was already used for another request")
         if self.answer is not None:
             return True, self.answer  # committed on this very attempt
@@ -224,7 +221,7 @@ class _Attempt:
         WriteReceipt.objects.create(
             key=self.key,
             method=self.request.method or "",
-            path=self.request.get_full_path()[:2000],
+            path=self.path,
             body_digest=self.digest,
             status=response.status_code,
             headers=headers if keep else {},
@@ -261,15 +258,16 @@ def _withheld(request: HttpRequest) -> HttpResponse:
         "only once, which is not kept. List your tokens to find it, or revoke it and make "
         "another."
     )
-    if request.path.startswith("/api/"):
-        body = {"code": "conflict", "message": message, "field": IDEMPOTENCY_HEADER}
-        return JsonResponse(body, status=409)
-    return HttpResponse(message, status=409, content_type="text/plain")
+    return _key_refusal(request, 409, "conflict", message)
 
 
 def _bad_key(request: HttpRequest, why: str) -> HttpResponse:
-    message = f"{IDEMPOTENCY_HEADER} {why}"
+    return _key_refusal(request, 422, "invalid", f"{IDEMPOTENCY_HEADER} {why}")
+
+
+def _key_refusal(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
+    """The API's error shape naming the header under /api/, plain text elsewhere."""
     if request.path.startswith("/api/"):
-        body = {"code": "invalid", "message": message, "field": IDEMPOTENCY_HEADER}
-        return JsonResponse(body, status=422)
-    return HttpResponse(message, status=422, content_type="text/plain")
+        body = {"code": code, "message": message, "field": IDEMPOTENCY_HEADER}
+        return JsonResponse(body, status=status)
+    return HttpResponse(message, status=status, content_type="text/plain")

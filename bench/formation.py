@@ -2,15 +2,18 @@
 
 Everything real except the hardware: the ASGI server, a Celery worker, PostgreSQL
 (BENCH_DATABASE_URL), Redis, and one agent fleet process running the reconcile loops of all
-trays, each tray with its own emulated `nvidia-imex` process on its own loopback IP.
+trays (`--fleets N`: N processes, whole racks each), each tray with its own emulated
+`nvidia-imex` process on its own loopback IP.
 
 Scenarios (trays → domains requested at once): 4 → one 4-tray domain; 18 → one rack-wide
 domain; 72 → four rack-wide domains (4 racks); 144 → eight (8 racks). IMEX's default limit
 is 18 trays per domain (one NVL72 rack), so larger scenarios are several domains at once.
 
 For each round: request every domain over the REST API, wait until all are Ready; release
-them over the API, wait until all are Released. Prints median and p95 per scenario and
-where the formation time went:
+them over the API, wait until all are Released. Several domains are requested (and released)
+at once, one thread each, as several tenants' jobs would; until 2026-11-24 one client sent
+them in turn, so the eighth of 8 domains was admitted 1.1 to 1.6 s after the first. Prints
+median and p95 per scenario and where the formation time went:
   portal = request → Forming (admission, placement, channel, members; via a Celery task)
            + last member ready → domain Ready (aggregation)
   agents = Forming → last member ready (nudge, desired-state fetch, config, mknod, CDI,
@@ -19,8 +22,9 @@ and the CPU each process used per round, with the web's per tray formed and rele
 all of it, and without what the agents' steady heartbeats and polls cost it meanwhile
 (measured for 20 s before the scenarios, with no formation going on).
 
-For one-domain scenarios it also prints the timeline of a formation, tray by tray (first,
-median and last tray, medians over the rounds), from the request to Ready:
+It also prints the timeline of a formation, tray by tray (first, median and last tray or
+domain, medians over the rounds), from the (first) request to Ready:
+  requested  the domain's `created_at` (its POST admitted)
   placed     the domain's `placed_at` (admission, the placement task, members, channel)
   rendered   the tray's IMEX nodes file written (the nudge, the desired-state fetch, the
              agent's render of config, channels and CDI spec)
@@ -45,6 +49,7 @@ import contextlib
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -53,7 +58,7 @@ from bench.common import banner, load_average, setup_django, stats, wait
 
 TRAYS_PER_RACK = 18
 FIRST_RACK = 101  # trays at 127.<base>.101.x … away from the tests' 127.<base>.1.x
-STAGES = ("placed", "rendered", "daemon", "peers", "reported", "Ready")
+STAGES = ("requested", "placed", "rendered", "daemon", "peers", "reported", "Ready")
 
 
 def cpu_seconds(pid: int, *, children: bool) -> float:
@@ -112,6 +117,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="4,18,72,144")
     parser.add_argument("--web", type=int, default=1, help="uvicorn processes")
     parser.add_argument("--workers", type=int, default=1, help="Celery worker processes")
+    parser.add_argument(
+        "--fleets", type=int, default=1, help="agent fleet processes (the racks split among them)"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -138,7 +146,7 @@ def main() -> int:
     banner("Formation and release on the emulator (zero emulated delay)")
     print(
         f"# {racks} racks x 18 trays; {args.web} web process(es), {args.workers} Celery "
-        "worker(s) (4 threads each), 1 agent fleet"
+        f"worker(s) (4 threads each), {args.fleets} agent fleet process(es)"
     )
     server, url = start_web(args.web)
     workers = [
@@ -150,10 +158,23 @@ def main() -> int:
         timeout=60,
     )
     nodes = Node.objects.filter(rack__in=built)
-    with (
-        running(*workers, server),
-        AgentFleet(url, nodes, poll_interval=10, heartbeat_interval=10) as fleet,
-    ):
+    groups = [built[i :: args.fleets] for i in range(args.fleets)]  # whole racks per process
+    with running(*workers, server), contextlib.ExitStack() as stack:
+        fleet = Fleets(
+            [
+                stack.enter_context(
+                    AgentFleet(
+                        url,
+                        Node.objects.filter(rack__in=racks_of).order_by("pk"),
+                        poll_interval=10,
+                        heartbeat_interval=10,
+                        name=f"agents{i}",
+                    )
+                )
+                for i, racks_of in enumerate(groups)
+                if racks_of
+            ]
+        )
         fleet.wait_joined(timeout=600)  # 144 agents on a loaded machine take minutes
         print(f"# {nodes.count()} agents joined")
         idle = _idle_web_cpu(server.pid)
@@ -169,8 +190,8 @@ def main() -> int:
             procs = {
                 "web": [(server.pid, False)],
                 "worker": [(w.pid, False) for w in workers],
-                "agents": [(fleet.proc.pid, False)],
-                "IMEX daemons+ctl": [(fleet.proc.pid, True)],
+                "agents": [(pid, False) for pid in fleet.pids],
+                "IMEX daemons+ctl": [(pid, True) for pid in fleet.pids],
             }
             cpu_before = {name: _cpu(pids) for name, pids in procs.items()}
             served_before = _served(fleet, nodes)
@@ -178,9 +199,13 @@ def main() -> int:
             for rnd in range(args.rounds + 1):  # round 0 warms up
                 names = [f"b{size}-{rnd}-{i}" for i in range(count)]
                 t0, wall0 = time.monotonic(), time.time()
-                for name in names:
-                    body = {"metadata": {"name": name}, "spec": {"numNodes": per_domain}}
-                    resp = api.post("/computedomains/", json=body)
+                for resp in at_once(
+                    lambda name, n=per_domain: api.post(
+                        "/computedomains/",
+                        json={"metadata": {"name": name}, "spec": {"numNodes": n}},
+                    ),
+                    names,
+                ):
                     assert resp.status_code == 201, resp.text
                 domains = ComputeDomain.objects.filter(namespace=ns, name__in=names)
                 t_ready = wait(
@@ -189,11 +214,10 @@ def main() -> int:
                     f"{count} domains Ready",
                 )
                 split = _split(domains, DomainMember, Max)
-                if count == 1:
-                    timelines.append(_timeline(domains.get(), wall0, fleet, DomainMember))
+                timelines.append(_timeline(list(domains), wall0, fleet, DomainMember))
                 t1 = time.monotonic()
-                for name in names:
-                    assert api.delete(f"/computedomains/{name}/").status_code in (200, 202)
+                for resp in at_once(lambda name: api.delete(f"/computedomains/{name}/"), names):
+                    assert resp.status_code in (200, 202), resp.text
                 t_released = wait(
                     lambda d=domains, n=count: d.filter(phase=Phase.RELEASED).count() == n,
                     120,
@@ -228,7 +252,8 @@ def main() -> int:
             print(
                 f"{'':>14}per tray per round: {served[0]:.2f} daemon starts, nvidia-imex-ctl "
                 f"{served[1]:.1f} x -q and {served[2]:.1f} x -N, {served[3]:.1f} rows sent to "
-                "peers' -N"
+                f"peers' -N; the daemons' own CPU {served[4]:.1f} ms (the rest of IMEX's is "
+                f"the ctl calls: {cpu['IMEX daemons+ctl'] * 1000 / size - served[4]:.1f} ms)"
             )
             net = max(0.0, cpu["web"] - idle * round_s)
             print(
@@ -242,6 +267,30 @@ def main() -> int:
     return 0
 
 
+def at_once(call, names: list[str]) -> list:
+    """`call(name)` for every name at the same time, as that many tenants' jobs would."""
+    if len(names) == 1:
+        return [call(names[0])]
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        return list(pool.map(call, names))
+
+
+class Fleets:
+    """Agent fleet processes, each hosting the trays of some racks."""
+
+    def __init__(self, fleets) -> None:
+        self.fleets = fleets
+        self.pids = [f.proc.pid for f in fleets]
+        self._of = {host: f for f in fleets for host in f.hostnames}
+
+    def wait_joined(self, timeout: float) -> None:
+        for f in self.fleets:
+            f.wait_joined(timeout=timeout)
+
+    def tray_root(self, hostname: str) -> Path:
+        return self._of[hostname].tray_root(hostname)
+
+
 def _idle_web_cpu(pid: int, seconds: float = 20.0) -> float:
     """The web's CPU per second while the agents only heartbeat and poll (no formation)."""
     before = cpu_seconds(pid, children=False)
@@ -250,20 +299,20 @@ def _idle_web_cpu(pid: int, seconds: float = 20.0) -> float:
 
 
 def _served(fleet, nodes) -> list[int]:
-    """Daemon starts, then `-q` and `-N` calls answered and rows sent to peers' `-N`, summed
-    over the trays (from the emulator's `starts` and `served` files; a daemon writes its
-    counts when it stops)."""
+    """Daemon starts, then `-q` and `-N` calls answered, rows sent to peers' `-N` and the
+    daemons' own CPU in ms, summed over the trays (from the emulator's `starts` and `served`
+    files; a daemon writes its counts when it stops)."""
     from nodeagent.emulator.tray import EMU_DIR
 
-    totals = [0, 0, 0, 0]
+    totals = [0, 0, 0, 0, 0]
     for hostname in nodes.values_list("hostname", flat=True):
         emu = fleet.tray_root(hostname) / EMU_DIR
         with contextlib.suppress(FileNotFoundError):
             totals[0] += len((emu / "starts").read_text().splitlines())
         with contextlib.suppress(FileNotFoundError):
             for line in (emu / "served").read_text().splitlines():
-                for k, count in enumerate(line.split()[:3], start=1):
-                    totals[k] += int(count)
+                for k, count in enumerate(line.split()[:4], start=1):
+                    totals[k] += float(count)
     return totals
 
 
@@ -271,8 +320,9 @@ def _cpu(pids: list[tuple[int, bool]]) -> float:
     return sum(cpu_seconds(pid, children=c) for pid, c in pids)
 
 
-def _timeline(domain, wall0: float, fleet, member_model) -> dict[str, list[float]]:
-    """Seconds after the request at which each tray passed each stage (see the docstring)."""
+def _timeline(domains, wall0: float, fleet, member_model) -> dict[str, list[float]]:
+    """Seconds after the first request at which each tray (and each domain) passed each
+    stage (see the docstring)."""
     from nodeagent.config import Paths
     from nodeagent.emulator.tray import EMU_DIR
 
@@ -280,9 +330,11 @@ def _timeline(domain, wall0: float, fleet, member_model) -> dict[str, list[float
         return path.stat().st_mtime - wall0
 
     out: dict[str, list[float]] = {stage: [] for stage in STAGES}
-    out["placed"].append(domain.placed_at.timestamp() - wall0)
-    out["Ready"].append(domain.ready_at.timestamp() - wall0)
-    for hostname, ready_at in member_model.objects.filter(domain=domain).values_list(
+    for domain in domains:
+        out["requested"].append(domain.created_at.timestamp() - wall0)
+        out["placed"].append(domain.placed_at.timestamp() - wall0)
+        out["Ready"].append(domain.ready_at.timestamp() - wall0)
+    for hostname, ready_at in member_model.objects.filter(domain__in=domains).values_list(
         "node__hostname", "ready_at"
     ):
         root = fleet.tray_root(hostname)

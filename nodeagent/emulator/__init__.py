@@ -18,5 +18,6 @@ Per-tray layout under a tray root (the agent's `--root`):
     run/nvidia-emu/imex.lock           held by the running daemon (a second one: NV_ERR_IN_USE)
     run/nvidia-emu/starts              one line per daemon instance that took the tray
     run/nvidia-emu/served              per cleanly stopped instance: `-q` and `-N` answered,
-                                       rows sent to peers' `-N` (bench/formation.py)
+                                       rows sent to peers' `-N`, its CPU in ms
+                                       (bench/formation.py)
 """

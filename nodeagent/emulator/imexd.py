@@ -874,7 +874,8 @@ class Daemon:
         self.log("IMEX daemon stopped")
         self.dump_verbose()
         with open(os.path.join(self.emu_dir, "served"), "a", encoding="utf-8") as fh:
-            fh.write(" ".join(map(str, self.served)) + "\n")  # for bench/formation.py
+            cpu_ms = round(time.process_time() * 1000, 1)  # this process's CPU so far (since exec)
+            fh.write(" ".join(map(str, [*self.served, cpu_ms])) + "\n")  # bench/formation.py
         return 0
 
 

@@ -13,4 +13,10 @@ if __name__ == "__main__":
         sys.path.insert(0, os.path.abspath(__file__).rsplit(os.sep, 3)[0])
     from nodeagent.emulator.imexd import main
 
-    sys.exit(main())
+    code = main()
+    # Skip the interpreter's tear-down (about 1 ms of a daemon's ~15 ms of CPU): the daemon
+    # flushed every file it wrote, and the kernel closes its sockets and lock as it would
+    # for the real one.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -18,7 +18,8 @@ median and p95 per scenario and where the formation time went:
            + last member ready → domain Ready (aggregation)
   agents = Forming → last member ready (nudge, desired-state fetch, config, mknod, CDI,
            daemon start, peers connecting, readiness polling, the status report)
-and the CPU each process used per round, with the web's per tray formed and released:
+and the CPU each process used per round (PostgreSQL and Redis: all their processes, shared
+with anything else using them), with the web's per tray formed and released:
 all of it, and without what the agents' steady heartbeats and polls cost it meanwhile
 (measured for 20 s before the scenarios, with no formation going on).
 
@@ -176,6 +177,7 @@ def main() -> int:
             ]
         )
         fleet.wait_joined(timeout=600)  # 144 agents on a loaded machine take minutes
+        postmaster, redis_pid = _postmaster_pid(), _redis_pid()
         print(f"# {nodes.count()} agents joined")
         idle = _idle_web_cpu(server.pid)
         print(f"# idle: heartbeats and polls alone cost the web {idle:.3f} s of CPU/s\n")
@@ -192,6 +194,9 @@ def main() -> int:
                 "worker": [(w.pid, False) for w in workers],
                 "agents": [(pid, False) for pid in fleet.pids],
                 "IMEX daemons+ctl": [(pid, True) for pid in fleet.pids],
+                # Shared with anything else using this machine's PostgreSQL and Redis
+                "PostgreSQL": [(postmaster, False), (postmaster, True)] if postmaster else [],
+                "Redis": [(redis_pid, False)] if redis_pid else [],
             }
             cpu_before = {name: _cpu(pids) for name, pids in procs.items()}
             served_before = _served(fleet, nodes)
@@ -314,6 +319,29 @@ def _served(fleet, nodes) -> list[int]:
                 for k, count in enumerate(line.split()[:4], start=1):
                     totals[k] += float(count)
     return totals
+
+
+def _postmaster_pid() -> int | None:
+    """PostgreSQL's postmaster on this machine (its CPU and its exited backends'), if the
+    data directory is readable here."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW data_directory")
+        data_dir = cursor.fetchone()[0]
+    try:
+        return int((Path(data_dir) / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _redis_pid() -> int | None:
+    from django.core.cache import cache
+
+    try:
+        return int(cache._cache.get_client().info("server")["process_id"])
+    except Exception:  # a figure we can go without
+        return None
 
 
 def _cpu(pids: list[tuple[int, bool]]) -> float:

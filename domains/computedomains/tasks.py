@@ -19,8 +19,8 @@ from django.core.cache import cache
 
 from domains.audit.announce import announce_desired_state
 from domains.computedomains import reconcile as controller
-from domains.computedomains.models import DomainMember
-from domains.computedomains.placing import domain_place, domains_place_queued
+from domains.computedomains.models import DomainMember, Phase
+from domains.computedomains.placing import domains_place_burst, domains_place_queued
 from domains.computedomains.selectors import peers_key, peers_nudge_wait
 from domains.errors import DATABASE_AWAY, TransientError
 
@@ -38,9 +38,11 @@ RETRY: dict[str, Any] = {
 
 @shared_task(name="domains.place_domain", **RETRY)
 def place_domain(domain_id: int) -> str:
-    """Place one Admitted domain (queued right after admission or approval)."""
-    domain = domain_place(domain_id=domain_id)
-    return domain.phase if domain is not None else "skipped"
+    """Place an Admitted domain (queued right after admission or approval), and with it
+    every other one admitted and not yet tried: a burst of requests in one transaction."""
+    handled = domains_place_burst(domain_id=domain_id)
+    forming = sum(d.phase == Phase.FORMING for d in handled)
+    return f"{forming} of {len(handled)} placed" if handled else "skipped"
 
 
 @shared_task(name="domains.place_queued", **RETRY)

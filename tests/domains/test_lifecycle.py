@@ -6,6 +6,8 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from domains.agents.report import AgentReport, Step
@@ -14,7 +16,11 @@ from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.fabric import fabric_read, topology_snapshot
 from domains.computedomains.models import ChannelAllocation, MemberState, Phase
-from domains.computedomains.placing import domain_place, domains_place_queued
+from domains.computedomains.placing import (
+    domain_place,
+    domains_place_burst,
+    domains_place_queued,
+)
 from domains.computedomains.reconcile import reap_stale_heartbeats, reconcile
 from domains.computedomains.selectors import desired_member, domain_channels, domain_peers
 from domains.computedomains.services import domain_extend_lease, domain_release, domain_request
@@ -32,6 +38,7 @@ from tests.support.lifecycle import (
     ready_report,
     report,
     request_and_place,
+    request_domain,
 )
 
 pytestmark = pytest.mark.django_db
@@ -193,6 +200,24 @@ def test_a_queued_domain_is_placed_when_capacity_frees_first_come_first_served(t
     waiting.refresh_from_db()
     later.refresh_from_db()
     assert (waiting.phase, later.phase) == (Phase.FORMING, Phase.ADMITTED)
+
+
+def test_a_burst_of_requests_is_placed_in_one_pass_oldest_first(topology, tenant_a):
+    ns = factories.make_namespace("unlimited")
+    domains = [request_domain(ns, tenant_a, name=f"b{i}", num_nodes=6) for i in range(4)]
+    with CaptureQueriesContext(connection) as burst:
+        handled = domains_place_burst(domain_id=domains[1].pk)
+    assert [d.pk for d in handled] == [d.pk for d in domains]  # all four, oldest first
+    for d in domains:
+        d.refresh_from_db()
+    assert [d.phase for d in domains] == [Phase.FORMING] * 3 + [Phase.ADMITTED]
+    assert domains[3].reason == "Unschedulable"  # 18 trays: three of six, then none
+    trays = [m.node_id for d in domains[:3] for m in domain_peers(d)]
+    assert len(trays) == len(set(trays)) == 18  # the fabric read once, taken in memory
+    assert sum("inventory_node" in q["sql"] for q in burst.captured_queries) == 1
+    # The later requests' own tasks find nothing new to do; the unschedulable one waits for
+    # capacity (the queue pass), not for every burst.
+    assert domains_place_burst(domain_id=domains[2].pk) == []
 
 
 def test_cordoned_and_silent_trays_take_no_new_domain(topology, ns_a, tenant_a, operator):

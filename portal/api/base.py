@@ -18,7 +18,7 @@ from rest_framework.request import Request
 
 from domains.audit.events import Actor
 from domains.tenancy.models import Namespace
-from domains.tenancy.selectors import Viewer, is_operator, namespace_for, visible_namespace_ids
+from domains.tenancy.selectors import Viewer, is_operator, namespace_for
 
 
 class ScopedViewSet(viewsets.GenericViewSet):
@@ -41,9 +41,7 @@ class ScopedViewSet(viewsets.GenericViewSet):
         context = dict(super().get_serializer_context())
         if getattr(self, "swagger_fake_view", False):
             return context
-        user = self.request.user
-        context["operator"] = is_operator(user)
-        context["visible_namespace_ids"] = visible_namespace_ids(user)
+        context["operator"] = is_operator(self.request.user)
         return context
 
     @property

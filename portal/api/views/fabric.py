@@ -46,7 +46,7 @@ from domains.inventory.services import (
     power_shelf_set_state,
     switch_tray_set_state,
 )
-from domains.tenancy.selectors import Viewer
+from domains.tenancy.selectors import Viewer, visible_namespace_ids
 from portal.api.base import ScopedViewSet, refreshed
 from portal.api.permissions import IsOperator, TokenScope
 from portal.api.schema import READ, WRITE, errors
@@ -157,6 +157,13 @@ class NodeViewSet(
         if self.action == "retrieve":
             return NodeDetailSerializer
         return super().get_serializer_class()
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        # Only trays name other namespaces' domains: a query no other endpoint pays for.
+        context = super().get_serializer_context()
+        if not getattr(self, "swagger_fake_view", False):
+            context["visible_namespace_ids"] = visible_namespace_ids(self.request.user)
+        return context
 
     def _act(self, request: Request, action: str) -> Response:
         """One tray action; a no-op, or marking down a tray whose domain runs, is a 409."""

@@ -87,8 +87,9 @@ def quota_of(namespace: Namespace) -> Quota:
     return Quota.objects.filter(namespace=namespace).first() or Quota(namespace=namespace)
 
 
-def clean_spec(*, namespace: Namespace, spec: DomainSpec) -> CleanSpec:
-    """Validate every field (first error wins) and fill defaults. Reads, never writes."""
+def clean_spec(*, namespace: Namespace, spec: DomainSpec, quota: Quota | None = None) -> CleanSpec:
+    """Validate every field (first error wins) and fill defaults. Reads, never writes; the
+    namespace's quota (its lifetime limit) is read unless the caller has it already."""
     if not namespace.active:
         raise InvalidInput(f"namespace {namespace.name} is no longer active", field="namespace")
     name = _clean_name(namespace, spec.name)
@@ -123,7 +124,7 @@ def clean_spec(*, namespace: Namespace, spec: DomainSpec) -> CleanSpec:
         gpus_per_node=gpus,
         placement_constraint=constraint,
         placement_target=target,
-        lifetime=_clean_lifetime(spec.lifetime, quota_of(namespace)),
+        lifetime=_clean_lifetime(spec.lifetime, quota_of(namespace) if quota is None else quota),
         labels=_clean_labels(spec.labels),
     )
 

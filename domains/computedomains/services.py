@@ -80,8 +80,8 @@ def domain_request(
     with transaction.atomic():
         # The lock makes "count usage, then insert" atomic across concurrent requests.
         namespace = Namespace.objects.select_for_update().get(pk=namespace.pk)
-        clean = admission.clean_spec(namespace=namespace, spec=spec)
         quota = admission.quota_of(namespace)
+        clean = admission.clean_spec(namespace=namespace, spec=spec, quota=quota)
         admission.per_domain_limits(quota=quota, spec=clean)
         problems = admission.quota_problems(quota=quota, usage=quota_usage(namespace), spec=clean)
         if problems:
@@ -167,8 +167,8 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
     Invalid input raises InvalidInput like `domain_request`; quota and capacity problems
     are answered in the result, so the form can show them before submitting.
     """
-    clean = admission.clean_spec(namespace=namespace, spec=spec)
     quota = admission.quota_of(namespace)
+    clean = admission.clean_spec(namespace=namespace, spec=spec, quota=quota)
     usage = quota_usage(namespace)
     problems = admission.quota_problems(quota=quota, usage=usage, spec=clean)
     try:

@@ -59,10 +59,18 @@ def domains_with_members(user: Viewer, namespace: Namespace) -> QuerySet[Compute
     )
 
 
-def domain_by_name(user: Viewer, namespace: Namespace, name: str) -> ComputeDomain:
+def domain_by_name(
+    user: Viewer, namespace: Namespace, name: str, *, members: bool = True
+) -> ComputeDomain:
     """The live domain of that name, else the latest ended one (names are reusable once a
-    domain has ended, like a deleted Kubernetes object); NotFound when there is none."""
-    qs = domains_with_members(user, namespace).filter(name=name)
+    domain has ended, like a deleted Kubernetes object); NotFound when there is none.
+    `members=False` for a caller that only hands it to a service (which locks and re-reads
+    it): its members are then not read."""
+    if members:
+        qs = domains_with_members(user, namespace)
+    else:
+        qs = domains_visible_to(user).filter(namespace=namespace)
+    qs = qs.filter(name=name)
     domain = qs.exclude(phase__in=TERMINAL_PHASES).first() or qs.order_by("-created_at").first()
     if domain is None:
         raise NotFound(f"computedomain {name!r} not found in namespace {namespace.name!r}")

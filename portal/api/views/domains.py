@@ -90,6 +90,11 @@ class ComputeDomainViewSet(
     def get_object(self) -> ComputeDomain:
         return domain_by_name(self.request.user, self.namespace, self.kwargs["name"])
 
+    def _target(self) -> ComputeDomain:
+        """The domain a write acts on: the service locks and re-reads it, and the answer
+        is rendered from a fresh read (`_render`), so its members are not read here."""
+        return domain_by_name(self.request.user, self.namespace, self.kwargs["name"], members=False)
+
     def _require_member(self) -> None:
         if not can_request_in(self.request.user, self.namespace):
             raise PermissionDenied(
@@ -140,7 +145,7 @@ class ComputeDomainViewSet(
         summary="Release the domain (idempotent); it is Released once every tray is clean.",
     )
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        domain = self.get_object()
+        domain = self._target()
         self._require_member()
         domain = services.domain_release(actor=self.actor, domain=domain, reason="released via API")
         return self._render(domain, status.HTTP_202_ACCEPTED)
@@ -152,7 +157,7 @@ class ComputeDomainViewSet(
     )
     @action(detail=True, methods=["post"], serializer_class=ExtendInput)
     def extend(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        domain = self.get_object()
+        domain = self._target()
         self._require_member()
         body = ExtendInput(data=request.data)
         body.is_valid(raise_exception=True)

@@ -32,9 +32,13 @@ def is_admin(user: Viewer) -> bool:
 
 
 def role_in(user: Viewer, namespace: Namespace) -> str | None:
-    """The user's own role in the namespace (None when not a member)."""
+    """The user's own role in the namespace (None when not a member); no query when the
+    namespace came from `namespace_for` for this same user."""
     if not user.is_authenticated:
         return None
+    read_for = getattr(namespace, "viewer_role_of", None)
+    if read_for is not None and read_for == user.pk:
+        return getattr(namespace, "viewer_role", None)
     return (
         Membership.objects.filter(user=user, namespace=namespace)
         .values_list("role", flat=True)
@@ -77,10 +81,19 @@ def visible_namespace_ids(user: Viewer) -> set[int] | None:
 
 
 def namespace_for(user: Viewer, name: str) -> Namespace:
-    """The namespace if the user may see it; NotFound otherwise, so names don't leak."""
-    namespace = namespaces_visible_to(user).filter(name=name).first()
+    """The namespace if the user may see it; NotFound otherwise, so names don't leak.
+
+    The user's own role in it is read along (`viewer_role`, for `viewer_role_of`, the
+    user's pk), so the permission check of the request that follows costs no query."""
+    namespaces = namespaces_visible_to(user).filter(name=name)
+    if user.is_authenticated:
+        role = Membership.objects.filter(namespace=OuterRef("pk"), user=user).values("role")[:1]
+        namespaces = namespaces.annotate(viewer_role=Subquery(role))
+    namespace = namespaces.first()
     if namespace is None:
         raise NotFound(f"namespace {name!r} not found")
+    if user.is_authenticated:
+        namespace.viewer_role_of = user.pk  # type: ignore[attr-defined]
     return namespace
 
 

@@ -22,7 +22,7 @@ from domains.audit.announce import (
     announce_nodes,
     announce_placement_wanted,
 )
-from domains.audit.events import CONTROLLER, Actor, record_event
+from domains.audit.events import CONTROLLER, Actor, new_event, record_event, record_events
 from domains.computedomains import admission, tallies
 from domains.computedomains.fabric import topology_snapshot
 from domains.computedomains.forecast import spec_forecast
@@ -146,11 +146,14 @@ def _create(
         "lifetime_s": int(clean.lifetime.total_seconds()),
         "source": source,
     }
-    record_event(actor=actor, verb="domain.requested", obj=domain, details=details)
-    if approval:
-        record_event(actor=CONTROLLER, verb="domain.awaiting_approval", obj=domain)
-    else:
-        record_event(actor=CONTROLLER, verb="domain.admitted", obj=domain)
+    verb = "domain.awaiting_approval" if approval else "domain.admitted"
+    record_events(  # one INSERT, in this order
+        [
+            new_event(actor=actor, verb="domain.requested", obj=domain, details=details),
+            new_event(actor=CONTROLLER, verb=verb, obj=domain),
+        ]
+    )
+    if not approval:
         _tally_admitted(domain)
     announce_domain(domain)
     return domain

@@ -568,22 +568,10 @@ def reports_fold(*, domain_id: int) -> int:
     Run on a worker once per burst of changing reports (`announce_member_reports`); a
     report that lands while this runs announces itself again, so nothing is missed.
     """
-    rows = DomainMember.objects.filter(domain_id=domain_id, active=True).values_list(
-        "node_id", "node__agent_report", "assigned_at", "domain__release_requested_at"
-    )
-    reports = {}
-    for node_id, stored, assigned_at, release_requested_at in rows:
-        # Only what the agent said since the desired state it must answer to: a report from
-        # before the tray joined, or before the release, must not count (a stale "clean"
-        # would let go of a tray whose agent never confirmed the release).
-        since = max(assigned_at, release_requested_at or assigned_at)
-        report = _from_stored(stored, since=since)
-        if report is not None:
-            reports[node_id] = report
-    return domain_members_report(domain_id=domain_id, reports=reports)
+    return domain_members_report(domain_id=domain_id, stored=_from_stored)
 
 
-def _from_stored(stored: dict[str, Any], *, since: datetime) -> MemberReport | None:
+def _from_stored(stored: dict[str, Any], since: datetime) -> MemberReport | None:
     """`member_report` of the report `_stored` recorded on the tray, read straight from the
     stored dict (a fold reads every member's report, each with a peer per tray: rebuilding
     AgentReport and its PeerStatus list first was ~7% of a fold's CPU); None when there is

@@ -11,7 +11,7 @@ lock, one UPDATE, one INSERT of their events, one aggregation) costs what one of
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -66,6 +66,7 @@ REPORTED_FIELDS = ("state", "step", "message", "daemon_state", "connections", "g
 _FOLD_FIELDS = (
     *REPORTED_FIELDS, "domain_id", "node_id", "index", "active", "ready_at", "node__hostname",
 )  # fmt: skip
+_FOLD_STORED_FIELDS = (*_FOLD_FIELDS, "assigned_at", "node__agent_report")
 
 
 def domain_member_report(*, node_id: int, report: MemberReport) -> None:
@@ -111,20 +112,38 @@ def report_changes_member(
     return state != member["state"] or any(member[k] != v for k, v in fields.items())
 
 
-def domain_members_report(*, domain_id: int, reports: Mapping[int, MemberReport]) -> int:
+# Reads the report a tray stored (`Node.agent_report`) as a MemberReport; None when there is
+# none received since the given time.
+StoredReport = Callable[[dict[str, Any], datetime], "MemberReport | None"]
+
+
+def domain_members_report(
+    *,
+    domain_id: int,
+    reports: Mapping[int, MemberReport] | None = None,
+    stored: StoredReport | None = None,
+) -> int:
     """Fold the reports (node id → its agent's latest report) of one domain's members in one
     transaction, and the members' states into the phase once. Returns how many members
-    changed. Reports of trays that hold no active membership in the domain are ignored."""
+    changed. Reports of trays that hold no active membership in the domain are ignored.
+
+    With `stored` instead of `reports`, each active member's report is the one its tray
+    stored, read by `stored` with the members themselves (one query, not two)."""
     with transaction.atomic():
         domain = lock_domain(domain_id)
         if domain is None:
             return 0
+        columns = _FOLD_FIELDS if stored is None else _FOLD_STORED_FIELDS
         members = list(
             DomainMember.objects.filter(domain_id=domain_id)
             .select_related("node")
-            .only(*_FOLD_FIELDS)
+            .only(*columns)
             .order_by("index")
         )
+        if stored is not None:
+            reports = _stored_reports(domain, members, stored)
+        elif reports is None:
+            raise TypeError("domain_members_report needs reports or stored")
         now = timezone.now()
         writes: dict[str, tuple[dict[str, Any], list[int]]] = {}
         events = []
@@ -153,6 +172,23 @@ def domain_members_report(*, domain_id: int, reports: Mapping[int, MemberReport]
         if not aggregate(domain, members=members) and events:
             announce_domain(domain)
         return sum(len(pks) for _, pks in writes.values())
+
+
+def _stored_reports(
+    domain: ComputeDomain, members: list[DomainMember], stored: StoredReport
+) -> dict[int, MemberReport]:
+    reports = {}
+    for member in members:
+        if not member.active:
+            continue
+        # Only what the agent said since the desired state it must answer to: a report from
+        # before the tray joined, or before the release, must not count (a stale "clean"
+        # would let go of a tray whose agent never confirmed the release).
+        since = max(member.assigned_at, domain.release_requested_at or member.assigned_at)
+        report = stored(member.node.agent_report, since)
+        if report is not None:
+            reports[member.node_id] = report
+    return reports
 
 
 def _outcome(

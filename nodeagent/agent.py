@@ -212,15 +212,29 @@ class Agent:
         if self.dra is not None:
             self.dra.start()  # once joined: admitting a claim needs the node token
             self.dra.publish_slice(dict(self.facts.document()))
-        if self.nudged or now >= self.next_fetch or self.desired is None:
-            self.nudged = False
-            self.desired = self.client.desired()
-            self.log.debug("fetched desired state")
-            self.next_fetch = now + self.cfg.poll_interval * random.uniform(0.8, 1.2)
-        want = self.desired["domain"]
+        want = self.fetch_desired(now)["domain"]
         report, delay = self.apply(want) if want else self.release()
         self.send_report(report)
         return delay
+
+    def fetch_desired(self, now: float) -> DesiredState:
+        """Fetch the desired state when nudged, when the poll interval is up, or at start.
+
+        A nudge stays owed until a fetch succeeds: one whose fetch fails (the portal busy or
+        restarting, a connection dropped) is fetched again on the next cycle, after the
+        cycle's backoff, not a poll interval later. A nudge that arrives during the fetch is
+        kept for the next cycle."""
+        if self.desired is not None and not self.nudged and now < self.next_fetch:
+            return self.desired
+        self.nudged = False
+        try:
+            self.desired = self.client.desired()
+        except PortalError:
+            self.nudged = True
+            raise
+        self.log.debug("fetched desired state")
+        self.next_fetch = now + self.cfg.poll_interval * random.uniform(0.8, 1.2)
+        return self.desired
 
     # --- start, join, facts -------------------------------------------------------------------
     def startup(self) -> None:

@@ -119,6 +119,11 @@ def main() -> int:
     parser.add_argument("--web", type=int, default=1, help="uvicorn processes")
     parser.add_argument("--workers", type=int, default=1, help="Celery worker processes")
     parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep the trays' roots (configs, daemon logs, agent log) under this directory",
+    )
+    parser.add_argument(
         "--fleets", type=int, default=1, help="agent fleet processes (the racks split among them)"
     )
     args = parser.parse_args()
@@ -170,6 +175,7 @@ def main() -> int:
                         poll_interval=10,
                         heartbeat_interval=10,
                         name=f"agents{i}",
+                        root=args.keep / f"agents{i}" if args.keep else None,
                     )
                 )
                 for i, racks_of in enumerate(groups)
@@ -188,7 +194,7 @@ def main() -> int:
             per_domain = min(size, TRAYS_PER_RACK)
             count = size // per_domain
             ready_t, release_t, portal_t, agent_t = [], [], [], []
-            timelines: list[dict[str, list[float]]] = []
+            timelines: list[dict[str, list]] = []
             procs = {
                 "web": [(server.pid, False)],
                 "worker": [(w.pid, False) for w in workers],
@@ -268,6 +274,7 @@ def main() -> int:
             )
             if timelines:
                 _print_timeline(timelines)
+                _print_rounds(ready_t, timelines[1:])
     print("\nTargets (DESIGN.md §8): 18 trays median < 1 s; 144 trays < 3 s; release as fast.")
     return 0
 
@@ -348,7 +355,7 @@ def _cpu(pids: list[tuple[int, bool]]) -> float:
     return sum(cpu_seconds(pid, children=c) for pid, c in pids)
 
 
-def _timeline(domains, wall0: float, fleet, member_model) -> dict[str, list[float]]:
+def _timeline(domains, wall0: float, fleet, member_model) -> dict[str, list]:
     """Seconds after the first request at which each tray (and each domain) passed each
     stage (see the docstring)."""
     from nodeagent.config import Paths
@@ -357,7 +364,8 @@ def _timeline(domains, wall0: float, fleet, member_model) -> dict[str, list[floa
     def mtime(path: Path) -> float:
         return path.stat().st_mtime - wall0
 
-    out: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    out: dict[str, list] = {stage: [] for stage in STAGES}
+    out["last tray"] = []  # the stages of the tray reported last: (hostname, seconds...)
     for domain in domains:
         out["requested"].append(domain.created_at.timestamp() - wall0)
         out["placed"].append(domain.placed_at.timestamp() - wall0)
@@ -366,14 +374,20 @@ def _timeline(domains, wall0: float, fleet, member_model) -> dict[str, list[floa
         "node__hostname", "ready_at"
     ):
         root = fleet.tray_root(hostname)
-        out["rendered"].append(mtime(Paths(root).nodes_file))
-        out["daemon"].append(mtime(root / EMU_DIR / "starts"))
-        out["peers"].append(mtime(root / "var/run/nvidia-imex/persist.dat"))
-        out["reported"].append(ready_at.timestamp() - wall0)
+        tray = (
+            mtime(Paths(root).nodes_file),
+            mtime(root / EMU_DIR / "starts"),
+            mtime(root / "var/run/nvidia-imex/persist.dat"),
+            ready_at.timestamp() - wall0,
+        )
+        for stage, seconds in zip(("rendered", "daemon", "peers", "reported"), tray, strict=True):
+            out[stage].append(seconds)
+        if not out["last tray"] or tray[-1] > out["last tray"][-1]:
+            out["last tray"] = [hostname, *tray]
     return out
 
 
-def _print_timeline(timelines: list[dict[str, list[float]]]) -> None:
+def _print_timeline(timelines: list[dict[str, list]]) -> None:
     """First, median and last tray per stage (medians over the rounds), and how much each
     stage added to the last tray's path."""
     print(f"{'':>14}timeline from the request, ms (first / median / last tray; medians of rounds)")
@@ -387,6 +401,18 @@ def _print_timeline(timelines: list[dict[str, list[float]]]) -> None:
             f"   (+{last - before:.0f} on the last tray's path)"
         )
         before = last
+
+
+def _print_rounds(ready_t: list[float], timelines: list[dict[str, list]]) -> None:
+    """Every measured round, and the tray reported last in it: where an outlier went."""
+    print(f"{'':>14}rounds, request → Ready, and the tray reported last in each:")
+    for seconds, timeline in zip(ready_t, timelines, strict=True):
+        host, *stages = timeline["last tray"]
+        marks = ", ".join(
+            f"{stage} {t * 1000:.0f}"
+            for stage, t in zip(("rendered", "daemon", "peers", "reported"), stages, strict=True)
+        )
+        print(f"{'':>16}{seconds * 1000:7.0f} ms   {host}: {marks} ms")
 
 
 def _split(domains, member_model, max_agg) -> tuple[float, float]:

@@ -90,12 +90,12 @@ class PortalClient:
         try:
             try:
                 resp = self.http.request(method, path, headers=headers, **kw)
-            except httpx.RemoteProtocolError:
-                # "Server disconnected without sending a response": a kept-alive connection
-                # that the portal (or a proxy before it) closed as idle just as we reused it.
-                # Every call here is safe to repeat (the portal answers a repeated join,
-                # report, claim or release alike), so once more, on a new connection, rather
-                # than failing the agent's cycle into its backoff.
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+                # "Server disconnected without sending a response" or "Connection reset by
+                # peer": a kept-alive connection that the portal (or a proxy before it) closed
+                # as idle just as we reused it. Every call here is safe to repeat (the portal
+                # answers a repeated join, report, claim or release alike), so once more, on a
+                # new connection, rather than failing the agent's cycle into its backoff.
                 resp = self.http.request(method, path, headers=headers, **kw)
         except httpx.HTTPError as exc:
             raise PortalError(f"{method} {path}: {exc}") from exc

@@ -9,6 +9,8 @@ idle for 5 s, the agent's HTTP pool keeps one for 5 s: under load the two cross)
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ from nodeagent.emulator.tray import GpuFacts, TrayFacts, prepare_tray
 
 NODE = {"id": 7, "hostname": "gb-r07-t03"}
 IDLE = {"node": NODE, "domain": None, "release": None}
+LINGER_0 = struct.pack("ii", 1, 0)
 RELEASE = {
     "node": NODE,
     "domain": None,
@@ -34,7 +37,8 @@ RELEASE = {
 class Portal(ThreadingHTTPServer):
     """Serves `doc` at the desired-state path. `close_reused`: a request on a connection
     that served one already is dropped without an answer (the idle close crossing the
-    reuse); `down`: every request is dropped without an answer."""
+    reuse); `reset_reused`: the same, with a reset (RST) instead of a close; `down`: every
+    request is dropped without an answer."""
 
     daemon_threads = True
 
@@ -42,6 +46,7 @@ class Portal(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.doc: dict[str, Any] = IDLE
         self.close_reused = False
+        self.reset_reused = False
         self.down = False
         self.connections = 0
         self.answered = 0
@@ -62,18 +67,24 @@ class Handler(BaseHTTPRequestHandler):
         self.server.connections += 1
 
     def do_GET(self) -> None:
+        if self.server.reset_reused and self.served:
+            self.server.dropped += 1
+            # Linger 0: closing sends a reset, as a kernel does for data on a closed socket.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_0)
+            self.close_connection = True
+            return
         if self.server.down or (self.server.close_reused and self.served):
             self.server.dropped += 1
             self.close_connection = True  # nothing written: the client reads EOF
             return
+        self.served += 1
+        self.server.answered += 1  # before the answer: the client goes on once it has it
         body = json.dumps(self.server.doc).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        self.served += 1
-        self.server.answered += 1
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -89,11 +100,12 @@ def portal() -> Iterator[Portal]:
     server.server_close()
 
 
-def test_a_kept_alive_connection_closed_as_it_is_reused_is_retried_on_a_new_one(portal):
+@pytest.mark.parametrize("how", ["close_reused", "reset_reused"])
+def test_a_kept_alive_connection_closed_as_it_is_reused_is_retried_on_a_new_one(portal, how):
     client = PortalClient(portal.url)
     client.use(NODE["id"], "dpn_test")
     assert client.desired() == IDLE
-    portal.close_reused = True
+    setattr(portal, how, True)
     portal.doc = RELEASE
     assert client.desired() == RELEASE  # the reused connection dropped it; a new one answered
     assert (portal.connections, portal.dropped, portal.answered) == (2, 1, 2)

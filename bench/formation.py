@@ -162,6 +162,9 @@ def main() -> int:
         base_url=f"{url}/api/v1/namespaces/bench",
         headers={"Authorization": f"Bearer {raw}"},
         timeout=60,
+        # uvicorn closes a connection idle for 5 s, httpx keeps one for 5 s: between rounds
+        # the two crossed and a DELETE met a reset. Let go of idle connections first.
+        limits=httpx.Limits(keepalive_expiry=2.0),
     )
     nodes = Node.objects.filter(rack__in=built)
     groups = [built[i :: args.fleets] for i in range(args.fleets)]  # whole racks per process

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +22,7 @@ from nodeagent.agent import Agent
 from nodeagent.client import PortalClient, PortalError
 from nodeagent.config import AgentConfig
 from nodeagent.emulator.tray import GpuFacts, TrayFacts, prepare_tray
+from tests.support.serving import serving
 
 NODE = {"id": 7, "hostname": "gb-r07-t03"}
 IDLE = {"node": NODE, "domain": None, "release": None}
@@ -92,12 +92,8 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def portal() -> Iterator[Portal]:
-    server = Portal()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(Portal()) as server:
+        yield server
 
 
 @pytest.mark.parametrize("how", ["close_reused", "reset_reused"])

@@ -60,6 +60,7 @@ from bench.common import banner, load_average, setup_django, stats, wait
 TRAYS_PER_RACK = 18
 FIRST_RACK = 101  # trays at 127.<base>.101.x … away from the tests' 127.<base>.1.x
 STAGES = ("requested", "placed", "rendered", "daemon", "peers", "reported", "Ready")
+TRAY_STAGES = STAGES[2:6]  # the stages read per tray; the others are the domain's
 
 
 def cpu_seconds(pid: int, *, children: bool) -> float:
@@ -197,7 +198,8 @@ def main() -> int:
             per_domain = min(size, TRAYS_PER_RACK)
             count = size // per_domain
             ready_t, release_t, portal_t, agent_t = [], [], [], []
-            timelines: list[dict[str, list]] = []
+            timelines: list[dict[str, list[float]]] = []
+            lasts: list[tuple[str, tuple[float, ...]]] = []  # the tray reported last, per round
             procs = {
                 "web": [(server.pid, False)],
                 "worker": [(w.pid, False) for w in workers],
@@ -228,7 +230,9 @@ def main() -> int:
                     f"{count} domains Ready",
                 )
                 split = _split(domains, DomainMember, Max)
-                timelines.append(_timeline(list(domains), wall0, fleet, DomainMember))
+                timeline, last = _timeline(list(domains), wall0, fleet, DomainMember)
+                timelines.append(timeline)
+                lasts.append(last)
                 t1 = time.monotonic()
                 for resp in at_once(lambda name: api.delete(f"/computedomains/{name}/"), names):
                     assert resp.status_code in (200, 202), resp.text
@@ -277,7 +281,7 @@ def main() -> int:
             )
             if timelines:
                 _print_timeline(timelines)
-                _print_rounds(ready_t, timelines[1:])
+                _print_rounds(ready_t, lasts[1:])
     print("\nTargets (DESIGN.md §8): 18 trays median < 1 s; 144 trays < 3 s; release as fast.")
     return 0
 
@@ -358,17 +362,19 @@ def _cpu(pids: list[tuple[int, bool]]) -> float:
     return sum(cpu_seconds(pid, children=c) for pid, c in pids)
 
 
-def _timeline(domains, wall0: float, fleet, member_model) -> dict[str, list]:
+def _timeline(
+    domains, wall0: float, fleet, member_model
+) -> tuple[dict[str, list[float]], tuple[str, tuple[float, ...]]]:
     """Seconds after the first request at which each tray (and each domain) passed each
-    stage (see the docstring)."""
+    stage (see the docstring), and the tray reported last with its `TRAY_STAGES`."""
     from nodeagent.config import Paths
     from nodeagent.emulator.tray import EMU_DIR
 
     def mtime(path: Path) -> float:
         return path.stat().st_mtime - wall0
 
-    out: dict[str, list] = {stage: [] for stage in STAGES}
-    out["last tray"] = []  # the stages of the tray reported last: (hostname, seconds...)
+    out: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    last: tuple[str, tuple[float, ...]] = ("", ())
     for domain in domains:
         out["requested"].append(domain.created_at.timestamp() - wall0)
         out["placed"].append(domain.placed_at.timestamp() - wall0)
@@ -383,14 +389,14 @@ def _timeline(domains, wall0: float, fleet, member_model) -> dict[str, list]:
             mtime(root / "var/run/nvidia-imex/persist.dat"),
             ready_at.timestamp() - wall0,
         )
-        for stage, seconds in zip(("rendered", "daemon", "peers", "reported"), tray, strict=True):
+        for stage, seconds in zip(TRAY_STAGES, tray, strict=True):
             out[stage].append(seconds)
-        if not out["last tray"] or tray[-1] > out["last tray"][-1]:
-            out["last tray"] = [hostname, *tray]
-    return out
+        if not last[1] or tray[-1] > last[1][-1]:
+            last = (hostname, tray)
+    return out, last
 
 
-def _print_timeline(timelines: list[dict[str, list]]) -> None:
+def _print_timeline(timelines: list[dict[str, list[float]]]) -> None:
     """First, median and last tray per stage (medians over the rounds), and how much each
     stage added to the last tray's path."""
     print(f"{'':>14}timeline from the request, ms (first / median / last tray; medians of rounds)")
@@ -406,14 +412,12 @@ def _print_timeline(timelines: list[dict[str, list]]) -> None:
         before = last
 
 
-def _print_rounds(ready_t: list[float], timelines: list[dict[str, list]]) -> None:
+def _print_rounds(ready_t: list[float], lasts: list[tuple[str, tuple[float, ...]]]) -> None:
     """Every measured round, and the tray reported last in it: where an outlier went."""
     print(f"{'':>14}rounds, request → Ready, and the tray reported last in each:")
-    for seconds, timeline in zip(ready_t, timelines, strict=True):
-        host, *stages = timeline["last tray"]
+    for seconds, (host, stages) in zip(ready_t, lasts, strict=True):
         marks = ", ".join(
-            f"{stage} {t * 1000:.0f}"
-            for stage, t in zip(("rendered", "daemon", "peers", "reported"), stages, strict=True)
+            f"{stage} {t * 1000:.0f}" for stage, t in zip(TRAY_STAGES, stages, strict=True)
         )
         print(f"{'':>16}{seconds * 1000:7.0f} ms   {host}: {marks} ms")
 

@@ -67,15 +67,13 @@ class Handler(BaseHTTPRequestHandler):
         self.server.connections += 1
 
     def do_GET(self) -> None:
-        if self.server.reset_reused and self.served:
+        reused = self.served > 0
+        reset = self.server.reset_reused and reused
+        if self.server.down or reset or (self.server.close_reused and reused):
             self.server.dropped += 1
-            # Linger 0: closing sends a reset, as a kernel does for data on a closed socket.
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_0)
-            self.close_connection = True
-            return
-        if self.server.down or (self.server.close_reused and self.served):
-            self.server.dropped += 1
-            self.close_connection = True  # nothing written: the client reads EOF
+            if reset:  # linger 0: the close sends a reset, as for data on a closed socket
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_0)
+            self.close_connection = True  # nothing written: the client reads EOF (or RST)
             return
         self.served += 1
         self.server.answered += 1  # before the answer: the client goes on once it has it

@@ -5,12 +5,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-# Tests run against the machine's PostgreSQL and Redis (override to point elsewhere).
-TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/portal
-TEST_REDIS_URL ?= redis://127.0.0.1:6379/9
+# The tests' PostgreSQL and Redis: private servers started for the run and stopped after it
+# (domain_portal/devservices.py), unless these name running ones.
+TEST_DATABASE_URL ?=
+TEST_REDIS_URL ?=
 PYTEST_ARGS ?=
+BENCH_DATABASE_URL ?=
+BENCH_REDIS_URL ?=
 
-.PHONY: demo test install lint format migrate bench clean lock lock-upgrade lock-check proto
+.PHONY: demo demo-smoke test install lint format bench clean lock lock-upgrade lock-check proto
 
 # Exactly the locked versions, each file checked against its hash (requirements/dev.txt,
 # written by `make lock`), then the project itself, built with the locked setuptools.
@@ -25,8 +28,14 @@ install: $(STAMP)
 demo: $(STAMP)
 	bash scripts/demo.sh
 
+# `make demo` as the README says, driven as a user would: a domain formed and released
+# over the API, then Ctrl-C, then nothing of the demo left running (CI runs it).
+demo-smoke: $(STAMP)
+	$(PY) scripts/demo_smoke.py
+
 test: $(STAMP)
-	PORTAL_TESTING=1 DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	PORTAL_TESTING=1 $(PY) -m domain_portal.devservices \
+		--database-url "$(TEST_DATABASE_URL)" --redis-url "$(TEST_REDIS_URL)" -- \
 		$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -44,8 +53,11 @@ format: $(STAMP)
 proto: $(STAMP)
 	PY=$(PY) bash scripts/proto.sh
 
+# Benchmarks against BENCH_DATABASE_URL / BENCH_REDIS_URL, or private servers for the run.
 bench: $(STAMP)
-	bash bench/run_all.sh
+	$(PY) -m domain_portal.devservices \
+		--database-url "$(BENCH_DATABASE_URL)" --redis-url "$(BENCH_REDIS_URL)" -- \
+		bash bench/run_all.sh
 
 # After changing dependencies in pyproject.toml: re-resolve requirements/*.txt (keeps every
 # pin that still fits), then commit both. lock-upgrade moves every pin to the newest allowed.

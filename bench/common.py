@@ -24,7 +24,13 @@ DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/portal_bench"
 
 
 def bench_database_url() -> str:
-    return os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL)
+    """BENCH_DATABASE_URL, else `portal_bench` on DATABASE_URL's server (`make bench` and
+    `python -m domain_portal.devservices -- …` set DATABASE_URL to a private one)."""
+    if "BENCH_DATABASE_URL" in os.environ:
+        return os.environ["BENCH_DATABASE_URL"]
+    if "DATABASE_URL" in os.environ:
+        return os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/portal_bench"
+    return DEFAULT_URL
 
 
 def recreate_database(url: str) -> None:

@@ -1,6 +1,7 @@
 """Domain Portal settings: one module, driven by the environment.
 
-DATABASE_URL  PostgreSQL in production and tests; SQLite under var/ is the demo default.
+DATABASE_URL  PostgreSQL, the one engine everywhere (`make demo` and `make test` start a
+              private server when none is named: domain_portal/devservices.py).
 REDIS_URL     Celery broker, Channels layer and cache.
 SECRET_KEY    required when DEBUG is off.
 DEBUG         "1"/"true" for development and the demo only.
@@ -125,20 +126,18 @@ TEMPLATES = [
 
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'portal.sqlite3'}"),
+        os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/portal"),
         conn_max_age=env_int("DB_CONN_MAX_AGE", 60),
         conn_health_checks=True,
     )
 }
-if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    # The demo runs web, worker, beat and agents against one file: wait on locks, don't fail.
-    DATABASES["default"]["OPTIONS"] = {
-        "timeout": 30,
-        "transaction_mode": "IMMEDIATE",
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-    }
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-elif env_int("DB_POOL_MAX", 8) > 0:
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    # Raw SQL (the desired-state document, heartbeats, tallies) and the advisory locks of
+    # placement are PostgreSQL's; another engine would fail at the first agent call.
+    raise ImproperlyConfigured(
+        f"DATABASE_URL must name a PostgreSQL database (got {DATABASES['default']['ENGINE']})"
+    )
+if env_int("DB_POOL_MAX", 8) > 0:
     # Under ASGI every request runs its sync part on a fresh thread, so per-thread persistent
     # connections pile up until PostgreSQL refuses clients ("too many clients already" in
     # bench/agent_load.py). A per-process pool bounds them; requests wait for a free one.
@@ -149,8 +148,7 @@ elif env_int("DB_POOL_MAX", 8) > 0:
     # restart or failover fails ("terminating connection due to administrator command"); the
     # pool only drops connections that come back broken. On by default
     # (docs/reliability.md); DB_POOL_CHECK=0 turns it off.
-    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-        DATABASES["default"]["ENGINE"] = "portal.postgres"  # Django's, with that check
+    DATABASES["default"]["ENGINE"] = "portal.postgres"  # Django's, with that check
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("DB_POOL_CHECK", True)
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,

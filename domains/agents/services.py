@@ -407,14 +407,12 @@ def agent_heartbeat(*, node_id: int, token: str, report: AgentReport) -> bool:
     not in a state a heartbeat recovers, reading in the same statement the daemon state it
     replaces and the tray's membership, so that deciding whether the report changes its
     member costs no query. False when that is not the case (another node's token, a
-    revoked one, a tray to recover, a database other than PostgreSQL): nothing was written,
+    revoked one, a tray to recover): nothing was written,
     and the caller authenticates and goes through `agent_report`.
 
     Hand-written SQL (from the models' column names) because building the same UPDATE and
     membership check through the ORM cost three times the round trips' own time.
     """
-    if connection.vendor != "postgresql":
-        return False  # UPDATE … FROM (… FOR UPDATE) … RETURNING the old row is PostgreSQL's
     now = timezone.now()
     meta = Node._meta
     params = [

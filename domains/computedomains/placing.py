@@ -92,8 +92,8 @@ def _placing(domain_id: int, *, burst: bool) -> list[ComputeDomain]:
         try:
             return _place(domain_id, burst=burst)
         except IntegrityError:
-            # Only without the advisory lock (SQLite) or against a concurrent direct write:
-            # the constraint refused a double booking; read the fabric again.
+            # Only against a write that bypassed the placement lock: the constraint refused
+            # a double booking; read the fabric again.
             log.warning("placement of domain %s collided; retrying", domain_id)
     raise TransientError(f"placement of domain {domain_id} kept colliding")
 
@@ -154,9 +154,8 @@ def _place(domain_id: int, *, burst: bool) -> list[ComputeDomain]:
 
 
 def _lock_placement() -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PLACEMENT_LOCK_KEY])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PLACEMENT_LOCK_KEY])
 
 
 def _allocate_channels(domain: ComputeDomain, placement: Placement) -> list[int] | None:

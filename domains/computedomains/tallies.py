@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import Case, F, IntegerField, Value, When
+from django.db.models import F
 
 from domains import sqlnames
 from domains.computedomains.models import Tally
@@ -78,13 +78,6 @@ _ADD_SQL = (
 
 def _add(series: str, label: str, seen: list[float]) -> int:
     """Add the observations to the histogram's rows; how many rows there were."""
-    if connection.vendor != "postgresql":  # the demo's SQLite: the ORM's CASE
-        increments = [
-            When(le=b, then=Value(sum(1 for v in seen if v <= b))) for b in BUCKETS[series]
-        ]
-        added = Case(*increments, default=Value(len(seen)), output_field=IntegerField())
-        rows = Tally.objects.filter(series=series, label=label)
-        return rows.update(count=F("count") + added, total=F("total") + sum(seen))
     columns = {f.name: sqlnames.column(Tally, f.name) for f in Tally._meta.concrete_fields}
     sql = _ADD_SQL.format(table=sqlnames.table(Tally), **columns)
     with connection.cursor() as cursor:

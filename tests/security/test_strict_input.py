@@ -53,7 +53,7 @@ def test_the_agent_api_refuses_unknown_fields_naming_them(client):
 
 @pytest.mark.parametrize("huge", [2**63, 2**64 + 5, 10**30])
 def test_ids_past_any_database_integer_are_refused_not_a_500(tenant_a, huge):
-    # Found by bench/attack.py --examples 10 against `make demo`: SQLite refused it (a 500).
+    # Found by bench/attack.py --examples 10 against `make demo`: the database refused it (a 500).
     client = bearer_client(tenant_a)
     resp = client.post("/api/v1/notifications/read/", {"ids": [huge]}, format="json")
     assert resp.status_code == 400, resp.content

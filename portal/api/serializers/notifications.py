@@ -69,7 +69,7 @@ class DeliverySerializer(NotificationSerializer):
 
 class MarkReadInput(StrictSerializer):
     ids = serializers.ListField(
-        # An id is a BigAutoField: past 2**63 - 1 the demo's SQLite refused it (a 500).
+        # An id is a BigAutoField: past 2**63 - 1 the database refuses it (a 500).
         child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
         required=False,
         max_length=1000,

@@ -81,6 +81,31 @@ class TransientError(Exception):
     """Worth retrying: a lost connection, a lock timeout, an API server hiccup."""
 
 
-# A lost or refused database connection (PostgreSQL restarting, failing over, unreachable):
-# worth retrying, never a bug. Tasks retry on these; requests answer 503 (docs/reliability.md).
+# The errors a lost database raises (PostgreSQL restarting, failing over, unreachable).
+# Tasks retry on them all: a lock or statement timeout, also an OperationalError, is worth
+# another try too. A request answers 503 only when `database_away` says the connection, not
+# the statement, failed (docs/reliability.md).
 DATABASE_AWAY: tuple[type[Exception], ...] = (db.OperationalError, db.InterfaceError)
+
+# SQLSTATEs of a server going or refusing clients: admin_shutdown, crash_shutdown,
+# cannot_connect_now (starting up or shutting down), too_many_connections.
+_SERVER_GOING = frozenset({"57P01", "57P02", "57P03", "53300"})
+
+
+def database_away(exc: BaseException | None) -> bool:
+    """Whether `exc` means the database is away (try again later), not that the statement is
+    wrong. A programming error (syntax, a missing column, a broken constraint) or a statement
+    the server refused for its own reasons is a bug to log and answer 500, never retried.
+
+    Django raises its wrapper `from` the driver's error, whose SQLSTATE tells: class 08 is a
+    connection exception; no SQLSTATE at all means no server answered (refused, reset,
+    closed, the pool's wait for a connection ran out).
+    """
+    if isinstance(exc, db.InterfaceError):
+        return True
+    if not isinstance(exc, db.OperationalError):
+        return False
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if not sqlstate:
+        return True
+    return str(sqlstate).startswith("08") or sqlstate in _SERVER_GOING

@@ -27,6 +27,7 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from domains.errors import DATABASE_AWAY
+from domains.errors import database_away as _database_away
 from portal.receipts.models import WriteReceipt
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ _PAGE = """<!doctype html>
 
 
 def database_away(exc: BaseException | None) -> bool:
-    return isinstance(exc, DATABASE_AWAY)
+    return _database_away(exc)
 
 
 def unavailable_body() -> dict[str, Any]:

@@ -19,7 +19,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from domains.errors import DATABASE_AWAY, DomainError
+from domains.errors import DomainError
 from portal.api.parsers import PayloadTooLarge
 from portal.outage import RETRY_AFTER_S, database_away, unavailable, unavailable_body
 
@@ -84,7 +84,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, DomainError):
         set_rollback()
         return Response(exc.as_dict(), status=exc.http_status)
-    if isinstance(exc, DATABASE_AWAY):  # PostgreSQL away: try again, not a bug (portal.outage)
+    if database_away(exc):  # PostgreSQL away: try again, not a bug (portal.outage)
         response = Response(
             unavailable_body(), status=503, headers={"Retry-After": str(RETRY_AFTER_S)}
         )

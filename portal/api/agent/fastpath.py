@@ -35,7 +35,7 @@ from domains.agents.desired import desired_state
 from domains.agents.selectors import node_for_token
 from domains.agents.services import agent_heartbeat, agent_report
 from domains.context import request_id_scope
-from domains.errors import DATABASE_AWAY
+from domains.errors import DATABASE_AWAY, database_away
 from portal.api.agent.auth import token_from_header
 from portal.api.agent.serializers import ReportSerializer, canonical_report
 from portal.api.parsers import MAX_BODY, loads_bounded
@@ -147,13 +147,17 @@ def _serve(kind: str, node_id: int, token: str, body: bytes, rid: str) -> tuple[
             try:
                 return _answer(kind, node_id, token, body)
             except DATABASE_AWAY as exc:
+                if not database_away(exc):
+                    raise  # a bug in the statement, not a lost connection: 500, once
                 log.info(
                     "agent %s request for node %s lost the database (%s); again", kind, node_id, exc
                 )
                 connection.close()  # broken: the pool discards it
             try:
                 return _answer(kind, node_id, token, body)
-            except DATABASE_AWAY:
+            except DATABASE_AWAY as exc:
+                if not database_away(exc):
+                    raise
                 connection.close()
                 return None
         except Exception:

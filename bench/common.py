@@ -58,14 +58,18 @@ def setup_django(*, fresh: bool = True, **env: str) -> str:
     os.environ.setdefault("DEBUG", "0")
     os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 40)
     os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+    os.environ.setdefault("STATIC_ROOT", str(ROOT / "var" / "bench-static"))
     os.environ.update(env)
     import django
+    from django.core.management import call_command
 
     django.setup()
     if fresh:
-        from django.core.management import call_command
-
         call_command("migrate", verbosity=0, interactive=False)
+    from portal.web.checks import missing_static_manifest
+
+    if missing_static_manifest():  # production settings: servers refuse to start without
+        call_command("collectstatic", verbosity=0, interactive=False)
     return url
 
 

@@ -12,6 +12,10 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 django_asgi_app = get_asgi_application()
 
+from portal.web.checks import require_static_manifest  # noqa: E402
+
+require_static_manifest()  # DEBUG off without collectstatic: refuse to start, say why
+
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from portal.api.agent.fastpath import AgentFastPath  # noqa: E402

@@ -27,6 +27,11 @@ export PORTAL_AGENT_JOIN_TOKEN
 export PORTAL_URL="http://127.0.0.1:${PORT}"
 
 "$VENV/bin/python" manage.py migrate --no-input -v0
+# With DEBUG off pages name their stylesheets by the hashed names collectstatic records.
+case "$(echo "$DEBUG" | tr '[:upper:]' '[:lower:]' | xargs)" in
+  1|true|yes|on) ;;
+  *) "$VENV/bin/python" manage.py collectstatic --no-input -v0 ;;
+esac
 "$VENV/bin/python" manage.py seed_demo ${SEED_ARGS:-}
 # One emulated node agent per seeded tray (each its own root under var/agents/ and loopback IP).
 "$VENV/bin/python" manage.py agent_fleet_spec --out var/agents/fleet.json

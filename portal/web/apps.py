@@ -8,3 +8,4 @@ class WebConfig(AppConfig):
 
     def ready(self) -> None:
         from portal import signin  # noqa: F401 - connects the failed-sign-in counter
+        from portal.web import checks  # noqa: F401 - registers the static manifest check

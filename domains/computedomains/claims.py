@@ -47,7 +47,7 @@ from domains.computedomains.phases import (
     set_phase,
 )
 from domains.computedomains.selectors import RUNNING_PHASES, quota_usage
-from domains.errors import Conflict, NotFound, PermissionDenied, QuotaExceeded
+from domains.errors import Conflict, NotFound, QuotaExceeded
 from domains.inventory.models import Node, NodeCondition, NodeState
 from domains.tenancy.models import Namespace, Quota
 
@@ -77,8 +77,8 @@ def claim_admit(*, node: Node, claim: ClaimRef, domain_uid: str) -> Admission:
     """Admit the claim on the tray (joining it to a domain that follows its workload).
 
     Idempotent: the kubelet repeats prepares, so a claim already admitted here is answered
-    again. Raises NotFound (no such live domain), PermissionDenied (another namespace's
-    domain) or Conflict (the tray may not serve it), each naming what to change.
+    again. Raises NotFound (no such live domain in the claim's namespace) or Conflict (the
+    tray may not serve it), each naming what to change.
     """
     with transaction.atomic():
         found = (
@@ -87,15 +87,13 @@ def claim_admit(*, node: Node, claim: ClaimRef, domain_uid: str) -> Admission:
             .order_by()
             .first()
         )
-        if found is None or not found.is_live:
+        # Another namespace's domain is answered as one that does not exist: a refusal
+        # names nothing of another tenant, not even that the uid is taken.
+        if found is None or not found.is_live or found.namespace.name != claim.namespace:
             raise NotFound(
-                f"{claim}: ComputeDomain {domain_uid} does not exist or has ended; the claim's "
-                "ResourceClaimTemplate belongs to a domain that is gone"
-            )
-        if found.namespace.name != claim.namespace:
-            raise PermissionDenied(
-                f"{claim} may not use ComputeDomain {found}: a claim can only use a domain of "
-                "its own namespace"
+                f"{claim}: namespace {claim.namespace} has no live ComputeDomain {domain_uid}; "
+                "a claim can only use a live domain of its own namespace (is the claim's "
+                "ResourceClaimTemplate one of a domain that is gone?)"
             )
         domain = lock_domain(found.pk)
         assert domain is not None  # the row exists: we just read it
@@ -126,15 +124,12 @@ def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef) -> Admission:
     if member is None and domain.follows_workload:
         member, joined = _join(domain, node, claim), True
     elif member is None:
-        hosts = ", ".join(
-            domain.members.filter(active=True)
-            .order_by("index")
-            .values_list("node__hostname", flat=True)[:18]
-        )
+        # Which trays were placed is the tenant's to see on its domain's page, not something
+        # a tray's agent is told (its claim's namespace is the agent's word).
         raise Conflict(
-            f"{claim}: tray {node.hostname} is not one of the trays placed for ComputeDomain "
-            f"{domain} ({hosts or 'none yet'}): run the pods with the domain's manifests, "
-            "which keep them on those trays"
+            f"{claim}: tray {node.hostname} is not one of the trays placed for the claim's "
+            "ComputeDomain: run the pods with the domain's manifests, which keep them on "
+            "those trays"
         )
     if held is None:
         DomainClaim.objects.create(

@@ -65,8 +65,10 @@ def test_a_claim_of_another_namespace_is_refused_and_nothing_recorded(placed):
     resp = client.post(
         f"/api/v1/agent/nodes/{node_id}/claims/", body(placed, "team-b"), format="json"
     )
-    assert resp.status_code == 403
-    assert "can only use a domain of its own namespace" in resp.json()["message"]
+    assert resp.status_code == 404  # as if there were no such domain
+    message = resp.json()["message"]
+    assert "can only use a live domain of its own namespace" in message
+    assert placed.name not in message and "team-a" not in message
     assert not DomainClaim.objects.exists()
 
 
@@ -75,7 +77,10 @@ def test_a_tray_that_is_not_a_member_of_a_placed_domain_is_refused(placed, rack)
     client, node_id = join(outsider)
     resp = client.post(f"/api/v1/agent/nodes/{node_id}/claims/", body(placed), format="json")
     assert resp.status_code == 409
-    assert f"tray {outsider.hostname} is not one of the trays placed" in resp.json()["message"]
+    message = resp.json()["message"]
+    assert f"tray {outsider.hostname} is not one of the trays placed" in message
+    for member in placed.members.select_related("node"):
+        assert member.node.hostname not in message  # the domain's trays are not an agent's
     assert not DomainClaim.objects.exists()
 
 
@@ -83,7 +88,7 @@ def test_an_unknown_domain_and_bad_input_are_named(placed):
     client, node_id = member_client(placed)
     doc = body(placed) | {"domain_uid": str(uuid.uuid4())}
     resp = client.post(f"/api/v1/agent/nodes/{node_id}/claims/", doc, format="json")
-    assert resp.status_code == 404 and "does not exist or has ended" in resp.json()["message"]
+    assert resp.status_code == 404 and "has no live ComputeDomain" in resp.json()["message"]
     bad = body(placed)
     bad["claim"]["namespace"] = "Not_A_Namespace"
     resp = client.post(f"/api/v1/agent/nodes/{node_id}/claims/", bad, format="json")

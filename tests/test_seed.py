@@ -48,7 +48,7 @@ def test_demo_users_get_namespaces_and_quotas():
     call_command("seed_demo", "--no-domains")
     assert Membership.objects.filter(user__username="alice", namespace__name="team-a").exists()
     assert Membership.objects.filter(user__username="bob", namespace__name="team-b").exists()
-    assert Quota.objects.get(namespace__name="team-a").max_gpus == 48
+    assert Quota.objects.get(namespace__name="team-a").max_gpus == 72
 
 
 def test_demo_logins_are_refused_when_debug_is_off(settings):
@@ -72,3 +72,20 @@ def test_the_demo_opens_on_domains_in_several_phases():
     assert Node.objects.filter(state="cordoned").count() == 1
     call_command("seed_demo")  # again: nothing asked twice
     assert ComputeDomain.objects.count() == 4
+
+
+@pytest.mark.parametrize("username", ["alice", "bob"])
+def test_every_demo_tenant_can_request_a_four_tray_domain_in_the_seeded_demo(username):
+    from django.contrib.auth.models import User
+
+    from domains.audit.events import Actor
+    from domains.computedomains.services import domain_request
+    from domains.computedomains.specs import DomainSpec
+
+    call_command("seed_demo")
+    user = User.objects.get(username=username)
+    namespace = Membership.objects.get(user=user).namespace
+    domain = domain_request(
+        actor=Actor.for_user(user), namespace=namespace, spec=DomainSpec(name="four", num_nodes=4)
+    )
+    assert domain.phase == "Admitted"

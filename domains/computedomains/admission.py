@@ -147,11 +147,18 @@ def per_domain_limits(*, quota: Quota, spec: CleanSpec) -> None:
 def quota_impact(
     *, quota: Quota, usage: dict[str, int], spec: CleanSpec
 ) -> dict[str, dict[str, int | None]]:
-    """Used / requested / limit for GPUs, trays and domains (the form's quota bar)."""
+    """Used / requested / limit for GPUs, trays and domains (the form's quota bar); `used`
+    includes `reserved`, what requests awaiting an admin's approval hold."""
+    requested = {"gpus": spec.gpus, "nodes": spec.num_nodes, "domains": 1}
+    limits = {"gpus": quota.max_gpus, "nodes": quota.max_nodes, "domains": quota.max_domains}
     return {
-        "gpus": {"used": usage["gpus"], "requested": spec.gpus, "limit": quota.max_gpus},
-        "nodes": {"used": usage["nodes"], "requested": spec.num_nodes, "limit": quota.max_nodes},
-        "domains": {"used": usage["domains"], "requested": 1, "limit": quota.max_domains},
+        what: {
+            "used": usage[what],
+            "reserved": usage.get(f"reserved_{what}", 0),
+            "requested": requested[what],
+            "limit": limits[what],
+        }
+        for what in ("gpus", "nodes", "domains")
     }
 
 
@@ -161,11 +168,13 @@ def quota_problems(*, quota: Quota, usage: dict[str, int], spec: CleanSpec) -> l
     for what, row in quota_impact(quota=quota, usage=usage, spec=spec).items():
         limit = row["limit"]
         used, requested = row["used"] or 0, row["requested"] or 0
+        reserved = row["reserved"] or 0
         if limit is not None and used + requested > limit:
             unit = {"gpus": "GPUs", "nodes": "trays", "domains": "domains"}[what]
-            problems.append(
-                f"{unit}: {used} in use + {requested} requested exceeds the quota of {limit}"
-            )
+            held = f"{used - reserved} in use"
+            if reserved:
+                held += f" + {reserved} reserved (awaiting approval)"
+            problems.append(f"{unit}: {held} + {requested} requested exceeds the quota of {limit}")
     return problems
 
 

@@ -177,10 +177,22 @@ def domain_phase_counts() -> dict[str, int]:
     return dict(rows)
 
 
+# What a namespace holds: `domains`, `nodes` and `gpus` count every live domain (a request
+# awaiting approval too: approving it must not take the namespace over its quota); the
+# `reserved_*` part of them is what waits for an admin, so pages can say "3 in use, 9
+# reserved" rather than "12 in use" while only 3 trays run.
+USAGE_KEYS = ("domains", "nodes", "gpus", "reserved_domains", "reserved_nodes", "reserved_gpus")
+
+
+def empty_usage() -> dict[str, int]:
+    return dict.fromkeys(USAGE_KEYS, 0)
+
+
 def quota_usage(namespace: Namespace) -> dict[str, int]:
     """What the namespace holds now: every live domain counts, queued ones included; a
-    domain that follows its workload counts the trays it holds at the moment."""
-    return usage_by_namespace(namespace.pk).get(namespace.pk, {"domains": 0, "nodes": 0, "gpus": 0})
+    domain that follows its workload counts the trays it holds at the moment. Requests
+    awaiting approval count as reserved (`reserved_*`, part of the totals)."""
+    return usage_by_namespace(namespace.pk).get(namespace.pk, empty_usage())
 
 
 def usage_by_namespace(namespace_id: int | None = None) -> dict[int, dict[str, int]]:
@@ -192,16 +204,23 @@ def usage_by_namespace(namespace_id: int | None = None) -> dict[int, dict[str, i
     if namespace_id is not None:
         live = live.filter(namespace_id=namespace_id)
         members = members.filter(domain__namespace_id=namespace_id)
+    pending = Q(phase=Phase.PENDING)
     rows = live.values("namespace_id").annotate(
         domains=Count("id"),
         nodes=Sum("num_nodes"),
         gpus=Sum(F("num_nodes") * F("gpus_per_node")),
+        reserved_domains=Count("id", filter=pending),
+        reserved_nodes=Sum("num_nodes", filter=pending),
+        reserved_gpus=Sum(F("num_nodes") * F("gpus_per_node"), filter=pending),
     )
     usage = {
         r["namespace_id"]: {
             "domains": r["domains"],
             "nodes": r["nodes"] or 0,
             "gpus": r["gpus"] or 0,
+            "reserved_domains": r["reserved_domains"],
+            "reserved_nodes": r["reserved_nodes"] or 0,
+            "reserved_gpus": r["reserved_gpus"] or 0,
         }
         for r in rows
     }
@@ -209,7 +228,7 @@ def usage_by_namespace(namespace_id: int | None = None) -> dict[int, dict[str, i
         nodes=Count("id"), gpus=Sum("domain__gpus_per_node")
     )
     for r in joined:
-        row = usage.setdefault(r["domain__namespace_id"], {"domains": 0, "nodes": 0, "gpus": 0})
+        row = usage.setdefault(r["domain__namespace_id"], empty_usage())
         row["nodes"] += r["nodes"]
         row["gpus"] += r["gpus"] or 0
     return usage

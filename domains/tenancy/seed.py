@@ -22,9 +22,11 @@ DEMO_USERS: list[tuple[str, bool, bool, str | None, Role | None, str]] = [
 ]
 
 DEMO_QUOTAS = {
+    # team-a's demo domains hold 3 trays and reserve 9 awaiting approval: 18 leaves room
+    # for a 4-tray request (and a small one) without touching the quota.
     "team-a": {
-        "max_gpus": 48,
-        "max_nodes": 12,
+        "max_gpus": 72,
+        "max_nodes": 18,
         "max_domains": 4,
         "max_nodes_per_domain": 9,
         "max_lifetime": timedelta(days=7),

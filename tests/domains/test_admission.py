@@ -139,7 +139,12 @@ def test_a_dry_run_says_where_it_lands_and_creates_nothing(topology, ns_a, tenan
     assert result.message == (
         "would be placed on 4 trays in rack gb-r01 clique gb-r01-c0 (18 free before)"
     )
-    assert result.quota_impact["gpus"] == {"used": 0, "requested": 16, "limit": 48}
+    assert result.quota_impact["gpus"] == {
+        "used": 0,
+        "reserved": 0,
+        "requested": 16,
+        "limit": 48,
+    }
     assert not ComputeDomain.objects.exists()
 
 

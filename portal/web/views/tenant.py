@@ -53,12 +53,7 @@ TIMELINE = (
 def dashboard(request: SignedInRequest, ns: str) -> HttpResponse:
     namespace = visible_namespace(request, ns)
     quota = Quota.objects.filter(namespace=namespace).first()
-    usage = quota_usage(namespace)
-    bars = [
-        ("GPUs", usage["gpus"], quota.max_gpus if quota else None),
-        ("Trays", usage["nodes"], quota.max_nodes if quota else None),
-        ("Domains", usage["domains"], quota.max_domains if quota else None),
-    ]
+    bars = quota_bars(quota, quota_usage(namespace))
     qs = (
         domains_visible_to(request.user)
         .filter(namespace=namespace)
@@ -73,6 +68,30 @@ def dashboard(request: SignedInRequest, ns: str) -> HttpResponse:
     }
     template = "tenant/_dashboard.html" if request.GET.get("partial") else "tenant/dashboard.html"
     return render(request, template, context)
+
+
+def _running(row: dict[str, int | None]) -> int:
+    return (row["used"] or 0) - (row.get("reserved") or 0)
+
+
+def quota_bars(quota: Quota | None, usage: dict[str, int]) -> list[dict[str, object]]:
+    """One bar per limit: what runs (or is being placed and formed) apart from what
+    requests awaiting an admin's approval reserve; both count against the limit."""
+    limits = {
+        "gpus": quota.max_gpus if quota else None,
+        "nodes": quota.max_nodes if quota else None,
+        "domains": quota.max_domains if quota else None,
+    }
+    return [
+        {
+            "label": QUOTA_LABELS[what],
+            "running": usage[what] - usage[f"reserved_{what}"],
+            "reserved": usage[f"reserved_{what}"],
+            "total": usage[what],
+            "limit": limit,
+        }
+        for what, limit in limits.items()
+    ]
 
 
 @login_required
@@ -121,7 +140,9 @@ def preview(request: SignedInRequest, ns: str) -> HttpResponse:
             for f, e in form.errors.items()
         )
     rows = result.quota_impact if result else {}
-    impact = [(QUOTA_LABELS.get(key, key), row) for key, row in rows.items()]
+    impact = [
+        (QUOTA_LABELS.get(key, key), {**row, "running": _running(row)}) for key, row in rows.items()
+    ]
     return render(
         request,
         "tenant/_preview.html",

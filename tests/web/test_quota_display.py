@@ -1,0 +1,49 @@
+"""A request awaiting an admin's approval reserves quota; it is not shown as in use."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from domains.tenancy.models import Quota
+from tests.support.lifecycle import form, request_domain
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def awaiting_approval(topology, tenant_a, ns_a):
+    Quota.objects.filter(namespace=ns_a).update(approval_above_nodes=8)
+    form(request_domain(ns_a, tenant_a, "small", num_nodes=3))
+    return request_domain(ns_a, tenant_a, "big", num_nodes=9)
+
+
+def test_the_quota_bars_tell_what_runs_from_what_awaits_approval(
+    client, tenant_a, awaiting_approval
+):
+    client.force_login(tenant_a)
+    body = client.get(reverse("tenant:dashboard", args=["team-a"])).content.decode()
+    assert "<strong>Trays</strong>: " in body
+    assert '<span data-part="running">3 in use</span>' in body
+    assert '<span data-part="reserved">9 reserved (awaiting approval)</span> of 12' in body
+    trays = body[body.index('data-quota="trays"') :][:600]
+    assert "3 in use" in trays and "12 in use" not in trays
+    assert 'class="reserved w75"' in body  # 9 of 12, hatched after the 3 that run
+
+
+def test_an_over_quota_request_names_what_is_reserved_apart_from_what_runs(
+    client, tenant_a, awaiting_approval
+):
+    client.force_login(tenant_a)
+    url = reverse("tenant:request", args=["team-a"])
+    resp = client.post(
+        url,
+        {
+            "name": "more",
+            "num_nodes": 1,
+            "allocation_mode": "Single",
+            "placement_constraint": "any",
+        },
+    )
+    body = resp.content.decode()
+    assert "trays: 3 in use + 9 reserved (awaiting approval) + 1 requested exceeds" in body, body

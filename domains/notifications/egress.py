@@ -9,7 +9,9 @@ addresses, or to networks listed in `PORTAL_WEBHOOK_ALLOWED_NETS` (say a company
 receiver on 10.0.0.0/8). The check runs when the subscription is saved and again before
 every delivery, and the delivery connects to the very address that was checked (the name
 is not resolved a second time by the HTTP client), so a name that resolves to a public
-address first and an internal one later (DNS rebinding) is refused too.
+address first and an internal one later (DNS rebinding) is refused too. An IPv6 address
+that carries an IPv4 one (IPv4-mapped or -compatible, NAT64, 6to4, Teredo) is judged as
+the IPv4 address it reaches.
 """
 
 from __future__ import annotations
@@ -49,12 +51,61 @@ def allowed_networks() -> tuple[IPNetwork, ...]:
     return _allowed(tuple(settings.PORTAL["WEBHOOK_ALLOWED_NETS"]))
 
 
-def address_allowed(address: IPAddress) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
+# IPv6 prefixes that carry an IPv4 address inside them and reach it through a translator or
+# a tunnel. Python calls most of them global, so `64:ff9b::a9fe:a9fe` (the metadata service
+# through NAT64) or `2002:7f00:1::1` (loopback through 6to4) would pass a plain `is_global`.
+_NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _rfc6052(address: ipaddress.IPv6Address, prefix_len: int) -> ipaddress.IPv4Address | None:
+    """The IPv4 address embedded after a NAT64 prefix of `prefix_len` bits (RFC 6052 §2.2:
+    bits 64-71 are zero and skipped, the suffix after the address is zero); None where
+    `address` is not a valid embedding at that length."""
+    packed = address.packed
+    if prefix_len == 96:
+        return ipaddress.IPv4Address(packed[12:16])
+    places = [i for i in range(prefix_len // 8, 16) if i != 8]
+    if packed[8] or any(packed[i] for i in places[4:]):
+        return None
+    return ipaddress.IPv4Address(bytes(packed[i] for i in places[:4]))
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """Every IPv4 address `address` may stand for: IPv4-mapped and -compatible, NAT64 (the
+    well-known /96 and each prefix length the local-use /48 may be cut at), 6to4 and Teredo
+    (its server and its client). Empty for a plain IPv6 address."""
+    if address.ipv4_mapped:
+        return (address.ipv4_mapped,)
+    if address.sixtofour:
+        return (address.sixtofour,)
+    if address.teredo:
+        return address.teredo
+    if address in _NAT64_WELL_KNOWN:
+        return (ipaddress.IPv4Address(address.packed[12:16]),)
+    if address in _NAT64_LOCAL:
+        readings = (_rfc6052(address, n) for n in (48, 56, 64, 96))
+        return tuple(dict.fromkeys(v4 for v4 in readings if v4 is not None))
+    if address in _IPV4_COMPATIBLE:
+        return (ipaddress.IPv4Address(address.packed[12:16]),)
+    return ()
+
+
+def _plainly_allowed(address: IPAddress) -> bool:
     if any(address in net for net in allowed_networks()):
         return True
     return address.is_global and not address.is_multicast
+
+
+def address_allowed(address: IPAddress) -> bool:
+    """Whether a webhook may connect to `address`. An IPv6 spelling of an IPv4 address is
+    judged as every IPv4 address it may stand for, unless the operator allows it as written."""
+    if isinstance(address, ipaddress.IPv6Address):
+        inner = embedded_ipv4(address)
+        if inner and not any(address in net for net in allowed_networks()):
+            return all(_plainly_allowed(v4) for v4 in inner)
+    return _plainly_allowed(address)
 
 
 def resolve(hostname: str, port: int) -> list[IPAddress]:

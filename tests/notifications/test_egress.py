@@ -90,3 +90,90 @@ def test_delivery_checks_again_and_connects_to_the_address_it_checked(hooks):
     attempt = DeliveryAttempt.objects.get(notification=refused)
     assert attempt.status_code is None and attempt.error.startswith("refused: localhost")
     assert len(hooks.on("/hook")) == 1  # nothing more reached it
+
+
+# Every spelling of an address the worker might connect to, and whether a webhook may go there.
+# IPv6 forms that carry an IPv4 address (mapped, compatible, NAT64, 6to4, Teredo) are judged as
+# the IPv4 address inside them; Python's `is_global` alone calls most of them public.
+SPELLINGS = [
+    # Plain IPv4, including the shorthand forms the resolver accepts.
+    ("http://8.8.8.8/", True),
+    ("https://1.1.1.1:8443/hook", True),
+    ("http://127.0.0.1/", False),
+    ("http://127.1/", False),
+    ("http://2130706433/", False),  # 127.0.0.1 as one number
+    ("http://0x7f000001/", False),
+    ("http://0177.0.0.1/", False),  # octal
+    ("http://169.254.169.254/", False),
+    ("http://10.0.0.1/", False),
+    ("http://172.16.0.1/", False),
+    ("http://100.64.0.1/", False),  # carrier-grade NAT
+    ("http://198.18.0.1/", False),  # benchmarking
+    ("http://240.0.0.1/", False),
+    ("http://255.255.255.255/", False),
+    # Plain IPv6.
+    ("http://[2606:4700:4700::1111]/", True),
+    ("http://[2001:4860:4860::8888]/", True),
+    ("http://[::1]/", False),
+    ("http://[::]/", False),
+    ("http://[fe80::1]/", False),
+    ("http://[fc00::1]/", False),
+    ("http://[fd12:3456::1]/", False),
+    ("http://[ff02::1]/", False),
+    ("http://[2001:db8::1]/", False),
+    # IPv4-mapped.
+    ("http://[::ffff:8.8.8.8]/", True),
+    ("http://[::ffff:127.0.0.1]/", False),
+    ("http://[::ffff:7f00:1]/", False),
+    ("http://[::ffff:a9fe:a9fe]/", False),
+    # IPv4-compatible (deprecated, still parsed).
+    ("http://[::8.8.8.8]/", True),
+    ("http://[::127.0.0.1]/", False),
+    ("http://[::a9fe:a9fe]/", False),
+    ("http://[::10.0.0.1]/", False),
+    # NAT64, the well-known prefix.
+    ("http://[64:ff9b::8.8.8.8]/", True),
+    ("http://[64:ff9b::808:808]/", True),
+    ("http://[64:ff9b::a9fe:a9fe]/", False),  # the metadata service through NAT64
+    ("http://[64:ff9b::7f00:1]/", False),
+    ("http://[64:ff9b::10.0.0.1]/", False),
+    ("http://[64:ff9b::192.168.0.1]/", False),
+    # NAT64, the local-use prefix: every length it may be cut at is read.
+    ("http://[64:ff9b:1::8.8.8.8]/", True),
+    ("http://[64:ff9b:1::a9fe:a9fe]/", False),
+    ("http://[64:ff9b:1:a9fe:a9:fe00::]/", False),  # 169.254.169.254 after a /48
+    ("http://[64:ff9b:1:7f:0:100::]/", False),  # 127.0.0.1 after a /56
+    ("http://[64:ff9b:1:0:7f:0:1::]/", False),  # 127.0.0.1 after a /64
+    # 6to4.
+    ("http://[2002:808:808::1]/", True),
+    ("http://[2002:7f00:1::1]/", False),
+    ("http://[2002:a9fe:a9fe::1]/", False),
+    ("http://[2002:a00:1::]/", False),
+    # Teredo: the server and the client (stored inverted) must both be public.
+    ("http://[2001:0:4136:e378:8000:63bf:f7f7:f7f7]/", True),
+    ("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/", False),  # client 127.0.0.1
+    ("http://[2001:0:a00:1:8000:63bf:f7f7:f7f7]/", False),  # server 10.0.0.1
+    ("http://[2001::5601:5656]/", False),  # server 0.0.0.0
+]
+
+
+@pytest.mark.parametrize(("url", "allowed"), SPELLINGS)
+def test_every_spelling_of_an_address_is_judged_as_the_ipv4_address_inside_it(url, allowed):
+    with allowing():
+        if allowed:
+            assert egress.pin(url).url.startswith(url.split("/")[0])
+        else:
+            with pytest.raises(egress.EgressRefused, match="not a public address"):
+                egress.pin(url)
+
+
+def test_the_table_covers_forty_spellings_both_ways():
+    assert len(SPELLINGS) >= 40
+    assert {allowed for _, allowed in SPELLINGS} == {True, False}
+
+
+def test_an_operator_may_allow_an_ipv6_network_as_written():
+    with allowing("64:ff9b:1::/48"):
+        assert egress.pin("http://[64:ff9b:1:a9fe:a9:fe00::]/").url.startswith("http://[64:ff9b:1:")
+    with allowing("10.0.0.0/8"):
+        assert egress.pin("http://[64:ff9b::10.1.2.3]/").url.startswith("http://[64:ff9b::")

@@ -122,6 +122,14 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    parent = models.ForeignKey(
+        "self",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="children",
+        help_text="The token that minted this one: it expires no later and is revoked with it.",
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -62,6 +62,7 @@ def test_the_token_list_never_shows_secrets_or_other_users_tokens(tenant_a, tena
         "expiresAt",
         "lastUsedAt",
         "createdAt",
+        "parentId",
     }
 
 

@@ -101,10 +101,24 @@ class ApiTokenSerializer(serializers.ModelSerializer):
     expiresAt = serializers.DateTimeField(source="expires_at", allow_null=True)
     lastUsedAt = serializers.DateTimeField(source="last_used_at", allow_null=True)
     createdAt = serializers.DateTimeField(source="created_at")
+    parentId = serializers.IntegerField(
+        source="parent_id",
+        allow_null=True,
+        help_text="The token that minted this one; it expires no later and is revoked with it.",
+    )
 
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "readOnly", "expiresAt", "lastUsedAt", "createdAt"]
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "readOnly",
+            "expiresAt",
+            "lastUsedAt",
+            "createdAt",
+            "parentId",
+        ]
 
 
 class NewApiTokenSerializer(ApiTokenSerializer):

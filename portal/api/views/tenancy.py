@@ -121,6 +121,9 @@ class TokenViewSet(
         request=ApiTokenInput,
         responses={201: NewApiTokenSerializer, **errors(*WRITE)},
         summary="Create a token; copy the `token` now, it is never shown again.",
+        description="A token created with a token (rather than a signed-in browser) is its "
+        "child: it expires no later than its parent (`expiresAt` is capped), is read-only if "
+        "the parent is, and is revoked with it.",
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         body = ApiTokenInput(data=request.data)
@@ -132,6 +135,8 @@ class TokenViewSet(
             name=body.validated_data["name"],
             read_only=body.validated_data["readOnly"],
             expires_in=timedelta(days=days) if days else None,
+            # A token minted with a token is its child: it expires no later and dies with it.
+            parent=request.auth if isinstance(request.auth, ApiToken) else None,
         )
         token.token = raw  # type: ignore[attr-defined]
         response = Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)

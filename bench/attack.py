@@ -1,4 +1,4 @@
-"""The outside attack of issue 16, repeated against a running portal, with its figures.
+"""The outside attack (docs/security.md), repeated against a running portal, with its figures.
 
     make demo                                   # in one terminal (DEBUG on: demo logins)
     .venv/bin/python bench/attack.py --url http://127.0.0.1:8000

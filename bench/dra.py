@@ -188,7 +188,7 @@ def main() -> int:
             for kubelet in kubelets.values():
                 kubelet.close()
     print(
-        "\nTargets (DESIGN.md §8, issue 18): 18 claims allocated → all prepared under 2 s; "
+        "\nTargets (docs/architecture.md): 18 claims allocated → all prepared under 2 s; "
         "18 claims prepared → all Ready under 2 s."
     )
     return 0

@@ -282,7 +282,7 @@ def main() -> int:
             if timelines:
                 _print_timeline(timelines)
                 _print_rounds(ready_t, lasts[1:])
-    print("\nTargets (DESIGN.md §8): 18 trays median < 1 s; 144 trays < 3 s; release as fast.")
+    print("\nTargets: 18 trays median < 1 s; 144 trays < 3 s; release as fast.")
     return 0
 
 

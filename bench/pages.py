@@ -11,7 +11,7 @@ The Chromium figures load the fleet page (`/fabric/`) from a real uvicorn server
 Debian's Chromium (Playwright) and read the browser's Navigation Timing: *interactive* is
 DOMContentLoaded finished (the document parsed, deferred scripts — htmx, live updates —
 run, so links, filters and forms respond), *load* is the load event. Median of `--repeat`
-cold page loads (a new browser context each). Targets (DESIGN.md): interactive in < 1 s at
+cold page loads (a new browser context each). Targets: interactive in < 1 s at
 100 racks and < 2 s at 1,000.
 
     .venv/bin/python bench/pages.py [--repeat 5] [--sizes 10,100,1000] [--no-browser]

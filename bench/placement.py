@@ -2,7 +2,7 @@
 fragmentation best fit saves over first fit on long seeded traces.
 
 Pure function, no database: the topology is built in memory the way `topology_snapshot()`
-hands it over. Target (DESIGN.md §8): under 50 ms at 10,000 trays.
+hands it over. Target (docs/architecture.md): under 50 ms at 10,000 trays.
 
     .venv/bin/python bench/placement.py [--runs 200] [--db]
 

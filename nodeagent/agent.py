@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The node agent: one reconcile loop per tray (STYLE.md "Node agent").
+"""The node agent: one reconcile loop per tray.
 
 A cycle: fetch the desired state (on a websocket nudge, or every few seconds) → read what
 the tray looks like → apply the difference → report, with the generation now matched.

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The agent ↔ portal contract: the documents both sides exchange, typed and as JSON Schemas.
 
-Four documents travel between a tray's agent and the portal (DESIGN.md §5):
+Four documents travel between a tray's agent and the portal (docs/architecture.md):
 
 - `JoinRequest` (agent → `POST /api/v1/agent/join/`): the tray's facts and one credential,
   the fleet's join token or (Kubernetes) the agent pod's projected service-account token;

@@ -1,4 +1,4 @@
-"""The database itself refuses the bad states (DESIGN.md §3 invariants)."""
+"""The database itself refuses the bad states (the invariants in docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """DRA claims on trays: the node agent asks before it prepares a claim, and says when it
-has unprepared one (DESIGN.md §6).
+has unprepared one (docs/architecture.md, "Kubernetes").
 
 A pod that names a domain's ResourceClaimTemplate gets a claim; the scheduler allocates it
 to the `channel` device of the tray it picks, and that tray's agent calls `claim_admit`

@@ -68,8 +68,8 @@ def observe(series: str, values: Iterable[float | None], *, label: str = "") -> 
 
 # Each bucket's count grows by the observations at or below its bound; every row's total by
 # their sum (only the +Inf row's total is read: the histogram's sum). Written by hand: the
-# same UPDATE built by the ORM as a CASE of one WHEN per bucket cost ~10 ms of CPU to
-# compile, three times per formation, the larger part of a fold on the worker.
+# same UPDATE built by the ORM, a CASE of one WHEN per bucket, costs more to compile than
+# the rest of a fold on the worker, and it runs three times per formation.
 _ADD_SQL = (
     "UPDATE {table} SET {count} = {count} + (SELECT count(*) FROM unnest(%s::float8[]) AS v"
     " WHERE v <= {le}), {total} = {total} + %s WHERE {series} = %s AND {label} = %s"

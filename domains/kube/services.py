@@ -1,4 +1,4 @@
-"""What Kubernetes tells the portal, written through services (STYLE.md).
+"""What Kubernetes tells the portal, written through services.
 
 The watches in `sync.py` turn API objects into the plain values below and call one service
 per observation. Every service is idempotent — a relist replays the whole cluster through

@@ -67,11 +67,11 @@ def send_to_groups(groups: list[str], message: dict[str, Any]) -> None:
 class _Sender:
     """One event loop per process, on its own thread, that carries every live hint.
 
-    `async_to_sync` per message built a fresh event loop, and with it a fresh Redis
-    connection pool in channels-redis, for every hint: about 5 ms each, four hints per agent
-    report, which made live updates a third of a status report's cost (bench/formation.py).
-    A long-lived loop keeps one pool, and callers never wait for Redis. Created lazily and
-    per PID, so a forked Celery child gets its own. A bounded backlog protects memory when
+    `async_to_sync` per message would build a fresh event loop, and with it a fresh Redis
+    connection pool in channels-redis, for every hint (four hints per agent report), making
+    live updates a large share of a status report's cost. A long-lived loop keeps one pool,
+    and callers never wait for Redis. Created lazily and per PID, so a forked Celery child
+    gets its own. A bounded backlog protects memory when
     Redis is down: hints beyond it are dropped (they are only hints).
     """
 

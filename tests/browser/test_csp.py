@@ -1,4 +1,4 @@
-"""The Content-Security-Policy in real Chromium (issue 16, finding 6): every page the
+"""The Content-Security-Policy in real Chromium: every page the
 portal links to, Django admin's and the API docs (Swagger UI) load with zero violations,
 and what needs script still works under it: htmx, the websocket, Swagger UI, the confirm
 on revoking a token."""

@@ -1,4 +1,4 @@
-"""Issue 17's bugs, each seen in real Chromium: the request preview, a domain's page through
+"""Bugs found in the pages, each seen in real Chromium: the request preview, a domain's page through
 every phase and after release, tray actions offered by state (mark down / mark up among
 them), and the small things (durations, doubled words, the MPIJob name, YAML anchors, the
 favicon). The controller's worker runs for real; the agents' reports go through the same

@@ -1,4 +1,4 @@
-"""Fixtures for the attacks of issue 16, run against a real uvicorn server on the test
+"""Fixtures for the outside attacks (docs/security.md) run against a real uvicorn server on the test
 database: a fabric in this suite's loopback range (127.16 unless TEST_TRAY_IP_BASE moves
 it), actors with real bearer tokens, and a joined tray with its real node token."""
 

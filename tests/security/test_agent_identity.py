@@ -1,6 +1,6 @@
-"""What a leaked join token can no longer do, against the real server (issue 16, finding
-3): take over a tray whose agent is alive, change a known tray's identity (clique, GPUs,
-IP), or learn whose domain a busy tray serves. An operator's allow-rejoin opens one join."""
+"""What a leaked join token can no longer do, against the real server: take over a
+tray whose agent is alive, change a known tray's identity (clique, GPUs, IP), or learn whose
+domain a busy tray serves. An operator's allow-rejoin opens one join."""
 
 from __future__ import annotations
 

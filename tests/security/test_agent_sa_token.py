@@ -1,5 +1,5 @@
 """Agents on Kubernetes join with their pod's projected service-account token, verified by
-the API server's TokenReview and bound to the pod's node (issue 16): no shared secret.
+the API server's TokenReview and bound to the pod's node: no shared secret.
 
 A real uvicorn server whose Kubernetes API server is the mock (tests/support/kubemock.py,
 which issues and reviews tokens as a real one does), a real agent process reading its

@@ -1,4 +1,4 @@
-"""Demo users are inert with DEBUG off (issue 16, finding 4): no password, no session, no
+"""Demo users are inert with DEBUG off: no password, no session, no
 API token; nor does the demo's well-known join token register a tray. The real server runs
 with DEBUG off, as production does."""
 

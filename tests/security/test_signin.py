@@ -1,4 +1,4 @@
-"""One sign-in policy against the real server (issue 16, findings 1 and 5): Django admin's
+"""One sign-in policy against the real server: Django admin's
 form is limited like the portal's, failures are keyed on (account, address) so nobody can
 lock a user out from elsewhere, a made-up X-Forwarded-For buys no fresh budget, and bad
 bearer tokens never make a valid one from the same address wait."""

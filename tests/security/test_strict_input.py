@@ -1,4 +1,4 @@
-"""Input the API used to take quietly (issue 16, finding 7): negative or huge paging values,
+"""Input the API used to take quietly: negative or huge paging values,
 numbers sent as strings, text sent as numbers, unknown fields on the agent API. Each is a
 400 naming the field."""
 

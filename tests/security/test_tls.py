@@ -1,4 +1,4 @@
-"""The same TLS rules on every path in production (issue 16, finding 6): plain HTTP is
+"""The same TLS rules on every path in production: plain HTTP is
 redirected to HTTPS on the pages, the API, the agent API (its fast path included), /metrics
 and the health checks; HTTPS answers carry HSTS. HTTPS is what a trusted proxy says
 (PORTAL_TRUSTED_PROXIES), never what any client claims."""

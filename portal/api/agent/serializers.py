@@ -136,12 +136,12 @@ class ReportSerializer(StrictSerializer):
 
 
 # --- the report in the agent's own form, recognised without DRF ---------------------------------
-# Every tray reports every few seconds and at each step of a formation: through
-# ReportSerializer a report naming 18 peers cost ~2 ms of the web's CPU, most of the
-# report's cost. The agent always sends one form (every field, JSON types, text without
-# surrounding blanks: nodeagent/agent.py `report_doc`). `canonical_report` recognises exactly
-# that form, in which the serializer would accept the report and change nothing, and
-# returns the same AgentReport; anything else (a missing field, "5" for 5, blanks to trim, a
+# Every tray reports every few seconds and at each step of a formation, and validating a
+# report naming 18 peers through ReportSerializer would be most of the report's cost. The
+# agent always sends one form (every field, JSON types, text without surrounding blanks:
+# nodeagent/agent.py `report_doc`). `canonical_report` recognises exactly that form, in
+# which the serializer would accept the report and change nothing, and returns the same
+# AgentReport; anything else (a missing field, "5" for 5, blanks to trim, a
 # value out of range) it leaves to the serializer, the one place that names what is wrong.
 # tests/agents/test_report_form.py holds the two to that.
 _REPORT_KEYS = frozenset(ReportSerializer().fields)

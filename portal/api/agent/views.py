@@ -1,4 +1,4 @@
-"""The agent protocol: join, desired state, status report (DESIGN.md §5).
+"""The agent protocol: join, desired state, status report (docs/architecture.md).
 
 Per-node URLs (`nodes/<id>/…`) make "a node token acts only for its own node" a check on
 every request: a token presented for another node's URL is refused with 403 and logged as

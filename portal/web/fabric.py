@@ -10,13 +10,13 @@ everyone else's trays only as an anonymous "in use".
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.urls import reverse
 
 from domains.computedomains.fabric import FabricRead, GpuCell, Holder, fabric_read
-from domains.inventory.models import Node
+from domains.inventory.models import Node, NodeState
 from domains.placement.model import CliqueSummary, TrayStatus
 from domains.tenancy.selectors import Viewer, is_operator, namespaces_visible_to
 
@@ -75,6 +75,9 @@ class TrayView:
     domain: DomainTag | None = None
     url: str = ""
     highlight: bool = False
+    # A preview marks where a request would land; a running domain's drawing marks its own
+    # trays (and must not say "lands here" of them).
+    preview: bool = True
 
     @property
     def status_word(self) -> str:
@@ -124,13 +127,16 @@ def fabric_view(
     rack_names: Iterable[str] | None = None,
     highlight: Iterable[int] = (),
     links: bool = True,
+    preview: bool = True,
 ) -> list[RackView]:
-    """Every rack (or the named ones) with trays, GPUs, domains and clique summaries."""
+    """Every rack (or the named ones) with trays, GPUs, domains and clique summaries;
+    `highlight` marks where a request would land (`preview`) or a domain's own trays."""
     return draw_racks(
         fabric_read(rack_names=rack_names),
         Visibility.of(viewer),
         highlight=highlight,
         links=links,
+        preview=preview,
     )
 
 
@@ -141,6 +147,7 @@ def draw_racks(
     rack_names: Iterable[str] | None = None,
     highlight: Iterable[int] = (),
     links: bool = True,
+    preview: bool = True,
 ) -> list[RackView]:
     """The read's racks (or the named ones among them) as this viewer sees them: no query."""
     wanted_racks = None if rack_names is None else set(rack_names)
@@ -159,12 +166,34 @@ def draw_racks(
         rack = racks.get(node.rack_id) if node.rack_id is not None else None
         if rack is None or node.slot is None:
             continue
-        rack.trays[node.slot] = _tray_view(node, read, status, visibility, links, marked)
+        tray = _tray_view(node, read, status, visibility, links, marked)
+        tray.preview = preview
+        rack.trays[node.slot] = tray
     by_name = {r.name: r for r in racks.values()}
     for summary in read.summaries:
         if summary.rack in by_name:
-            by_name[summary.rack].cliques.append(summary)
+            rack = by_name[summary.rack]
+            rack.cliques.append(_counting_held_down(summary, rack.trays.values()))
     return list(racks.values())
+
+
+def _counting_held_down(summary: CliqueSummary, trays: Iterable[TrayView]) -> CliqueSummary:
+    """A down tray still held by a domain is unavailable, not "in use": the domain lost it.
+    (Placement counts it in use until its member lets go, which keeps it out of plans.)"""
+    held_down = sum(
+        1
+        for t in trays
+        if t.clique_id == summary.clique_id
+        and t.status == TrayStatus.IN_USE
+        and t.state == NodeState.DOWN
+    )
+    if not held_down:
+        return summary
+    return replace(
+        summary,
+        in_use=summary.in_use - held_down,
+        unavailable=summary.unavailable + held_down,
+    )
 
 
 def _rack_view(

@@ -51,6 +51,9 @@ FLAG_WORDS: dict[str, str] = {
     NodeState.DRAINING: "cordoned",
     NodeState.DOWN: "down",
 }
+# Trays nobody flagged that placement still cannot use (no heartbeat, a blocking condition,
+# no address, an agent never seen): the band's "not ready", so they never drop out of it.
+NOT_READY = STATE_FILTERS["not_ready"][1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +100,11 @@ class Band:
 
     def count(self, kinds: Counter[tuple[str, str, int]]) -> None:
         """From (status, flag, GPUs) → trays: a tray counts in `total`, in one of
-        used/free/unavailable, and in its flag (cordoned, down) if it has one."""
+        used/free/unavailable, and in its flag (cordoned, down) if it has one, or in "not
+        ready" when nobody flagged it and placement cannot use it anyway."""
         for (status, state, gpus), n in kinds.items():
             use = USE_WORDS.get(status, "unavailable")
-            flag = FLAG_WORDS.get(state, "")
+            flag = FLAG_WORDS.get(state, "not_ready" if status in NOT_READY else "")
             for key in ("total", use, flag) if flag else ("total", use):
                 self.trays[key] += n
                 self.gpus[key] += n * gpus

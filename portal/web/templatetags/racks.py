@@ -73,6 +73,18 @@ def _rows(rack: RackView) -> list[tuple[str, int]]:
     return rows
 
 
+TRAY_DOWN_DAEMON = "unknown: tray down"
+
+
+@register.filter
+def daemon_word(daemon_state: str, tray_state: str) -> str:
+    """The IMEX daemon's state as a page may say it: on a tray that is down, the last word
+    its agent reported (READY, say) is no longer known to be true."""
+    if tray_state == "down":
+        return TRAY_DOWN_DAEMON
+    return daemon_state or "—"
+
+
 def _hover(tray: TrayView) -> str:
     lines = [f"{tray.hostname} (slot {tray.slot})", f"state: {tray.state}, {tray.status_word}"]
     if tray.domain:
@@ -82,14 +94,14 @@ def _hover(tray: TrayView) -> str:
     bad = [f"GPU{g.index} {g.health}" for g in tray.gpus if g.health != "healthy"]
     lines.append("GPUs: " + (", ".join(bad) if bad else f"{len(tray.gpus)} healthy"))
     if tray.daemon_state:
-        lines.append(f"IMEX daemon: {tray.daemon_state}")
+        lines.append(f"IMEX daemon: {daemon_word(tray.daemon_state, tray.state)}")
     lines.append(
         f"heartbeat: {timesince(tray.last_heartbeat)} ago"
         if tray.last_heartbeat
         else "heartbeat: never"
     )
     if tray.highlight:
-        lines.append("the request would land here")
+        lines.append("the request would land here" if tray.preview else "a tray of this domain")
     return escape("\n".join(lines))
 
 
@@ -103,6 +115,8 @@ def _tray(tray: TrayView | None, slot: int, y: int) -> str:
         )
     if tray.domain is not None:
         fill, word = tray.domain.colour, tray.domain.label
+        if tray.state == "down":  # a dead tray is drawn dead, whoever held it
+            fill = STATE_FILL["down"]
     else:
         fill, word = STATE_FILL.get(tray.status, "#f4f4f5"), tray.status_word
     # A tray can serve a domain and be cordoned, draining or down at once: say both.
@@ -131,9 +145,9 @@ def _tray(tray: TrayView | None, slot: int, y: int) -> str:
         )
         if mark:
             parts.append(f'<text x="{x + GPU_W / 2}" y="{y + 12}" class="gpu-mark">{mark}</text>')
-    label = word if len(word) <= 20 else word[:19] + "…"
     if tray.highlight:
-        label = "▶ lands here"
+        word = "▶ lands here" if tray.preview else f"▶ {word}"
+    label = word if len(word) <= 20 else word[:19] + "…"
     parts.append(f'<text x="{TEXT_X}" y="{y + 12}" class="word">{escape(label)}</text></g>')
     body = "".join(parts)
     url = tray.domain.url if (tray.domain and tray.domain.url and not tray.url) else tray.url

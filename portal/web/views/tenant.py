@@ -328,7 +328,11 @@ def _racks_of(request: SignedInRequest, members) -> list:
     if not names:
         return []
     return fabric_view(
-        viewer=request.user, rack_names=names, highlight=[m.node_id for m in held], links=False
+        viewer=request.user,
+        rack_names=names,
+        highlight=[m.node_id for m in held],
+        links=False,
+        preview=False,
     )
 
 

@@ -1,7 +1,7 @@
 """The one authentication backend: every password form (the portal's /login/ and Django
 admin's /django-admin/login/) goes through it, so both follow one sign-in policy
-(portal/signin.py): an address over its failure budget and a locked (account, address)
-pair get no password checked at all.
+(portal/signin.py): a locked (account, address) pair, and an address over its failure
+ceiling between two paced checks, get no password checked at all.
 
 The demo's well-known logins only work while DEBUG is on. With DEBUG off the demo users are
 inert: their password is refused here, their sessions (ModelBackend.get_user asks
@@ -20,7 +20,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
 
 from domains.tenancy.seed import DEMO_GROUP
-from portal.ratelimit import LOGIN_FAILURES, client_address
+from portal.ratelimit import client_address, signin_paced
 
 
 def demo_user_refused(user: User) -> bool:
@@ -40,9 +40,9 @@ class PortalModelBackend(AxesStandaloneBackend, ModelBackend):
         # A request made up in-process (the test client's login(), a management command)
         # has no client address to count; none reachable from outside lacks one.
         if request is not None and getattr(request, "META", {}).get("REMOTE_ADDR"):
-            if LOGIN_FAILURES.exceeded(client_address(request)):
+            if signin_paced(client_address(request)):
                 # Stops authenticate() at once; Django reports a failed sign-in as usual.
-                raise PermissionDenied("too many failed sign-ins from this address")
+                raise PermissionDenied("too many failed sign-ins from this address; slowed")
             # Raises PermissionDenied while the (account, address) pair is locked out.
             AxesStandaloneBackend.authenticate(self, request, username, password, **kw)
         return ModelBackend.authenticate(self, request, username, password, **kw)

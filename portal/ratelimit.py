@@ -2,8 +2,9 @@
 counts together and a restart does not reset an attacker's budget.
 
 Used for sign-in: failed password logins (web form) and failed bearer tokens (API) are
-counted per client address; once a key is over its limit, further attempts are refused
-until the window rolls over, without even checking the password or token.
+counted per client address. Past its limit a bearer-token key is refused until the window
+rolls over; a sign-in address is paced instead (one password check every few seconds), so
+it is slowed and never locked out.
 
     from portal.ratelimit import LOGIN_FAILURES
     if LOGIN_FAILURES.exceeded(key): refuse(retry_after=LOGIN_FAILURES.retry_after())
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -73,6 +75,15 @@ class _LocalCounts:
     def delete(self, key: str) -> None:
         with self._lock:
             self._counts.pop(key, None)
+
+    def add(self, key: str, timeout: float) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            self._prune(now)
+            if key in self._counts:
+                return False
+            self._counts[key] = (1, now + timeout)
+            return True
 
 
 class _Backend:
@@ -126,6 +137,13 @@ class _Backend:
     def delete(self, key: str) -> None:
         self._call(lambda: cache.delete(key), lambda: self.local.delete(key))
 
+    def add(self, key: str, timeout: float) -> bool:
+        """Set `key` for `timeout` seconds unless it is set; whether this call set it."""
+        return self._call(
+            lambda: bool(cache.add(key, 1, timeout=timeout)),
+            lambda: self.local.add(key, timeout),
+        )
+
 
 _backend = _Backend()
 
@@ -161,9 +179,49 @@ class RateLimit:
         return max(1, self.window_s - int(time.time()) % self.window_s)
 
 
-# Failed sign-ins per client address, whatever account they try (portal.signin): 20 per 5
-# minutes stops guessing, not typos. Per account and address, django-axes locks out.
-LOGIN_FAILURES = RateLimit(scope="login-failures", limit=20, window_s=300)
+@dataclass(frozen=True)
+class Pace:
+    """At most one go per `interval_s` seconds per key, in the scope `scope`: a brake that
+    slows a key down and never shuts it out for longer than the interval."""
+
+    scope: str
+    interval_s: float
+
+    def _key(self, key: str) -> str:
+        return f"pace:{self.scope}:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+    def take(self, key: str) -> bool:
+        """Whether `key` may go now (and, if so, the next go waits `interval_s`)."""
+        return _backend.add(self._key(key), self.interval_s)
+
+    def waiting(self, key: str) -> bool:
+        """Whether `key` went less than `interval_s` ago (without taking a go)."""
+        return _backend.get(self._key(key)) > 0
+
+    def reset(self, key: str) -> None:
+        _backend.delete(self._key(key))
+
+    def retry_after(self) -> int:
+        return max(1, math.ceil(self.interval_s))
+
+
+# Failed sign-ins per client address, whatever accounts they try (portal.signin). Per
+# (account, address) django-axes locks out after a few; this ceiling is much higher and
+# only slows: past it, the address gets one password check per SIGNIN_PACE interval, so a
+# guesser walking through accounts crawls while the others behind the same NAT or proxy
+# still sign in, waiting at most a few seconds.
+LOGIN_FAILURES = RateLimit(
+    scope="login-failures", limit=settings.PORTAL["SIGNIN_ADDRESS_CEILING"], window_s=300
+)
+SIGNIN_PACE = Pace(scope="signin", interval_s=settings.PORTAL["SIGNIN_ADDRESS_PACE_S"])
+
+
+def signin_paced(address: str) -> bool:
+    """Whether a password check from `address` must wait now: it is over the ceiling and
+    its last check was less than a pace ago. Takes the go when it may."""
+    return LOGIN_FAILURES.exceeded(address) and not SIGNIN_PACE.take(address)
+
+
 # Failed bearer tokens per client address (a scanner), and per token prefix and address (a
 # script retrying a revoked token): past either, failures are answered 429 instead of 401.
 # Only failures: a valid token always works (portal/api/authentication.py).
@@ -183,23 +241,24 @@ def client_address(request: Any) -> str:
 
 
 class RateLimitedLoginView(auth_views.LoginView):
-    """Django's LoginView that answers 429 with a message once the client's address is over
-    its failure budget (portal.signin counts failures and locks account/address pairs)."""
-
-    limit = LOGIN_FAILURES
+    """Django's LoginView that answers 429 with a message while the client's address is
+    over its failure ceiling and paced (portal.signin counts failures; django-axes locks
+    account/address pairs)."""
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if self.limit.exceeded(client_address(request)):
+        address = client_address(request)
+        if LOGIN_FAILURES.exceeded(address) and SIGNIN_PACE.waiting(address):
             # Refuse without validating the form: validation would check the password.
             form = self.get_form()
             form.cleaned_data = {}
             form._errors = ErrorDict()  # type: ignore[attr-defined]  # Django's own, unstubbed
+            wait = SIGNIN_PACE.retry_after()
             form.add_error(
                 None,
                 "Too many failed sign-in attempts from your address; "
-                f"try again in {self.limit.retry_after()} seconds.",
+                f"try again in {wait} second{'s' if wait != 1 else ''}.",
             )
             response = self.render_to_response(self.get_context_data(form=form), status=429)
-            response["Retry-After"] = str(self.limit.retry_after())
+            response["Retry-After"] = str(wait)
             return response
         return super().post(request, *args, **kwargs)

@@ -380,6 +380,11 @@ PORTAL: PortalSettings = {
     # Failed bearer tokens per client address in 5 minutes before they are answered 429
     # (a tenth of it per token prefix and address); valid tokens are never refused.
     "TOKEN_FAILURE_LIMIT": env_int("PORTAL_TOKEN_FAILURE_LIMIT", 100),
+    # Failed sign-ins per client address in 5 minutes, whatever accounts they tried, past
+    # which that address gets one password check per SIGNIN_ADDRESS_PACE_S seconds: slowed,
+    # never locked (a shared NAT keeps working). Per account and address, django-axes locks.
+    "SIGNIN_ADDRESS_CEILING": env_int("PORTAL_SIGNIN_ADDRESS_CEILING", 100),
+    "SIGNIN_ADDRESS_PACE_S": env_int("PORTAL_SIGNIN_ADDRESS_PACE_S", 2),
     # Notifications: links in e-mail start with BASE_URL; an e-mail or webhook is tried
     # NOTIFY_ATTEMPTS times, the first retry after NOTIFY_BACKOFF_S seconds, then doubling.
     "BASE_URL": os.environ.get("PORTAL_BASE_URL", ""),
@@ -438,7 +443,7 @@ LOGGING = {
 # no password checked at all (portal/auth.py).
 AUTHENTICATION_BACKENDS = ["portal.auth.PortalModelBackend"]
 # Lock out the (account, address) pair, never the account alone: a guesser cannot lock a
-# user out from elsewhere. The address-only budget is portal.ratelimit.LOGIN_FAILURES.
+# user out from elsewhere. The address-only ceiling (portal.ratelimit.LOGIN_FAILURES) slows.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_FAILURE_LIMIT = env_int("PORTAL_SIGNIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("PORTAL_SIGNIN_COOLOFF_MIN", 15))

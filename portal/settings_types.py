@@ -31,6 +31,8 @@ class PortalSettings(TypedDict):
     SMALLEST_REQUEST_NODES: int  # smallest domain a tenant may request, in trays
     TRUSTED_PROXIES: list[str]  # reverse proxies in front of the web processes
     TOKEN_FAILURE_LIMIT: int
+    SIGNIN_ADDRESS_CEILING: int  # failed sign-ins per address in 5 min before it is paced
+    SIGNIN_ADDRESS_PACE_S: int  # past it, one password check per this many seconds
     BASE_URL: str  # the portal's address as users reach it (links in e-mail); "" = none
     NOTIFY_ATTEMPTS: int  # tries at sending one e-mail or webhook notification
     NOTIFY_BACKOFF_S: int  # first retry after this, then doubling

@@ -4,9 +4,19 @@
 - django-axes locks an (account, client address) pair out after AXES_FAILURE_LIMIT wrong
   passwords for AXES_COOLOFF_TIME. The pair, never the account alone: a guesser elsewhere
   cannot lock a user out, only slow their own guessing down.
-- The backend (portal.auth.PortalModelBackend) refuses every password check from an
-  address over its failure budget (portal.ratelimit.LOGIN_FAILURES, whatever account it
-  tries), so one address cannot walk through many accounts either.
+- An address has a much higher ceiling of failures, whatever accounts they tried
+  (portal.ratelimit.LOGIN_FAILURES, PORTAL_SIGNIN_ADDRESS_CEILING in 5 minutes). Past it the
+  address is slowed, not locked: the backend (portal.auth.PortalModelBackend) checks one
+  password from it per PORTAL_SIGNIN_ADDRESS_PACE_S seconds and answers the rest 429 with
+  that Retry-After. So one address cannot walk through many accounts quickly, and the people
+  behind a shared NAT (or a proxy missing from PORTAL_TRUSTED_PROXIES) still sign in while
+  someone among them guesses.
+- Where the counts live: axes keeps its failures and locks in PostgreSQL (its database
+  handler), so a pair's lock survives a restart of anything. The address ceiling is counted
+  in Redis, which the portal runs without persistence, and a Redis restart resets it. It
+  needn't survive: it only paces, and the guess budget that matters, five per account and
+  address, is the one in PostgreSQL; a reset gives an address back at most one ceiling of
+  unpaced checks, each still charged to its (account, address) pair.
 - The client address is the peer that uvicorn reports; uvicorn takes it from
   X-Forwarded-For only when the peer is one of PORTAL_TRUSTED_PROXIES (`portal.serve`), so
   a made-up header never buys a fresh budget.

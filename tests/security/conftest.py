@@ -12,7 +12,7 @@ import pytest
 
 from domains.audit.events import SYSTEM
 from domains.tenancy.tokens import token_create
-from portal.ratelimit import LOGIN_FAILURES, TOKEN_FAILURES
+from portal.ratelimit import LOGIN_FAILURES, SIGNIN_PACE, TOKEN_FAILURES
 from tests import factories
 from tests.support.processes import running, start_server
 
@@ -43,7 +43,7 @@ def server(django_db_setup, django_db_blocker) -> Iterator[Any]:
 @pytest.fixture
 def http(server, transactional_db) -> Iterator[httpx.Client]:
     """A client of the module's server; every test starts with no failures counted."""
-    for limit in (LOGIN_FAILURES, TOKEN_FAILURES):
+    for limit in (LOGIN_FAILURES, TOKEN_FAILURES, SIGNIN_PACE):
         limit.reset("127.0.0.1")
     with httpx.Client(base_url=server.url, timeout=30) as client:
         yield client

@@ -1,10 +1,12 @@
 """One sign-in policy against the real server: Django admin's
 form is limited like the portal's, failures are keyed on (account, address) so nobody can
-lock a user out from elsewhere, a made-up X-Forwarded-For buys no fresh budget, and bad
-bearer tokens never make a valid one from the same address wait."""
+lock a user out from elsewhere or from their own address, an address's much higher ceiling
+slows it rather than locking everyone behind it out, a made-up X-Forwarded-For buys no
+fresh budget, and bad bearer tokens never make a valid one from the same address wait."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -12,7 +14,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-from portal.ratelimit import LOGIN_FAILURES, TOKEN_FAILURES
+from portal.ratelimit import LOGIN_FAILURES, SIGNIN_PACE, TOKEN_FAILURES
 from tests import factories
 from tests.security.conftest import IP_PREFIX, bearer
 from tests.support.processes import running, start_server
@@ -65,6 +67,45 @@ def test_nobody_can_lock_a_user_out_from_elsewhere(http, server, tenant_a):
     LOGIN_FAILURES.reset(ELSEWHERE)
 
 
+def test_a_bystander_on_the_same_address_is_not_locked_out_by_anothers_failures(
+    http, tenant_a, tenant_b
+):
+    # Twenty wrong passwords for alice, from an address others share (a NAT, an office).
+    answers = [sign_in(http, PORTAL_LOGIN, "alice", f"guess-{i}").status_code for i in range(20)]
+    assert answers.count(429) >= 20 - settings.AXES_FAILURE_LIMIT  # alice's pair is paused
+    assert sign_in(http, PORTAL_LOGIN, "alice", tenant_a.raw_password).status_code == 429
+    # bob, behind the same address, signs in at once, on either form.
+    assert signed_in(sign_in(http, PORTAL_LOGIN, "bob", tenant_b.raw_password))
+    assert sign_in(http, ADMIN_LOGIN, "bob", tenant_b.raw_password).status_code in (200, 302)
+
+
+@pytest.fixture
+def low_ceiling(transactional_db) -> Iterator[str]:
+    """A web process whose address ceiling is 6 failures, paced at one check per 2 s."""
+    proc, url = start_server(PORTAL_SIGNIN_ADDRESS_CEILING="6", PORTAL_SIGNIN_ADDRESS_PACE_S="2")
+    for limit in (LOGIN_FAILURES, SIGNIN_PACE):
+        limit.reset("127.0.0.1")
+    with running(proc):
+        yield url
+    for limit in (LOGIN_FAILURES, SIGNIN_PACE):
+        limit.reset("127.0.0.1")
+
+
+def test_past_the_address_ceiling_sign_in_is_slowed_not_locked(low_ceiling, tenant_b):
+    with httpx.Client(base_url=low_ceiling, timeout=30) as http:
+        for i in range(6):  # six accounts, one wrong password each: under every pair's lock
+            assert sign_in(http, PORTAL_LOGIN, f"nobody-{i}", "x").status_code == 200
+        # Over the ceiling: one password check per pace. This one is checked (and wrong) ...
+        assert sign_in(http, PORTAL_LOGIN, "nobody-x", "x").status_code == 200
+        # ... and the next right after it waits, told for how long.
+        paced = sign_in(http, PORTAL_LOGIN, "bob", tenant_b.raw_password)
+        assert paced.status_code == 429 and not signed_in(paced)
+        assert paced.headers["Retry-After"] == "2"
+        assert "try again in 2 seconds" in paced.text
+        time.sleep(2.1)  # what Retry-After said; a person clicks again
+        assert signed_in(sign_in(http, PORTAL_LOGIN, "bob", tenant_b.raw_password))
+
+
 def test_a_made_up_forwarded_for_buys_no_fresh_budget(http, tenant_a):
     def spoofed() -> dict[str, str]:
         return {"X-Forwarded-For": f"198.51.100.{uuid.uuid4().int % 250 + 1}"}
@@ -74,11 +115,13 @@ def test_a_made_up_forwarded_for_buys_no_fresh_budget(http, tenant_a):
     assert (
         sign_in(http, PORTAL_LOGIN, "alice", tenant_a.raw_password, **spoofed()).status_code == 429
     )
-    # The per-address budget, across accounts, is not reset by the header either.
-    for i in range(LOGIN_FAILURES.limit):
+    # The per-address ceiling, across accounts, is not reset by the header either: past it
+    # the address is paced, one password check per interval, whatever the header says.
+    for i in range(LOGIN_FAILURES.limit + 1):
         sign_in(http, PORTAL_LOGIN, f"nobody-{i}", "x", **spoofed())
     carol = factories.make_user("carol")
     assert sign_in(http, PORTAL_LOGIN, "carol", carol.raw_password, **spoofed()).status_code == 429
+    SIGNIN_PACE.reset("127.0.0.1")
 
 
 @pytest.fixture

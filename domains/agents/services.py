@@ -33,7 +33,7 @@ from domains.audit.announce import (
     announce_member_reports,
     announce_nodes,
 )
-from domains.audit.events import Actor, record_event
+from domains.audit.events import CONTROLLER, Actor, record_event
 from domains.computedomains.members import (
     REPORTED_FIELDS,
     MemberReport,
@@ -44,7 +44,12 @@ from domains.computedomains.members import (
 from domains.computedomains.models import ComputeDomain, DomainMember, MemberState
 from domains.errors import Conflict, PermissionDenied
 from domains.inventory.models import Clique, Gpu, Node, NodeCondition, NodeSource, NodeState
-from domains.inventory.services import ConditionFacts, node_conditions_set
+from domains.inventory.services import (
+    REASON_MAX,
+    ConditionFacts,
+    node_conditions_set,
+    node_cordon,
+)
 from domains.security import generate_token, hash_token
 from domains.sqlnames import column, table
 from nodeagent.protocol import ConditionType
@@ -54,6 +59,10 @@ log = logging.getLogger(__name__)
 # Node states an agent's heartbeat brings back to `ready`; cordoned/draining trays and
 # trays an operator marked down stay as they are.
 _RECOVERABLE = (NodeState.UNKNOWN,)
+PENDING_REASON = (
+    "a tray the inventory did not know joined: an operator accepts it into a rack and slot "
+    "before anything is placed on it"
+)
 
 
 @dataclass(frozen=True)
@@ -145,7 +154,12 @@ def agent_join(*, facts: NodeFacts, join_token: str = "", bound_node: str = "") 
         raise Conflict(f"IP {facts.ip} belongs to another tray.", field="ip")
     created = node is None
     if node is None:
-        node = Node(hostname=facts.hostname, source=NodeSource.AGENT, state=NodeState.READY)
+        node = Node(
+            hostname=facts.hostname,
+            source=NodeSource.AGENT,
+            state=NodeState.PENDING,
+            state_reason=PENDING_REASON,
+        )
     raw = generate_token("dpn")
     _apply_facts(node, facts)
     node.agent_token_hash = hash_token(raw)
@@ -158,6 +172,14 @@ def agent_join(*, facts: NodeFacts, join_token: str = "", bound_node: str = "") 
     except IntegrityError as exc:
         raise Conflict(f"Tray {facts.hostname} cannot be registered: {exc}", field="hostname")
     _sync_gpus(node, facts.gpus)
+    if created:
+        record_event(
+            actor=Actor.for_agent(node),
+            verb="node.pending",
+            obj=node,
+            message=f"{facts.hostname} ({facts.ip or 'no IP'}) waits for an operator to accept it",
+            details={"clique": str(node.clique or ""), "gpus": len(facts.gpus)},
+        )
     record_event(
         actor=Actor.for_agent(node),
         verb="agent.joined" if created else "agent.rejoined",
@@ -229,12 +251,30 @@ def agent_facts_update(*, node: Node, facts: NodeFacts) -> list[str]:
                 details=changes,
             )
         changed = list(changes)
+        if _moved_clique(locked, changes):
+            node_cordon(
+                actor=CONTROLLER,
+                node=locked,
+                reason=(
+                    f"its agent reported a move from clique {changes['clique']['from']} to "
+                    f"{changes['clique']['to'] or 'none'}: an operator checks the tray, then "
+                    "uncordons it"
+                )[:REASON_MAX],
+            )
         changed += node_conditions_set(actor=actor, node=locked, conditions=facts.conditions)
         if blocked_before and not _blocked(locked):
             announce_capacity_freed()  # a tray just became placeable
     if changes:
         announce_nodes([locked.pk])
     return changed
+
+
+def _moved_clique(node: Node, changes: dict[str, dict[str, object]]) -> bool:
+    """A tray that was in a clique reports another (or none): a node token alone must not
+    move a tray between NVLink partitions, as a join token alone cannot (`identity_changes`),
+    so it stays out of placement until an operator has looked."""
+    moved = "clique" in changes and changes["clique"]["from"] is not None
+    return moved and node.state in (NodeState.READY, NodeState.UNKNOWN)
 
 
 def _blocked(node: Node) -> bool:

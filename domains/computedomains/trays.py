@@ -89,6 +89,7 @@ STATE_WORDS: dict[str, str] = {
     NodeState.CORDONED: "cordoned",
     NodeState.DRAINING: "draining",
     NodeState.DOWN: "down",
+    NodeState.PENDING: "waiting for an operator to accept it",
 }
 
 

@@ -57,6 +57,9 @@ class NodeState(models.TextChoices):
     DRAINING = "draining", "Draining"
     DOWN = "down", "Down"
     UNKNOWN = "unknown", "Unknown"
+    # A tray the inventory did not know joined: never placeable until an operator accepts
+    # it into a rack and slot (the fleet's join token is on every tray's disk).
+    PENDING = "pending", "Pending acceptance"
 
 
 class NodeSource(models.TextChoices):

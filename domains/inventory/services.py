@@ -24,9 +24,11 @@ from domains.errors import InvalidInput, InvalidTransition
 from domains.inventory.models import (
     Node,
     NodeCondition,
+    NodeSource,
     NodeState,
     PartState,
     PowerShelf,
+    Rack,
     SwitchTray,
 )
 
@@ -155,11 +157,14 @@ def node_mark_down(*, actor: Actor, node: Node, reason: str = "") -> Node:
 
 def node_mark_up(*, actor: Actor, node: Node, reason: str = "") -> Node:
     """The operator says a tray marked down is back. It counts as unknown until its agent
-    reports again (a heartbeat makes it ready), so nothing lands on a tray still silent."""
+    reports again (a heartbeat makes it ready), so nothing lands on a tray still silent. A
+    tray that joined unknown and was never accepted into a rack waits for acceptance again:
+    marking it down and up is no way around that."""
+    never_accepted = node.source == NodeSource.AGENT and node.rack_id is None
     node = _transition(
         actor,
         node,
-        NodeState.UNKNOWN,
+        NodeState.PENDING if never_accepted else NodeState.UNKNOWN,
         allowed=(NodeState.DOWN,),
         verb="node.marked_up",
         reason=reason,
@@ -190,6 +195,45 @@ def _transition(
         )
         announce_nodes([locked.pk])
         return locked
+
+
+@transaction.atomic
+def node_accept(*, actor: Actor, node: Node, rack: str, slot: int, reason: str = "") -> Node:
+    """The operator accepts a tray that joined unknown (pending) into a rack's compute slot;
+    it is placeable from now on. Refused, naming the field, when the rack does not exist,
+    the slot is outside its compute slots or another tray holds it."""
+    locked = Node.objects.select_for_update().get(pk=node.pk)
+    if locked.state != NodeState.PENDING:
+        raise InvalidTransition(
+            f"{locked.hostname} is {locked.get_state_display().lower()}, not waiting for "
+            "acceptance"
+        )
+    found = Rack.objects.filter(name=rack).first()
+    if found is None:
+        raise InvalidInput(f"no rack named {rack!r}", field="rack")
+    if not 1 <= slot <= found.compute_slots:
+        raise InvalidInput(
+            f"rack {found.name} has compute slots 1 to {found.compute_slots}, not {slot}",
+            field="slot",
+        )
+    holder = Node.objects.filter(rack=found, slot=slot).exclude(pk=locked.pk).first()
+    if holder is not None:
+        raise InvalidInput(
+            f"slot {slot} of rack {found.name} holds {holder.hostname} already", field="slot"
+        )
+    locked.rack, locked.slot = found, slot
+    locked.state, locked.state_reason = NodeState.READY, ""
+    locked.save(update_fields=["rack", "slot", "state", "state_reason", "updated_at"])
+    record_event(
+        actor=actor,
+        verb="node.accepted",
+        obj=locked,
+        message=(reason or f"accepted into rack {found.name}, slot {slot}")[:500],
+        details={"rack": found.name, "slot": slot},
+    )
+    announce_nodes([locked.pk])
+    announce_capacity_freed()
+    return locked
 
 
 # --- rack parts without an agent: NVLink switch trays and power shelves -------------------

@@ -6,7 +6,7 @@ from django.urls import include, path
 
 from portal.ratelimit import RateLimitedLoginView
 from portal.web import views
-from portal.web.views import account, admin, notifications, operator, tenant
+from portal.web.views import account, admin, notifications, operator, tenant, trays
 
 operator_patterns = (
     [
@@ -14,6 +14,7 @@ operator_patterns = (
         path("racks/<str:name>/", operator.rack, name="rack"),
         path("cliques/<str:label>/", operator.clique, name="clique"),
         path("nodes/<str:hostname>/", operator.node, name="node"),
+        path("nodes/<str:hostname>/accept/", trays.accept, name="node_accept"),
         path("nodes/<str:hostname>/<str:action>/", operator.node_action, name="node_action"),
         path("trays/bulk/", operator.bulk_action, name="bulk_action"),
         path("domains/", operator.domains, name="domains"),

@@ -156,3 +156,12 @@ class ReasonSerializer(StrictSerializer):
     """Body of actions that take an optional human reason (cordon, drain, deny, release)."""
 
     reason = StrictCharField(required=False, allow_blank=True, max_length=300, default="")
+
+
+class AcceptSerializer(ReasonSerializer):
+    """Where a tray that joined unknown goes: a rack and one of its compute slots."""
+
+    rack = StrictCharField(max_length=63, help_text="The rack's name.")
+    slot = serializers.IntegerField(
+        min_value=1, max_value=64, help_text="A compute slot of the rack, from 1."
+    )

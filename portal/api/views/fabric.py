@@ -43,6 +43,7 @@ from domains.foresight.maintenance import (
 )
 from domains.inventory.models import Clique, MaintenanceWindow, Node, PowerShelf, Rack, SwitchTray
 from domains.inventory.services import (
+    node_accept,
     power_shelf_set_state,
     switch_tray_set_state,
 )
@@ -50,7 +51,7 @@ from domains.tenancy.selectors import Viewer, visible_namespace_ids
 from portal.api.base import ScopedViewSet, refreshed
 from portal.api.permissions import IsOperator, TokenScope
 from portal.api.schema import READ, WRITE, errors
-from portal.api.serializers.common import ReasonSerializer
+from portal.api.serializers.common import AcceptSerializer, ReasonSerializer
 from portal.api.serializers.fabric import (
     CliqueSerializer,
     NodeDetailSerializer,
@@ -232,6 +233,27 @@ class NodeViewSet(
         body = ReasonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         node_allow_rejoin(actor=self.actor, node=node, reason=body.validated_data["reason"])
+        node = refreshed(node, self.get_queryset())
+        return Response(NodeSerializer(node, context=self.get_serializer_context()).data)
+
+    @extend_schema(
+        request=AcceptSerializer,
+        responses={200: NodeSerializer, **errors(*WRITE)},
+        summary="Accept a tray that joined unknown (pending) into a rack's compute slot: it "
+        "is placeable from then on. 400 naming the field for an unknown rack, a slot outside "
+        "its compute slots or one another tray holds; 409 for a tray not pending.",
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        permission_classes=[IsAuthenticated, TokenScope, IsOperator],
+        serializer_class=AcceptSerializer,
+    )
+    def accept(self, request: Request, hostname: str) -> Response:
+        node = self.get_object()
+        body = AcceptSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        node_accept(actor=self.actor, node=node, **body.validated_data)
         node = refreshed(node, self.get_queryset())
         return Response(NodeSerializer(node, context=self.get_serializer_context()).data)
 

@@ -1,0 +1,45 @@
+"""Operators accept a tray that joined unknown into a rack's compute slot."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.http import require_POST
+
+from domains.audit.events import Actor
+from domains.errors import DomainError
+from domains.inventory.models import Node, Rack
+from domains.inventory.services import node_accept
+from portal.web.access import SignedInRequest, operator_required
+
+
+class AcceptForm(forms.Form):
+    rack = forms.CharField(max_length=63)
+    slot = forms.IntegerField(min_value=1, max_value=64)
+    reason = forms.CharField(max_length=300, required=False)
+
+
+def accept_racks() -> list[str]:
+    """The rack names the accept form offers."""
+    return list(Rack.objects.values_list("name", flat=True))
+
+
+@operator_required
+@require_POST
+def accept(request: SignedInRequest, hostname: str) -> HttpResponse:
+    tray = get_object_or_404(Node, hostname=hostname)
+    form = AcceptForm(request.POST)
+    if not form.is_valid():
+        field, errors = next(iter(form.errors.items()))
+        messages.error(request, f"{field}: {errors[0]}")
+        return redirect("operator:node", tray.hostname)
+    try:
+        node_accept(actor=Actor.for_user(request.user), node=tray, **form.cleaned_data)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        where = f"rack {form.cleaned_data['rack']}, slot {form.cleaned_data['slot']}"
+        messages.success(request, f"{tray.hostname} accepted into {where}.")
+    return redirect("operator:node", tray.hostname)

@@ -27,7 +27,7 @@ def missing_static_manifest() -> str | None:
     return f"static files were not collected into {storage.location}: {HOW}"
 
 
-@register("staticfiles")
+@register(deploy=True)  # only `check --deploy`: collectstatic itself runs the checks
 def static_manifest_check(app_configs: Any, **kwargs: Any) -> list[Error]:
     problem = missing_static_manifest()
     return [Error(problem, id="portal_web.E001")] if problem else []

@@ -15,6 +15,7 @@ from domains.agents.models import JoinToken
 from domains.security import hash_token
 from tests.security.conftest import IP_PREFIX, JOIN
 from tests.support.processes import running, start_server
+from tests.support.staticfiles import collected_static
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -28,6 +29,7 @@ def production(**env: str) -> dict[str, str]:
         "DEBUG": "0",
         "SECRET_KEY": "tls-test-" + uuid.uuid4().hex * 2,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "STATIC_ROOT": collected_static(),
         **env,
     }
 

@@ -98,6 +98,6 @@ def test_the_system_check_names_the_missing_collectstatic(settings, tmp_path):
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
     }
-    (problem,) = static_manifest_check(None)
+    (problem,) = static_manifest_check(None)  # `manage.py check --deploy` runs it
     assert problem.id == "portal_web.E001"
     assert "collectstatic" in problem.msg

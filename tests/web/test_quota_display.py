@@ -47,3 +47,38 @@ def test_an_over_quota_request_names_what_is_reserved_apart_from_what_runs(
     )
     body = resp.content.decode()
     assert "trays: 3 in use + 9 reserved (awaiting approval) + 1 requested exceeds" in body, body
+
+
+def test_a_request_awaiting_approval_says_it_waits_for_an_admin_in_its_own_column(
+    client, tenant_a, ns_a, awaiting_approval
+):
+    Quota.objects.filter(namespace=ns_a).update(max_nodes=18, max_gpus=72)
+    request_domain(ns_a, tenant_a, "queued", num_nodes=1)  # Admitted: not placed yet
+    client.force_login(tenant_a)
+    body = client.get(reverse("tenant:dashboard", args=["team-a"])).content.decode()
+    live = body.split('id="quota-h"', 1)[1]
+    assert '<th scope="col">Waiting for</th><th scope="col">Lease ends (UTC)</th>' in live
+
+    def cells(name: str) -> tuple[str, str]:
+        row = live.split(f'<tr data-domain="{name}">', 1)[1].split("</tr>", 1)[0]
+        queue = row.split('<td class="queue">', 1)[1].split("</td>", 1)[0]
+        when = row.split('<td class="when">', 1)[1].split("</td>", 1)[0]
+        return queue, when
+
+    queue, when = cells("big")
+    assert "an admin's approval" in queue and "placed as soon as" not in when
+    queue, when = cells("queued")
+    assert "placement, #1 in the queue" in queue and "placed" not in when
+    assert cells("small")[0] == '<span class="muted">—</span>'
+
+
+def test_the_domains_list_says_none_were_requested_rather_than_that_filters_match_none(
+    client, operator
+):
+    client.force_login(operator)
+    assert (
+        "No domain has been requested yet."
+        in client.get(reverse("operator:domains")).content.decode()
+    )
+    filtered = client.get(reverse("operator:domains") + "?q=nothing").content.decode()
+    assert "No domains match these filters." in filtered

@@ -56,7 +56,7 @@ from domains.foresight.maintenance import (
     windows_visible_to,
 )
 from domains.inventory import services as inventory
-from domains.inventory.models import Node, NodeState, PowerShelf, Rack, SwitchTray
+from domains.inventory.models import Node, PowerShelf, Rack, SwitchTray
 from portal.web.access import SignedInRequest, operator_required
 from portal.web.fabric import Visibility, draw_racks, fabric_view
 from portal.web.fleet import Filters, clique_options, fleet, heatmap_html
@@ -69,7 +69,7 @@ from portal.web.forms import (
     ReasonForm,
     apply_error,
 )
-from portal.web.views.trays import accept_racks
+from portal.web.views.tenant import with_queue_positions
 
 RACKS_PER_PAGE = 12
 BULK_LIMIT = 1000  # trays one bulk action may name
@@ -169,7 +169,6 @@ def node(request: SignedInRequest, hostname: str) -> HttpResponse:
         "events": events_visible_to(request.user).filter(node=tray)[:50],
         "actions": tray_actions_for(tray),
         "blast": blast_radius(tray_scope(tray)),
-        "accept_racks": accept_racks() if tray.state == NodeState.PENDING else [],
     }
     template = "operator/_node.html" if request.GET.get("partial") else "operator/node.html"
     return render(request, template, context)
@@ -283,7 +282,9 @@ def domains(request: SignedInRequest) -> HttpResponse:
         elif data["phase"]:
             qs = qs.filter(phase=data["phase"])
     template = "operator/_domains.html" if request.GET.get("partial") else "operator/domains.html"
-    return render(request, template, {"form": form, "domains": qs[:500]})
+    filtered = any(request.GET.get(f) for f in DomainFilterForm.base_fields)
+    context = {"form": form, "domains": with_queue_positions(qs[:500]), "filtered": filtered}
+    return render(request, template, context)
 
 
 @operator_required

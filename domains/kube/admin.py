@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from domains.audit.admin import ReadOnlyAdmin
+from domains.admin import ReadOnlyAdmin
 from domains.kube.models import PublishedDomain, RefusedComputeDomain, SyncState
 
 

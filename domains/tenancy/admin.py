@@ -1,11 +1,12 @@
-"""Namespaces in the Django admin. Quotas, memberships and API tokens are read-only here:
-the portal's admin pages change them through the services (namespace lock, audit events)."""
+"""Namespaces in the Django admin, read-only with their quotas, memberships and API tokens:
+the portal's admin pages and API change them through the services (namespace lock, audit
+events)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from domains.audit.admin import ReadOnlyAdmin, ReadOnlyInline
+from domains.admin import ReadOnlyAdmin, ReadOnlyInline
 from domains.tenancy.models import ApiToken, Membership, Namespace, Quota
 
 
@@ -18,7 +19,7 @@ class QuotaInline(ReadOnlyInline[Quota]):
 
 
 @admin.register(Namespace)
-class NamespaceAdmin(admin.ModelAdmin[Namespace]):
+class NamespaceAdmin(ReadOnlyAdmin[Namespace]):
     list_display = ["name", "display_name", "source", "active", "created_at"]
     list_filter = ["source", "active"]
     search_fields = ["name", "display_name"]

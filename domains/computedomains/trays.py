@@ -1,12 +1,13 @@
-"""Operator actions on compute trays as the portal's pages and API offer them.
+"""Operator actions on compute trays as the portal's pages, the API and the Django admin
+offer them.
 
 The inventory services (`node_cordon` …) are the writes; this module decides which of them
 apply to a tray in its state, refuses what would change nothing ("uncordon" on a ready
 tray) with a message saying so, and guards marking a tray down: a tray whose domain is
 running is drained first, so nobody kills a tenant's workload with one click. Marking a
 tray down while its domain is releasing is allowed — that is how a release stuck on a dead
-tray finishes. The Django admin and the Kubernetes sync call the inventory services
-directly: they act on facts (the Node vanished), not on an operator's choice.
+tray finishes. The Kubernetes sync calls the inventory services directly: it acts on facts
+(the Node vanished), not on an operator's choice.
 """
 
 from __future__ import annotations

@@ -436,11 +436,16 @@ class Agent:
             grace_time=self.cfg.imex_grace_time,
             log_level=self.cfg.imex_log_level,
         )
-        slots = want.get("slots")
-        if slots:
+        if want.get("slots"):
             # Follows its workload: stable names; a new peer list is a hosts change and a
             # SIGUSR1, never a restart of this daemon.
-            nodes = imex.render_names(slots)
+            if want["index"] >= imex.MAX_NODES:
+                return [], (
+                    f"this tray is member {want['index']} of a domain that follows its "
+                    f"workload, whose nodes file lists {imex.MAX_NODES} names (0 to "
+                    f"{imex.MAX_NODES - 1})"
+                )
+            nodes = imex.render_names()
             mapping = {p["index"]: p["ip"] for p in peers}
             imex.write_hosts(self.paths.hosts, mapping)
             gained = any(self.hosts_map.get(i) != ip for i, ip in mapping.items())

@@ -81,6 +81,14 @@ def render_nodes(peer_ips: list[str]) -> str:
 # stable name per slot, identical on every member and never changed while the domain lives;
 # each tray maps the names of the current members to their IPs in its hosts file, and
 # SIGUSR1 makes the daemon re-resolve them (at most once every 5 s).
+#
+# The list is fixed, as NVIDIA's driver writes it: MAX_NODES names (its
+# maxNodesPerIMEXDomain, 18 by default: one NVL72 rack), whatever the clique's size. A list
+# that followed the number of trays in the clique changed on every member, and restarted
+# every member's daemon, whenever a tray was added to the clique or relabelled. The names
+# are the portal's own (NVIDIA's are `compute-domain-daemon-%04d`, and NVIDIA's daemon
+# drops every hosts line that names one), so the two drivers never edit each other's lines.
+MAX_NODES = 18
 SLOT_PREFIX = "portal-imex-"
 USR1_INTERVAL_S = 5.0
 HOSTS_BEGIN = "# BEGIN domain-portal IMEX peers (written by the node agent)"
@@ -91,9 +99,9 @@ def slot_name(index: int) -> str:
     return f"{SLOT_PREFIX}{index}"
 
 
-def render_names(slots: int) -> str:
-    """The nodes file of a domain that follows its workload: a name per slot."""
-    return "".join(f"{slot_name(i)}\n" for i in range(slots))
+def render_names() -> str:
+    """The nodes file of a domain that follows its workload: MAX_NODES names, always."""
+    return "".join(f"{slot_name(i)}\n" for i in range(MAX_NODES))
 
 
 def write_hosts(path: Path, peers: Mapping[int, str]) -> bool:

@@ -149,10 +149,10 @@ class DesiredDomain(TypedDict):
     peers: list[Peer]  # every member in index order, identical on every member
     imex: ImexPorts
     channels: ChannelSpec
-    # Set for a domain that follows its workload: the nodes file lists `slots` stable names
-    # (`portal-imex-<i>`), `peers` the members now; names are mapped to the members' IPs in
-    # the tray's hosts file and the daemon re-resolves them on SIGUSR1, so a member joining
-    # or leaving never restarts the daemons of the others.
+    # Set for a domain that follows its workload: the nodes file lists a fixed set of stable
+    # names (`portal-imex-<i>`, i < 18, whatever the number), `peers` the members now; names
+    # are mapped to the members' IPs in the tray's hosts file and the daemon re-resolves them
+    # on SIGUSR1, so a member joining or leaving never restarts the daemons of the others.
     slots: NotRequired[int]
     # True while the domain's members are still changing (a burst of joins or leaves): the
     # portal nudges every member once the burst is over, and a daemon's re-resolve (one per

@@ -1,0 +1,81 @@
+"""The nodes file of a domain that follows its workload: a fixed list of stable names.
+
+The agent applies desired-state documents to an emulated tray; the daemon is never started
+(these tests look at the files a start, or a restart, would read).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nodeagent.agent import Agent
+from nodeagent.config import AgentConfig, Paths
+from nodeagent.emulator.tray import GpuFacts, TrayFacts, prepare_tray
+from nodeagent.protocol import DesiredDomain
+
+CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
+
+
+@pytest.fixture
+def agent(tmp_path):
+    facts = TrayFacts(
+        hostname="gb-r07-t01",
+        ip="127.12.7.1",
+        cluster_uuid=CLUSTER,
+        clique_id=1,
+        gpus=[GpuFacts(index=i, uuid=f"GPU-{i}") for i in range(4)],
+    )
+    root = prepare_tray(tmp_path, facts)
+    config = AgentConfig(
+        portal="http://portal.invalid", join_token="dpj_x", root=root, imex_bin=["/bin/true"]
+    )
+    made = Agent(config)
+    yield made
+    made.client.close()
+
+
+def desired(*, slots: int, members: int, index: int = 0, **more: Any) -> DesiredDomain:
+    want: dict[str, Any] = {
+        "uid": "0b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11",
+        "name": "team-a/train",
+        "generation": 1,
+        "request_id": "req-1",
+        "index": index,
+        "peers": [
+            {"index": i, "ip": f"127.12.7.{i + 1}", "hostname": f"gb-r07-t{i + 1:02d}"}
+            for i in range(members)
+        ],
+        "imex": {"server_port": 50000, "cmd_port": 50005},
+        "channels": {"mode": "Single", "numbers": [3]},
+        "slots": slots,
+        **more,
+    }
+    return want  # type: ignore[return-value]
+
+
+def test_the_nodes_file_lists_eighteen_names_whatever_the_cliques_size(agent):
+    present, error = agent.apply_files(desired(slots=3, members=2))
+    assert error == "" and present == [3]
+    nodes = Paths(agent.cfg.root).nodes_file.read_text()
+    assert nodes == "".join(f"portal-imex-{i}\n" for i in range(18))
+
+
+def test_a_tray_added_to_the_clique_rewrites_no_members_nodes_file(agent):
+    """The portal's slot count follows the clique's trays; a daemon must not follow it."""
+    agent.apply_files(desired(slots=3, members=2))
+    paths = Paths(agent.cfg.root)
+    before = paths.nodes_file.stat().st_mtime_ns, paths.nodes_file.read_text()
+    # A Node joins the clique (or is relabelled into it), and a third member joins: what a
+    # running daemon reads only at its start stays as it is; the newcomer is a hosts line.
+    agent.apply_files(desired(slots=4, members=3))
+    assert (paths.nodes_file.stat().st_mtime_ns, paths.nodes_file.read_text()) == before
+    hosts = paths.hosts.read_text()
+    assert "127.12.7.3\tportal-imex-2\n" in hosts
+
+
+def test_a_member_index_beyond_the_names_is_refused_and_nothing_is_written(agent):
+    present, error = agent.apply_files(desired(slots=20, members=20, index=18))
+    assert present == [] and "member 18" in error and "18 names (0 to 17)" in error
+    assert not Paths(agent.cfg.root).nodes_file.exists()

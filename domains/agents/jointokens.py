@@ -20,6 +20,7 @@ from domains.agents.models import JoinToken
 from domains.audit.events import Actor, record_event
 from domains.errors import InvalidInput, InvalidTransition
 from domains.security import generate_token, hash_token
+from domains.tenancy.selectors import Viewer, is_admin
 
 TOKEN_KIND = "dpj"  # noqa: S105 - the prefix that names the kind, not a secret
 MAX_EXPIRY = timedelta(days=365)
@@ -90,6 +91,11 @@ def join_token_revoke(*, actor: Actor, token: JoinToken) -> JoinToken:
 def join_tokens_list() -> QuerySet[JoinToken]:
     """Every join token, newest first, with who made it."""
     return JoinToken.objects.select_related("created_by").order_by("-created_at", "-pk")
+
+
+def join_tokens_visible_to(user: Viewer) -> QuerySet[JoinToken]:
+    """Join tokens are the fleet's keys: portal admins see them all, nobody else any."""
+    return join_tokens_list() if is_admin(user) else JoinToken.objects.none()
 
 
 def join_token_named(ref: str) -> JoinToken:

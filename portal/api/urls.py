@@ -14,6 +14,7 @@ from portal.api.views.fabric import (
     RackViewSet,
     SwitchTrayViewSet,
 )
+from portal.api.views.jointokens import JoinTokenViewSet
 from portal.api.views.members import MemberViewSet
 from portal.api.views.notifications import NotificationViewSet, SubscriptionViewSet
 from portal.api.views.tenancy import EventViewSet, NamespaceViewSet, TokenViewSet
@@ -49,6 +50,7 @@ router.register(
 router.register("events", EventViewSet, basename="event")
 router.register("approvals", ApprovalViewSet, basename="approval")
 router.register("tokens", TokenViewSet, basename="token")
+router.register("jointokens", JoinTokenViewSet, basename="jointoken")
 router.register("subscriptions", SubscriptionViewSet, basename="subscription")
 router.register("notifications", NotificationViewSet, basename="notification")
 

@@ -1,0 +1,62 @@
+"""Join tokens as the API shows them: never the secret, except once in the create answer."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from domains.agents.jointokens import DEFAULT_EXPIRY, MAX_EXPIRY, join_token_state
+from domains.agents.models import JoinToken
+from portal.api.serializers.common import StrictCharField, StrictSerializer
+
+
+class JoinTokenSerializer(serializers.ModelSerializer):
+    state = serializers.SerializerMethodField(
+        help_text="`usable`, `expired`, `used up` or `revoked`: whether an agent may join now."
+    )
+    expiresAt = serializers.DateTimeField(source="expires_at", allow_null=True)
+    maxUses = serializers.IntegerField(source="max_uses", allow_null=True)
+    createdBy = serializers.CharField(source="created_by.username", allow_null=True, default=None)
+    createdAt = serializers.DateTimeField(source="created_at")
+    revokedAt = serializers.DateTimeField(source="revoked_at", allow_null=True)
+
+    class Meta:
+        model = JoinToken
+        fields = [
+            "id",
+            "name",
+            "state",
+            "expiresAt",
+            "uses",
+            "maxUses",
+            "createdBy",
+            "createdAt",
+            "revokedAt",
+        ]
+
+    def get_state(self, token: JoinToken) -> str:
+        return join_token_state(token)
+
+
+class NewJoinTokenSerializer(JoinTokenSerializer):
+    token = serializers.CharField(help_text="The secret. Shown only in this answer.")
+
+    class Meta(JoinTokenSerializer.Meta):
+        fields = [*JoinTokenSerializer.Meta.fields, "token"]
+
+
+class JoinTokenInput(StrictSerializer):
+    name = StrictCharField(max_length=100, help_text="What it is for, e.g. the rack installed.")
+    expiresInHours = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=int(MAX_EXPIRY.total_seconds() // 3600),
+        default=int(DEFAULT_EXPIRY.total_seconds() // 3600),
+    )
+    maxUses = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=2**31 - 1,
+        default=None,
+        help_text="Trays it may register; none for no limit.",
+    )

@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 
 from domains.computedomains.models import AllocationMode, Phase, PlacementConstraint
 from domains.computedomains.specs import DomainSpec
@@ -20,6 +21,7 @@ from portal.web.fleet import STATE_FILTERS, Filters
 
 # A GB200 compute tray has 4 GPUs; a GPU count asked for is rounded up to whole trays.
 GPUS_PER_TRAY = 4
+SIZE_CHOICES = [("trays", "Trays"), ("gpus", "GPUs"), ("workload", "Follow the workload")]
 
 # Service field names → form field names, where they differ.
 SERVICE_FIELDS = {
@@ -45,27 +47,32 @@ class DomainRequestForm(forms.Form):
         help_text="Lowercase letters, digits and '-' (a Kubernetes name).",
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
+    size = forms.ChoiceField(
+        label="Size",
+        choices=SIZE_CHOICES,
+        initial="trays",
+        required=False,
+        widget=forms.RadioSelect(attrs={"data-size-choice": ""}),
+        help_text="Follow the workload: nothing is reserved; each tray joins when a pod "
+        "holding the domain's ResourceClaim is prepared on it and leaves when its last such "
+        "pod is gone (numNodes 0, NVIDIA's default).",
+    )
     num_nodes = forms.IntegerField(
         label="Trays",
-        min_value=1,
+        min_value=0,
         max_value=1000,
         required=False,
         initial=2,
-        help_text=f"{GPUS_PER_TRAY} GPUs per tray.",
-    )
-    follow_workload = forms.BooleanField(
-        label="Size: follows the workload",
-        required=False,
-        help_text="Nothing is reserved: each tray joins when a pod holding the domain's "
-        "ResourceClaim is prepared on it, and leaves when its last such pod is gone "
-        "(numNodes 0, NVIDIA's default). Trays and GPUs are then left empty.",
+        help_text=f"{GPUS_PER_TRAY} GPUs per tray; 0 follows the workload.",
+        widget=forms.NumberInput(attrs={"data-size": "trays"}),
     )
     gpus = forms.IntegerField(
-        label="…or GPUs",
+        label="GPUs",
         min_value=1,
         max_value=1000 * GPUS_PER_TRAY,
         required=False,
-        help_text="Rounded up to whole trays; used when Trays is empty.",
+        help_text="Rounded up to whole trays.",
+        widget=forms.NumberInput(attrs={"data-size": "gpus"}),
     )
     allocation_mode = forms.ChoiceField(
         choices=AllocationMode.choices,
@@ -91,18 +98,46 @@ class DomainRequestForm(forms.Form):
     )
 
     def clean(self) -> dict[str, Any]:
+        """One size, as chosen: a value in a field the choice leaves out is an error on
+        that field, never silently dropped (the page disables those fields)."""
         super().clean()
         data = self.cleaned_data
-        if data.get("follow_workload"):
+        trays, gpus = data.get("num_nodes"), data.get("gpus")
+        size = data.get("size") or ("gpus" if gpus is not None and trays is None else "trays")
+        data["size"] = size
+        if size == "workload":
+            if trays:
+                self.add_error("num_nodes", "Leave empty (or 0): the size follows the workload.")
+            if gpus is not None:
+                self.add_error("gpus", "Leave empty: the size follows the workload.")
             data["num_nodes"] = 0
-        elif data.get("num_nodes") is None:
-            gpus = data.get("gpus")
-            if gpus is None:
-                if "num_nodes" not in self.errors and "gpus" not in self.errors:
-                    self.add_error("num_nodes", "Say how many trays (or GPUs) you need.")
-            else:
+        elif size == "gpus":
+            if trays is not None:
+                self.add_error("num_nodes", "Leave empty when the size is in GPUs.")
+            elif gpus is not None:
                 data["num_nodes"] = -(-gpus // GPUS_PER_TRAY)
+            elif "gpus" not in self.errors:
+                self.add_error("gpus", ValidationError("Say how many GPUs.", code="required"))
+        else:
+            if gpus is not None:
+                self.add_error("gpus", "Leave empty when the size is in trays.")
+            if trays is None and "num_nodes" not in self.errors:
+                self.add_error(
+                    "num_nodes",
+                    ValidationError(
+                        "Say how many trays (or GPUs); 0 follows the workload.", code="required"
+                    ),
+                )
         return data
+
+    def incomplete_only(self) -> bool:
+        """Not named yet and every error a field still to fill in: the form has just
+        opened, nothing typed is wrong yet."""
+        if str(self.data.get("name", "")).strip():
+            return False
+        return all(
+            e.code == "required" for errors in self.errors.as_data().values() for e in errors
+        )
 
     def to_spec(self) -> DomainSpec:
         data = self.cleaned_data

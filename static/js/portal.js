@@ -33,6 +33,24 @@
     failed(event, "The portal could not be reached; try again.");
   });
 
+  // A size control (<input type="radio" name="size" data-size-choice>): the fields of the
+  // sizes not chosen (data-size="trays", "gpus") are disabled, so a value left in one is
+  // visibly out of play rather than silently dropped by the server.
+  function applySize(form) {
+    var chosen = form.querySelector('input[name="size"][data-size-choice]:checked');
+    if (!chosen) return;
+    form.querySelectorAll("[data-size]").forEach(function (input) {
+      input.disabled = input.dataset.size !== chosen.value;
+    });
+  }
+  // Capture: before htmx (listening on the form) reads the fields for its preview.
+  document.addEventListener("change", function (event) {
+    if (event.target.matches('input[name="size"][data-size-choice]') && event.target.form) {
+      applySize(event.target.form);
+    }
+  }, true);
+  document.querySelectorAll("form").forEach(applySize);
+
   // Check-all boxes: <input type="checkbox" data-check-all="name"> ticks every box of
   // that name in its form (bulk tray actions).
   document.addEventListener("change", function (event) {

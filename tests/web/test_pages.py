@@ -374,7 +374,7 @@ def test_a_request_that_follows_the_workload_waits_for_it_on_its_page(client, to
     client.force_login(tenant_a)
     resp = client.post(
         reverse("tenant:request", args=["team-a"]),
-        {"name": "wl", "follow_workload": "on", "allocation_mode": "Single",
+        {"name": "wl", "size": "workload", "allocation_mode": "Single",
          "placement_constraint": "any"},
     )  # fmt: skip
     domain = ComputeDomain.objects.get(name="wl")

@@ -1,4 +1,5 @@
-"""A request awaiting an admin's approval reserves quota; it is not shown as in use."""
+"""A request awaiting an admin's approval reserves quota, not shown as in use, and says
+what it waits for in its own column."""
 
 from __future__ import annotations
 

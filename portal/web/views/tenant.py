@@ -138,7 +138,7 @@ def preview(request: SignedInRequest, ns: str) -> HttpResponse:
     """The dry run for the form as typed so far: where it lands, or why not (htmx partial)."""
     namespace = requestable_namespace(request, ns)
     form = DomainRequestForm(request.POST)
-    result, racks, problem = None, [], ""
+    result, racks, problem, missing = None, [], "", ""
     if form.is_valid():
         try:
             result = services.domain_dry_run(namespace=namespace, spec=form.to_spec())
@@ -148,7 +148,10 @@ def preview(request: SignedInRequest, ns: str) -> HttpResponse:
         racks = fabric_view(
             viewer=request.user, rack_names=[result.rack], highlight=result.node_ids, links=False
         )
-    if not form.is_valid():
+    if not form.is_valid() and form.incomplete_only():
+        # Nothing typed is wrong yet (the form has just opened): say what is left, calmly.
+        missing = ", ".join(str(form[f].label) for f in form.errors if f in form.fields)
+    elif not form.is_valid():
         problem = "; ".join(
             f"{form[f].label if f in form.fields else 'Request'}: {' '.join(map(str, e))}"
             for f, e in form.errors.items()
@@ -165,6 +168,7 @@ def preview(request: SignedInRequest, ns: str) -> HttpResponse:
             "impact": impact,
             "racks": racks,
             "problem": problem,
+            "missing": missing,
             "namespace": namespace,
         },
     )
@@ -359,6 +363,8 @@ def _request_again_url(namespace, domain: ComputeDomain) -> str:
         "placement_constraint": domain.placement_constraint,
         "placement_target": domain.placement_target,
     }
+    if domain.follows_workload:
+        query["size"] = "workload"
     if domain.lifetime:
         query["lifetime_hours"] = int(domain.lifetime.total_seconds() // 3600) or 1
     return f"{reverse('tenant:request', args=[namespace.name])}?{urlencode(query)}"

@@ -1,0 +1,46 @@
+"""The request form: one size control (trays, GPUs or follow the workload) that disables
+what does not apply, Trays 0 accepted as the API accepts it, and no error before typing."""
+
+from __future__ import annotations
+
+import pytest
+
+from domains.computedomains.models import ComputeDomain
+from tests import factories
+from tests.browser.conftest import IP_PREFIX, screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def test_the_form_opens_without_an_error_and_accepts_zero_trays_as_follow_the_workload(
+    login, tenant_a, ns_a
+):
+    factories.make_racks("18", ip_prefix=IP_PREFIX)
+    page = login(tenant_a).page("/ns/team-a/request/")
+    page.wait_for_selector('[data-preview="incomplete"]')
+    assert page.locator('[data-preview="invalid"]').count() == 0
+    assert "Name" in page.inner_text('[data-preview="incomplete"]')
+    page.fill("#id_name", "zero")
+    page.fill("#id_num_nodes", "0")
+    page.wait_for_selector('#preview [data-preview="ok"]')
+    page.click("#submit-request")
+    page.wait_for_url("**/domains/*/")
+    assert ComputeDomain.objects.get(name="zero").num_nodes == 0
+
+
+def test_the_size_control_disables_the_fields_it_leaves_out(login, tenant_a, ns_a):
+    factories.make_racks("18", ip_prefix=IP_PREFIX)
+    page = login(tenant_a).page("/ns/team-a/request/")
+    page.fill("#id_name", "by-gpus")
+    assert page.is_enabled("#id_num_nodes") and page.is_disabled("#id_gpus")
+    page.check('input[name="size"][value="workload"]')
+    assert page.is_disabled("#id_num_nodes") and page.is_disabled("#id_gpus")
+    page.check('input[name="size"][value="gpus"]')
+    assert page.is_disabled("#id_num_nodes") and page.is_enabled("#id_gpus")
+    page.fill("#id_gpus", "16")
+    page.wait_for_selector('#preview [data-preview="ok"]')
+    assert "4 trays" in page.inner_text("#preview")
+    screenshot(page, "tenant-request-size-gpus")
+    page.click("#submit-request")
+    page.wait_for_url("**/domains/*/")
+    assert ComputeDomain.objects.get(name="by-gpus").num_nodes == 4

@@ -160,6 +160,7 @@ class Agent:
             cdi_dir=self.paths.cdi_run_dir,
             state_dir=self.paths.state_dir,
             prepare_wait_s=self.cfg.prepare_wait_s,
+            boot_id_file=self.paths.boot_id,
         )
         name = self.cfg.hostname or self.facts.probe().hostname
         return DraPlugin(

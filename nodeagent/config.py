@@ -95,6 +95,11 @@ class Paths:
         return self.root / "proc/devices"
 
     @property
+    def boot_id(self) -> Path:
+        """A new random id at every boot: what was prepared before it is gone from tmpfs."""
+        return self.root / "proc/sys/kernel/random/boot_id"
+
+    @property
     def channels_dir(self) -> Path:
         return self.root / CHANNELS_DIR
 

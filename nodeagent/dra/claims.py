@@ -19,6 +19,13 @@ Unprepare removes that spec and tells the portal the claim is gone (the last cla
 domain that follows its workload takes the tray out of it). Both are idempotent, and what
 was begun is recorded in a checkpoint on disk *before* it is done, so an agent killed
 between prepare and unprepare still undoes everything after its restart.
+
+The checkpoint survives a reboot; what a prepare made does not (the CDI spec under
+/var/run/cdi and the channel device nodes live in tmpfs). So the checkpoint carries the boot
+id it was written under, and one from an earlier boot no longer counts a claim as prepared:
+the kubelet's next prepare does it all again. Unlike NVIDIA's driver, which drops such a
+checkpoint whole, the claims stay listed, so that an unprepare still gives back what the
+portal holds for them.
 """
 
 from __future__ import annotations
@@ -78,9 +85,28 @@ class Tray(Protocol):
     def wait_serving(self, domain_uid: str, timeout: float) -> Serving | None: ...
 
 
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+REBOOTED = "rebooted"  # a claim's state: prepared before the last reboot, to prepare again
+
+
+def read_boot_id(path: Path) -> str:
+    """This boot's id; "" when it cannot be read (then no checkpoint is judged by it)."""
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 class ClaimDriver:
     def __init__(
-        self, tray: Tray, api: ResourceApi, *, state_dir: Path, cdi_dir: Path, wait_s: float = 2.0
+        self,
+        tray: Tray,
+        api: ResourceApi,
+        *,
+        state_dir: Path,
+        cdi_dir: Path,
+        wait_s: float = 2.0,
+        boot_id_file: Path = BOOT_ID_FILE,
     ) -> None:
         self.tray = tray
         self.api = api
@@ -88,13 +114,33 @@ class ClaimDriver:
         self.cdi_dir = cdi_dir
         self.wait_s = wait_s
         self.lock = threading.Lock()
-        self.claims: dict[str, dict[str, Any]] = (read_json(self.checkpoint_path) or {}).get(
-            "claims", {}
-        )
+        self.boot_id = read_boot_id(boot_id_file)
+        self.claims: dict[str, dict[str, Any]] = self._load()
 
     # --- checkpoint -------------------------------------------------------------------------
+    def _load(self) -> dict[str, dict[str, Any]]:
+        doc = read_json(self.checkpoint_path) or {}
+        claims: dict[str, dict[str, Any]] = doc.get("claims", {})
+        written_under = str(doc.get("boot_id") or "")
+        if not (claims and self.boot_id and written_under and written_under != self.boot_id):
+            return claims  # same boot, or one of the two unknown: the checkpoint holds
+        stale = [uid for uid, entry in claims.items() if entry.get("state") == "prepared"]
+        for uid in stale:
+            entry = claims[uid]
+            entry.pop("cdi_device_id", None)
+            entry["state"] = REBOOTED
+            remove(self.cdi_path(uid))  # what of it is left outside tmpfs
+        log.info(
+            "%s: the node rebooted since the DRA checkpoint was written (boot id %s, now %s): "
+            "%d claim(s) are prepared again at the kubelet's next call",
+            self.tray.node_name, written_under, self.boot_id, len(stale),
+        )  # fmt: skip
+        self.claims = claims
+        self._save()  # under this boot's id: a restart of the agent changes nothing more
+        return claims
+
     def _save(self) -> None:
-        doc = {"version": 1, "claims": self.claims}
+        doc = {"version": 1, "boot_id": self.boot_id, "claims": self.claims}
         write_atomic(self.checkpoint_path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
     def prepared(self) -> dict[str, dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from nodeagent.client import PortalClient, PortalError
 from nodeagent.dra import DRIVER_NAME
-from nodeagent.dra.claims import ClaimDriver, Refused, Serving
+from nodeagent.dra.claims import BOOT_ID_FILE, ClaimDriver, Refused, Serving
 from nodeagent.dra.kubeapi import KubeError, ResourceApi, api_client
 from nodeagent.dra.server import ClaimRef, PluginServer
 from nodeagent.dra.slices import SliceFacts, SlicePublisher
@@ -35,6 +35,7 @@ class PluginConfig:
     cdi_dir: Path  # where the per-claim CDI specs go (/var/run/cdi)
     state_dir: Path  # the checkpoint lives under it
     prepare_wait_s: float = 2.0  # how long a prepare waits for the daemon before "not yet"
+    boot_id_file: Path = BOOT_ID_FILE  # a checkpoint of an earlier boot prepares nothing
 
 
 class TrayView(Protocol):
@@ -69,6 +70,7 @@ class DraPlugin:
             state_dir=config.state_dir,
             cdi_dir=config.cdi_dir,
             wait_s=config.prepare_wait_s,
+            boot_id_file=config.boot_id_file,
         )
         self.server = PluginServer(
             self.driver,

@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import uuid
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +25,7 @@ BIN_DIR = Path(__file__).resolve().parent / "bin"
 IMEX_BIN = str(BIN_DIR / "nvidia-imex")
 IMEX_CTL_BIN = str(BIN_DIR / "nvidia-imex-ctl")
 EMU_DIR = Path("run") / "nvidia-emu"
+BOOT_ID = Path("proc/sys/kernel/random/boot_id")
 
 # The rest of a typical /proc/devices; the IMEX channel line is inserted among them.
 _CHAR_DEVICES = [
@@ -82,9 +85,28 @@ def prepare_tray(root: Path, facts: TrayFacts, faults: dict[str, Any] | None = N
     document = asdict(facts) | {"channel_major": major}
     write_atomic(emu / "fabric.json", json.dumps(document, indent=2) + "\n")
     write_driver_version(root, facts.driver_version)
+    if not (root / BOOT_ID).exists():
+        write_boot_id(root)
     if faults is not None:
         set_faults(root, faults)
     return root
+
+
+def write_boot_id(root: Path) -> str:
+    """A fresh `proc/sys/kernel/random/boot_id`, as the kernel makes one at every boot."""
+    boot_id = str(uuid.uuid4())
+    path = Path(root) / BOOT_ID
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, boot_id + "\n")
+    return boot_id
+
+
+def reboot_tray(root: Path) -> str:
+    """What a reboot does to the tray's files: a new boot id, and tmpfs emptied (the
+    per-claim CDI specs under /var/run/cdi, the channel device nodes under /dev)."""
+    for tmpfs in ("var/run/cdi", "dev/nvidia-caps-imex-channels"):
+        shutil.rmtree(Path(root) / tmpfs, ignore_errors=True)
+    return write_boot_id(root)
 
 
 def write_driver_version(root: Path, version: str) -> None:

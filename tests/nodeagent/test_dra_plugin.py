@@ -16,9 +16,13 @@ from pathlib import Path
 import pytest
 
 from nodeagent.client import PortalClient
+from nodeagent.config import Paths
 from nodeagent.dra import DRIVER_NAME
+from nodeagent.dra.claims import ClaimDriver, Serving
 from nodeagent.dra.kubeapi import KubeError, ResourceApi, api_client
 from nodeagent.dra.plugin import DraPlugin, PluginConfig
+from nodeagent.dra.server import ClaimRef
+from nodeagent.emulator.tray import TrayFacts, prepare_tray, reboot_tray
 from tests.kube.schemas import assert_valid_dra, dra_errors
 from tests.support import kubemock
 from tests.support.kubelet import Kubelet, PodClaim, RegistrationFailed
@@ -203,3 +207,79 @@ def test_an_api_server_without_dra_is_named_in_the_error(tmp_path):
         api = ResourceApi(api_client(mock.write_kubeconfig(tmp_path / "kc")))
         with pytest.raises(KubeError, match=r"DRA needs Kubernetes 1\.32"):
             api.discover()
+
+
+class ServingTray:
+    """The agent's side for a tray whose daemon serves every domain it is asked for."""
+
+    node_name = "tray-1"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.admitted: list[str] = []
+
+    def admit(self, claim, domain_uid: str) -> dict:
+        self.admitted.append(claim.uid)
+        return {"domain_name": "team-a/train"}
+
+    def leave(self, claim) -> None:
+        pass
+
+    def wait_serving(self, domain_uid: str, timeout: float) -> Serving:
+        return Serving(domain_uid, "READY", [0], 237, "Single", 0o666, None)
+
+
+def test_after_a_reboot_a_claim_is_prepared_again_with_a_fresh_cdi_spec(cluster, tmp_path):
+    """The checkpoint survives a reboot; /var/run/cdi and the channel nodes do not."""
+    prepare_tray(
+        tmp_path, TrayFacts(hostname="tray-1", ip="127.0.0.1", cluster_uuid="", clique_id=0)
+    )
+    api = ResourceApi(api_client(cluster.write_kubeconfig(tmp_path / "kubeconfig")))
+    stored = cluster.apply(claim_object("train-0"))
+    ref = ClaimRef("team-a", stored["metadata"]["uid"], "train-0")
+    paths = Paths(tmp_path)
+    tray = ServingTray(tmp_path)
+
+    def driver() -> ClaimDriver:
+        return ClaimDriver(
+            tray, api, state_dir=paths.state_dir, cdi_dir=paths.cdi_run_dir,
+            boot_id_file=paths.boot_id,
+        )  # fmt: skip
+
+    first = driver()
+    (device,) = first.prepare([ref])[ref.uid].devices
+    spec_path = first.cdi_path(ref.uid)
+    assert spec_path.exists()
+    assert driver().prepare([ref])[ref.uid].devices == [device]  # an agent restart: cached
+    assert tray.admitted == [ref.uid]
+
+    reboot_tray(tmp_path)
+    assert not spec_path.exists()
+    again = driver()  # the agent starts after the reboot
+    answer = again.prepare([ref])[ref.uid]
+    assert answer.error == "" and answer.devices == [device]
+    assert spec_path.exists(), "the CDI id returned must resolve"
+    assert tray.admitted == [ref.uid, ref.uid]  # asked again: the daemon may be new too
+    assert driver().prepare([ref])[ref.uid].devices == [device]  # cached again, same boot
+    assert tray.admitted == [ref.uid, ref.uid]
+
+
+def test_a_claim_prepared_before_a_reboot_is_still_given_back_by_unprepare(cluster, tmp_path):
+    prepare_tray(
+        tmp_path, TrayFacts(hostname="tray-1", ip="127.0.0.1", cluster_uuid="", clique_id=0)
+    )
+    api = ResourceApi(api_client(cluster.write_kubeconfig(tmp_path / "kubeconfig")))
+    stored = cluster.apply(claim_object("train-1"))
+    ref = ClaimRef("team-a", stored["metadata"]["uid"], "train-1")
+    paths = Paths(tmp_path)
+    left: list[str] = []
+    tray = ServingTray(tmp_path)
+    tray.leave = lambda claim: left.append(claim.uid)  # type: ignore[method-assign]
+    kwargs = {"state_dir": paths.state_dir, "cdi_dir": paths.cdi_run_dir,
+              "boot_id_file": paths.boot_id}  # fmt: skip
+    ClaimDriver(tray, api, **kwargs).prepare([ref])
+    reboot_tray(tmp_path)
+    after = ClaimDriver(tray, api, **kwargs)
+    assert after.unprepare([ref]) == {ref.uid: ""}
+    assert left == [ref.uid]  # the portal hears of it: the tray leaves the domain
+    assert after.prepared() == {}

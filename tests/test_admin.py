@@ -57,6 +57,9 @@ def test_every_admin_page_answers_a_superuser_and_none_offers_a_form_that_saves(
     request = RequestFactory().get("/django-admin/")
     request.user = admin
     walked = []
+    assert client.get(reverse("admin:index")).status_code == 200
+    for app_label in {model._meta.app_label for model in django_admin.site._registry}:
+        assert client.get(reverse("admin:app_list", args=[app_label])).status_code == 200
     for model, model_admin in django_admin.site._registry.items():
         changelist = client.get(_url(model, "changelist"))
         assert changelist.status_code == 200, model

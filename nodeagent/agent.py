@@ -404,15 +404,22 @@ class Agent:
             if now < self.restart_at:
                 return (
                     f"nvidia-imex exited ({imex.describe_exit(code)}); starting it again in "
-                    f"{self.restart_delay:.0f} s"
+                    f"{self.restart_delay:.0f} s" + self.daemon_log_tail()
                 )
+        tail = self.daemon_log_tail() if code is not None else ""  # before it logs anew
         self.daemon.start()
         self.daemon_ready = False
         self.wait_started, self.restart_at = now, 0.0
         self.start_poll = self.cfg.start_poll_interval
         if code is None:
             return ""
-        return f"nvidia-imex exited ({imex.describe_exit(code)}); restarted it"
+        return f"nvidia-imex exited ({imex.describe_exit(code)}); restarted it" + tail
+
+    def daemon_log_tail(self) -> str:
+        """The last lines of the daemon's log, after a newline, for an error that says it
+        exited: the cause is there (the portal's tray page shows them)."""
+        lines = imex.log_tail(self.paths.daemon_log)
+        return "\nIts log ends:\n" + "\n".join(lines) if lines else ""
 
     def start_blocked(self) -> str:
         """A second daemon on a tray fails (NV_ERR_IN_USE): say why instead of looping."""

@@ -286,6 +286,26 @@ class Supervisor(Protocol):
         ...
 
 
+LOG_TAIL_LINES = 5
+LOG_TAIL_BYTES = 4096
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last `lines` non-empty lines of a log (read from its last 4 KiB), each cut to
+    200 characters; [] when there is no log. Why a daemon exited is there ("Address already
+    in use"), not in its exit code."""
+    try:
+        with path.open("rb") as fh:
+            start = max(0, fh.seek(0, os.SEEK_END) - LOG_TAIL_BYTES)
+            fh.seek(start)
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    found = text.splitlines()[1 if start else 0 :]  # from mid-line: drop the part line
+    kept = [line.rstrip()[:200] for line in found if line.strip()]
+    return kept[-lines:]
+
+
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "exit status unknown (adopted daemon)"

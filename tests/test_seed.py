@@ -89,3 +89,19 @@ def test_every_demo_tenant_can_request_a_four_tray_domain_in_the_seeded_demo(use
         actor=Actor.for_user(user), namespace=namespace, spec=DomainSpec(name="four", num_nodes=4)
     )
     assert domain.phase == "Admitted"
+
+
+def test_a_second_demo_on_the_host_seeds_its_trays_on_its_own_loopback_range(monkeypatch):
+    monkeypatch.setenv("PORTAL_DEMO_IP_PREFIX", "127.7")
+    call_command("seed_demo", "--no-users")
+    ips = list(Node.objects.values_list("management_ip", flat=True))
+    assert len(ips) == 36 and all(ip.startswith("127.7.") for ip in ips)
+
+
+def test_an_address_base_that_is_not_two_numbers_is_refused_by_name(monkeypatch):
+    from django.core.management import CommandError
+
+    monkeypatch.setenv("PORTAL_DEMO_IP_PREFIX", "127.300")
+    with pytest.raises(CommandError, match="PORTAL_DEMO_IP_PREFIX must be two numbers"):
+        call_command("seed_demo", "--no-users")
+    assert not Node.objects.exists()

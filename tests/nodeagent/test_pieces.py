@@ -272,3 +272,14 @@ def test_the_agent_reads_its_service_account_token_afresh_at_every_join(tmp_path
     token.write_text("")
     with pytest.raises(OSError, match="empty"):  # the cycle backs off and tries again
         agent.join_credential()
+
+
+def test_a_logs_tail_is_its_last_lines_without_a_part_line_or_blanks(tmp_path):
+    log = tmp_path / "nvidia-imex.log"
+    assert imex.log_tail(log) == []  # no log yet
+    log.write_text("started\n\nbind 127.0.1.2:50000: Address already in use\n")
+    assert imex.log_tail(log) == ["started", "bind 127.0.1.2:50000: Address already in use"]
+    log.write_text("x" * 5000 + "\n" + "".join(f"line {i}\n" for i in range(8)))
+    assert imex.log_tail(log) == [f"line {i}" for i in range(3, 8)]
+    log.write_text("y" * 9000 + "\nlast\n")  # the 4 KiB read starts mid-line
+    assert imex.log_tail(log) == ["last"]

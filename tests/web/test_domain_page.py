@@ -36,3 +36,23 @@ def test_a_domain_that_follows_its_workload_shows_it_waiting_then_joins_and_leav
     claim_release(node=tray, claim_uid=claim.uid)
     page = client.get(url).content.decode()
     assert "still in" not in page.split('id="joins"', 1)[1]
+
+
+def test_the_tray_page_shows_the_daemons_last_log_lines_when_it_exited(client, operator, topology):
+    from domains.agents.report import AgentReport, Step
+    from domains.agents.services import agent_report
+
+    node = topology.nodes.get(slot=1)
+    error = (
+        "nvidia-imex exited (exit code 1); starting it again in 2 s\nIts log ends:\n"
+        "nvidia-imex: bind 127.0.1.1:50000: [Errno 98] Address already in use"
+    )
+    agent_report(node=node, report=AgentReport(None, 0, Step.IDLE, error=error))
+    client.force_login(operator)
+    page = client.get(reverse("operator:node", args=[node.hostname])).content.decode()
+    step = page.split('id="node-agent-step">', 1)[1].split("</dd>", 1)[0]
+    assert "nvidia-imex exited (exit code 1); starting it again in 2 s</span>" in step
+    log = step.split('id="daemon-log"', 1)[1]
+    assert (
+        "Its log ends:\nnvidia-imex: bind 127.0.1.1:50000: [Errno 98] Address already in use" in log
+    )

@@ -85,6 +85,17 @@ def daemon_word(daemon_state: str, tray_state: str) -> str:
     return daemon_state or "—"
 
 
+@register.filter
+def first_line(text: str) -> str:
+    """An agent's words up to the first newline (what follows is a log's last lines)."""
+    return (text or "").split("\n", 1)[0]
+
+
+@register.filter
+def after_first_line(text: str) -> str:
+    return (text or "").partition("\n")[2]
+
+
 def _hover(tray: TrayView) -> str:
     lines = [f"{tray.hostname} (slot {tray.slot})", f"state: {tray.state}, {tray.status_word}"]
     if tray.domain:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 from django.conf import settings
@@ -15,6 +17,12 @@ from domains.notifications.models import Channel, Kind, Subscription
 from domains.notifications.services import subscription_create
 from domains.security import hash_token
 from domains.tenancy.seed import DEMO_PASSWORD, build_demo_tenants
+
+# Every emulated IMEX daemon listens on its tray's address, port 50000: two demos on one
+# host must seed their trays on different loopback ranges, or the second's daemons exit
+# with "Address already in use".
+IP_PREFIX_ENV = "PORTAL_DEMO_IP_PREFIX"
+IP_PREFIX = re.compile(r"(25[0-5]|2[0-4]\d|1?\d?\d)\.(25[0-5]|2[0-4]\d|1?\d?\d)")
 
 
 class Command(BaseCommand):
@@ -31,7 +39,13 @@ class Command(BaseCommand):
             help="Clique sizes per rack, e.g. 18 or 9,9; repeat per rack, the last one "
             "repeats. Default: rack 1 = 18, rack 2 = 9,9.",
         )
-        parser.add_argument("--ip-prefix", default="127.0", help="Trays get <prefix>.<rack>.<slot>")
+        parser.add_argument(
+            "--ip-prefix",
+            default=os.environ.get(IP_PREFIX_ENV) or "127.0",
+            help="Trays get <prefix>.<rack>.<slot>, their emulated IMEX daemons listen there "
+            f"(default: ${IP_PREFIX_ENV}, else 127.0). A second demo on the same host needs "
+            "its own, e.g. 127.1; set when the fabric is first seeded.",
+        )
         parser.add_argument("--hostname-prefix", default="gb")
         parser.add_argument("--no-users", action="store_true", help="Skip demo tenants/users.")
         parser.add_argument(
@@ -46,6 +60,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        if not IP_PREFIX.fullmatch(opts["ip_prefix"]):
+            raise CommandError(
+                f"--ip-prefix / ${IP_PREFIX_ENV} must be two numbers 0-255 such as 127.1, "
+                f"not {opts['ip_prefix']!r}"
+            )
         try:
             layouts = self._layouts(opts["racks"], opts["layout"])
             racks = build_fabric(

@@ -246,9 +246,11 @@ if not DEBUG and not TESTING:
     # only from PORTAL_TRUSTED_PROXIES (portal/serve.py), so no SECURE_PROXY_SSL_HEADER,
     # which Django would believe from anyone.
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
-    # The same rules on every path: the agent API (node tokens), /metrics and the health
-    # checks too. The Helm chart's probes ask over the pod's loopback as a trusted proxy.
-    SECURE_REDIRECT_EXEMPT: list[str] = []
+    # Every path but the three that Prometheus and the kubelet ask inside the cluster, over
+    # plain HTTP on the pod's address (a ServiceMonitor, an httpGet probe): redirected to
+    # https://<pod IP>:80 they would only fail. The agent API (node tokens), the pages and
+    # the API still go to HTTPS. Matched against the path without its leading slash.
+    SECURE_REDIRECT_EXEMPT = [r"^(metrics|healthz|readyz)$"]
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)

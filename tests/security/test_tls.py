@@ -1,7 +1,7 @@
-"""The same TLS rules on every path in production: plain HTTP is
-redirected to HTTPS on the pages, the API, the agent API (its fast path included), /metrics
-and the health checks; HTTPS answers carry HSTS. HTTPS is what a trusted proxy says
-(PORTAL_TRUSTED_PROXIES), never what any client claims."""
+"""The TLS rules in production: plain HTTP is redirected to HTTPS on the pages, the API and
+the agent API (its fast path included); HTTPS answers carry HSTS. /metrics and the health
+checks answer plain HTTP inside the cluster (tests/observability/test_plain_http.py). HTTPS
+is what a trusted proxy says (PORTAL_TRUSTED_PROXIES), never what any client claims."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.support.staticfiles import collected_static
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-PATHS = ["/", "/login/", "/api/v1/racks/", "/metrics", "/healthz", "/readyz", "/django-admin/"]
+PATHS = ["/", "/login/", "/api/v1/racks/", "/django-admin/"]
 
 
 def production(**env: str) -> dict[str, str]:
@@ -51,7 +51,7 @@ def agent(url: str) -> tuple[int, dict[str, str]]:
     return resp.json()["node_id"], {"Authorization": f"Node {resp.json()['token']}"}
 
 
-def test_plain_http_is_redirected_on_every_path_and_https_gets_hsts(portal):
+def test_plain_http_is_redirected_on_every_other_path_and_https_gets_hsts(portal):
     node_id, auth = agent(portal)
     desired = f"/api/v1/agent/nodes/{node_id}/desired/"
     status = f"/api/v1/agent/nodes/{node_id}/status/"
@@ -75,6 +75,6 @@ def test_plain_http_is_redirected_on_every_path_and_https_gets_hsts(portal):
 def test_a_client_claiming_https_itself_is_still_redirected(transactional_db):
     proc, url = start_server(**production())  # no trusted proxy
     with running(proc), httpx.Client(base_url=url, timeout=30) as http:
-        for path in ["/metrics", "/healthz", "/api/v1/agent/join/"]:
+        for path in ["/", "/api/v1/racks/", "/api/v1/agent/join/"]:
             resp = http.get(path, headers={"X-Forwarded-Proto": "https"})
             assert resp.status_code == 301, path

@@ -11,6 +11,11 @@ OpenMetrics, whichever the scraper asks for), so every family has its HELP and T
 its samples in one group.
 
 Protected: a staff session, or `Authorization: Bearer <PORTAL_METRICS_TOKEN>`.
+
+A tenant is labelled `tenant_namespace`, never `namespace`: Prometheus' Kubernetes service
+discovery gives every scraped series the `namespace` of the pod it scraped (the portal's own),
+and a ServiceMonitor without honorLabels would rename ours to `exported_namespace`, folding
+every tenant's alert into one.
 """
 
 from __future__ import annotations
@@ -94,7 +99,7 @@ class DomainCollector(Collector):
             "portal_domains",
             "ComputeDomains by namespace and phase (Released and Failed keep every domain "
             "that ever ended so).",
-            labels=["namespace", "phase"],
+            labels=["tenant_namespace", "phase"],
         )
         live = ComputeDomain.objects.filter(phase__in=LIVE_PHASES).order_by()
         rows = live.values_list("namespace_id", "phase").annotate(n=Count("id"))
@@ -114,7 +119,7 @@ class DomainCollector(Collector):
         family = CounterMetricFamily(
             "portal_domains_failed",
             "ComputeDomains that ended Failed (an admin's denial is not a failure).",
-            labels=["namespace"],
+            labels=["tenant_namespace"],
         )
         counts = tallies.counters(tallies.FAILED)
         for ns_id, name in namespaces.items():
@@ -130,12 +135,12 @@ class QuotaCollector(Collector):
         used = GaugeMetricFamily(
             "portal_quota_used",
             "Quota in use per namespace and resource (live domains' gpus, nodes, domains).",
-            labels=["namespace", "resource"],
+            labels=["tenant_namespace", "resource"],
         )
         limit = GaugeMetricFamily(
             "portal_quota_limit",
             "Quota limit per namespace and resource (absent: unlimited).",
-            labels=["namespace", "resource"],
+            labels=["tenant_namespace", "resource"],
         )
         for quota in Quota.objects.select_related("namespace").order_by("namespace__name"):
             ns = quota.namespace.name

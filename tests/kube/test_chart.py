@@ -3,6 +3,8 @@ the Kubernetes schema; the CRD it installs is NVIDIA's."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +67,25 @@ def test_it_runs_web_worker_beat_sync_and_the_agent_with_probes(objects):
     }
     web = objects["Deployment", "portal-domain-portal-web"]["spec"]["template"]["spec"]
     (container,) = web["containers"]
-    # Over the pod's loopback as a trusted proxy saying HTTPS (every path redirects plain HTTP).
-    assert container["livenessProbe"]["exec"]["command"][-1] == "/healthz"
-    assert container["readinessProbe"]["exec"]["command"][-1] == "/readyz"
-    assert "X-Forwarded-Proto" in container["readinessProbe"]["exec"]["command"][2]
+    # The kubelet asks over plain HTTP: the HTTPS redirect spares the health checks, and the
+    # pod's own address (the probe's Host) is an allowed host. No interpreter per probe.
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    env = [e["name"] for e in container["env"]]
+    assert env.index("POD_IP") < env.index("ALLOWED_HOSTS")  # $(POD_IP) expands only then
+    hosts = next(e["value"] for e in container["env"] if e["name"] == "ALLOWED_HOSTS")
+    assert hosts.split(",") == [
+        "portal.example.com",
+        "localhost",
+        "portal-domain-portal-web",
+        "portal-domain-portal-web.gpu-portal.svc",
+        "portal-domain-portal-web.gpu-portal.svc.cluster.local",
+        "$(POD_IP)",
+    ]
+    config = objects["ConfigMap", "portal-domain-portal"]["data"]
+    assert config["ALLOWED_HOSTS"] == hosts.removesuffix(",$(POD_IP)")
+    assert config["PORTAL_TRUSTED_PROXIES"] == ""  # no loopback exception for probes any more
     assert "portal.serve" in container["args"]
     agent = objects["DaemonSet", "portal-domain-portal-agent"]["spec"]["template"]["spec"]
     (container,) = agent["containers"]
@@ -128,9 +145,74 @@ def test_the_imex_runner_is_never_restarted_or_killed_by_the_chart(objects):
     assert (
         mounts(pod)["/var/lib/domain-portal"][0] == mounts(agent_pod)["/var/lib/domain-portal"][0]
     )
-    assert (
-        pod["affinity"] == agent_pod["affinity"] and pod["tolerations"] == agent_pod["tolerations"]
+    assert pod["nodeSelector"] == agent_pod["nodeSelector"]
+
+
+def test_both_node_daemonsets_run_on_every_gpu_node_not_only_on_finished_cliques(objects):
+    """As NVIDIA schedules its kubelet plugin: a tray whose fabric registration is
+    unfinished or failed has no clique label, and its agent is what reports that."""
+    for ds in daemonsets(objects):
+        pod = ds["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert "affinity" not in pod
+        assert "nvidia.com/gpu.clique" not in str(pod)
+
+
+def test_the_runner_tolerates_every_taint_and_the_agent_only_the_gpu_taint(objects):
+    agent, runner = daemonsets(objects)
+    # A NoExecute maintenance taint would evict the runner and stop the tray's nvidia-imex.
+    assert runner["spec"]["template"]["spec"]["tolerations"] == [{"operator": "Exists"}]
+    assert agent["spec"]["template"]["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_uninstalling_the_release_leaves_the_runner_and_its_daemons(objects):
+    """helm.sh/resource-policy keep: `helm uninstall`, agent.enabled=false or a release
+    without the runner leave its DaemonSet, so no chart operation stops an IMEX daemon."""
+    agent, runner = daemonsets(objects)
+    assert runner["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert "annotations" not in agent["metadata"]  # the agent may come and go
+    off = {**VALUES, "agent": {"runner": {"keepOnUninstall": False}}}
+    _, runner = daemonsets({(o["kind"], o["metadata"]["name"]): o for o in render(off)})
+    assert "annotations" not in runner["metadata"]
+
+
+def test_agent_rollout_replaces_a_quarter_of_the_trays_at_a_time(objects):
+    agent, _ = daemonsets(objects)
+    assert agent["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": "25%"},
+    }
+
+
+def test_names_follow_name_and_fullname_overrides():
+    names = {(o["kind"], o["metadata"]["name"]) for o in render({**VALUES, "nameOverride": "dp"})}
+    assert ("DaemonSet", "portal-dp-imex-runner") in names
+    found = render({**VALUES, "fullnameOverride": "gpu-fabric"})
+    names = {(o["kind"], o["metadata"]["name"]) for o in found}
+    assert {("DaemonSet", "gpu-fabric-agent"), ("Deployment", "gpu-fabric-web")} <= names
+    assert not any(name.startswith("portal-") for _, name in names)
+    web = next(
+        o for o in found if (o["kind"], o["metadata"]["name"]) == ("Deployment", "gpu-fabric-web")
     )
+    env = web["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env[0]["valueFrom"]["secretKeyRef"]["name"] == "gpu-fabric"
+    for obj in found:
+        assert_valid_kubernetes(obj)
+
+
+def test_priority_classes_are_configurable():
+    values = {**VALUES, "priorityClassName": "portal-high", "agent": {"priorityClassName": ""}}
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in render(values)}
+    for ds in daemonsets(objects):
+        assert "priorityClassName" not in ds["spec"]["template"]["spec"]
+    for (kind, _), obj in objects.items():
+        if kind in ("Deployment", "Job"):
+            assert obj["spec"]["template"]["spec"]["priorityClassName"] == "portal-high"
+    defaults = {(o["kind"], o["metadata"]["name"]): o for o in render(VALUES)}
+    web = defaults["Deployment", "portal-domain-portal-web"]["spec"]["template"]["spec"]
+    assert "priorityClassName" not in web
 
 
 def test_a_gpu_operator_driver_and_other_imex_settings():
@@ -268,6 +350,52 @@ def test_missing_database_settings_are_named():
 def test_bad_values_are_refused_naming_the_field(values, field):
     with pytest.raises(Exception, match=field):
         render({**VALUES, **values})
+
+
+@pytest.mark.parametrize(
+    ("values", "where", "key"),
+    [
+        # would have mounted "/" as the driver root, silently
+        ({"agent": {"driverroot": "/run/nvidia/driver"}}, "/agent", "driverroot"),
+        ({"web": {"replica": 3}}, "/web", "replica"),
+        ({"databaseURL": "postgres://db/portal"}, "", "databaseURL"),
+        ({"monitoring": {"serviceMonitor": {"enable": True}}}, "/monitoring/serviceMonitor",
+         "enable"),
+        ({"agent": {"updateStrategy": {"rollingUpdate": {"maxUnavailble": 2}}}},
+         "/agent/updateStrategy/rollingUpdate", "maxUnavailble"),
+        ({"agent": {"runner": {"tolerations": [{"operator": "Exists", "efect": "NoExecute"}]}}},
+         "/agent/runner/tolerations/0", "efect"),
+        ({"worker": {"resources": {"request": {"cpu": "1"}}}}, "/worker/resources", "request"),
+    ],
+)  # fmt: skip
+def test_a_typo_in_values_is_refused_naming_the_key(values, where, key):
+    with pytest.raises(Exception, match=key) as refused:
+        render({**VALUES, **values})
+    assert where in str(refused.value) and "additional" in str(refused.value).lower()
+
+
+def closed_levels(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(path, additionalProperties) of every object level with properties in the schema."""
+    if isinstance(node, dict):
+        if "properties" in node:
+            yield path, node.get("additionalProperties")
+            for name, child in node["properties"].items():
+                yield from closed_levels(child, f"{path}/{name}")
+        for key in ("items", "additionalProperties"):
+            if isinstance(node.get(key), dict):
+                yield from closed_levels(node[key], f"{path}/{key}")
+        for name, child in node.get("definitions", {}).items():
+            yield from closed_levels(child, f"#/definitions/{name}")
+
+
+def test_the_values_schema_is_closed_at_every_level():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    levels = dict(closed_levels(schema))
+    assert len(levels) > 20 and "#/definitions/toleration" in levels
+    assert {path: closed for path, closed in levels.items() if closed is not False} == {}
+    # and every key values.yaml sets is described there
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(defaults) <= set(schema["properties"])
 
 
 def test_the_chart_installs_nvidias_crd_when_absent():

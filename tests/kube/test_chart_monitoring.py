@@ -90,3 +90,82 @@ def test_helm_lint_passes_with_monitoring_enabled():
     values = {**VALUES, "monitoring": {"prometheusRule": {"enabled": True}}, "metricsToken": "t"}
     report = helm.lint(CHART, values, strict=True, kube_version="v1.34.0")
     assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_no_service_monitor_unless_asked():
+    assert not [k for k in objects() if k[0] == "ServiceMonitor"]
+
+
+def test_the_service_monitor_scrapes_every_web_pod_keeping_the_portals_labels():
+    found = objects(
+        metricsToken="scrape-me",
+        monitoring={"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}},
+    )
+    monitor = found["ServiceMonitor", "portal-domain-portal"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    service = found["Service", "portal-domain-portal-web"]
+    # It selects the web Service (and only it), in the release's namespace, by its port name.
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert selector["app.kubernetes.io/component"] == "web"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpu-portal"]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    # Plain HTTP to the pod (the HTTPS redirect spares /metrics), with the metrics token.
+    assert (endpoint["path"], endpoint["scheme"]) == ("/metrics", "http")
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "portal-domain-portal", "key": "PORTAL_METRICS_TOKEN"},
+    }
+    assert "PORTAL_METRICS_TOKEN" in found["Secret", "portal-domain-portal"]["stringData"]
+    # The portal's labels win, and the job is the one the alerts read.
+    assert endpoint["honorLabels"] is True
+    assert endpoint["relabelings"] == [
+        {"action": "replace", "targetLabel": "job", "replacement": "domain-portal"}
+    ]
+    assert 'up{job="domain-portal"}' in ALERTS.read_text()
+    assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("30s", "10s")
+
+
+def test_a_service_monitor_without_a_metrics_token_is_refused_saying_so():
+    with pytest.raises(Exception, match="metricsToken"):
+        objects(monitoring={"serviceMonitor": {"enabled": True}})
+    # with an existing Secret the token is its PORTAL_METRICS_TOKEN key
+    found = {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in render(
+            {"existingSecret": "mine", "monitoring": {"serviceMonitor": {"enabled": True}}}
+        )
+    }
+    (endpoint,) = found["ServiceMonitor", "portal-domain-portal"]["spec"]["endpoints"]
+    assert endpoint["authorization"]["credentials"]["name"] == "mine"
+
+
+def test_runbook_links_point_where_the_operator_publishes_the_runbooks():
+    rule = objects(
+        monitoring={
+            "prometheusRule": {"enabled": True},
+            "runbookBaseUrl": "https://git.example.com/gpu/portal/-/blob/v1/docs/runbooks/",
+        }
+    )["PrometheusRule", "portal-domain-portal"]
+    urls = {
+        r["alert"]: r["annotations"]["runbook_url"]
+        for g in rule["spec"]["groups"]
+        for r in g["rules"]
+    }
+    assert (
+        urls["PortalDown"]
+        == "https://git.example.com/gpu/portal/-/blob/v1/docs/runbooks/PortalDown.md"
+    )
+    assert all(url.endswith(f"/docs/runbooks/{alert}.md") for alert, url in urls.items())
+
+
+def test_helm_lint_passes_with_the_service_monitor():
+    values = {
+        **VALUES,
+        "metricsToken": "t",
+        "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+    }
+    report = helm.lint(CHART, values, strict=True, kube_version="v1.34.0")
+    assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == []

@@ -70,14 +70,14 @@ def test_metrics_expose_domains_quota_nodes_and_formation_histogram(staff, ns_a,
     ComputeDomain.objects.filter(pk=domain.pk).update(created_at=earlier)
     assert lifecycle.form(domain).phase == Phase.READY  # counted as it turns Ready
     found = families(scrape(staff))
-    assert value(found, "portal_domains", phase="Ready", namespace="team-a") == 1
-    assert value(found, "portal_domains", phase="Degraded", namespace="team-a") == 0
+    assert value(found, "portal_domains", phase="Ready", tenant_namespace="team-a") == 1
+    assert value(found, "portal_domains", phase="Degraded", tenant_namespace="team-a") == 0
     assert value(found, "portal_domain_formation_seconds_bucket", le="1.0") == 0
     assert value(found, "portal_domain_formation_seconds_bucket", le="2.0") == 1
     assert value(found, "portal_domain_formation_seconds_count") == 1
     assert value(found, "portal_domain_formation_seconds_sum") == pytest.approx(1.5, abs=0.4)
-    assert value(found, "portal_quota_used", namespace="team-a", resource="nodes") == 2
-    assert value(found, "portal_quota_limit", namespace="team-a", resource="gpus") == 48
+    assert value(found, "portal_quota_used", tenant_namespace="team-a", resource="nodes") == 2
+    assert value(found, "portal_quota_limit", tenant_namespace="team-a", resource="gpus") == 48
     assert value(found, "portal_nodes", state="ready") == 18
     assert value(found, "portal_nodes", state="down") == 0
     assert value(found, "portal_node_heartbeat_age_seconds", node="gb-r01-t01") < 60
@@ -204,7 +204,7 @@ def test_a_tray_recovering_later_leaves_the_formation_figures_as_they_were(staff
     report(member.node, domain, Step.CONFIGURING, message="daemon restarted")
     assert ComputeDomain.objects.get(pk=domain.pk).phase == Phase.DEGRADED
     degraded = families(scrape(staff))
-    assert value(degraded, "portal_domains", namespace="team-a", phase="Degraded") == 1
+    assert value(degraded, "portal_domains", tenant_namespace="team-a", phase="Degraded") == 1
     report(member.node, domain, Step.READY, daemon_state="READY", domain_state="UP")
     assert ComputeDomain.objects.get(pk=domain.pk).phase == Phase.READY
     assert Event.objects.filter(domain=domain, verb="member.ready").count() == 4
@@ -231,9 +231,9 @@ def test_failures_count_per_namespace_and_denials_are_not_failures(
     timed_out = lifecycle.request_domain(ns_a, user, "late")
     domain_fail(domain_id=timed_out.pk, reason="FormationTimeout", message="too late")
     found = families(scrape(staff))
-    assert value(found, "portal_domains_failed_total", namespace="team-a") == 1
-    assert value(found, "portal_domains_failed_total", namespace="team-b") == 0
-    assert value(found, "portal_domains", namespace="team-a", phase="Failed") == 2
+    assert value(found, "portal_domains_failed_total", tenant_namespace="team-a") == 1
+    assert value(found, "portal_domains_failed_total", tenant_namespace="team-b") == 0
+    assert value(found, "portal_domains", tenant_namespace="team-a", phase="Failed") == 2
 
 
 def test_silent_agents_channels_and_agent_versions(staff, ns_a, topology, settings):

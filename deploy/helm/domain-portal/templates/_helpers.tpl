@@ -1,16 +1,25 @@
 {{- /* SPDX-License-Identifier: Apache-2.0 */ -}}
 {{/* Names and labels shared by every template. */}}
 
+{{- /* The chart's name, or nameOverride. */ -}}
+{{- define "portal.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- /* Every object's name prefix (50 characters: room for -imex-runner and the pod suffix). */ -}}
 {{- define "portal.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- $name := include "portal.name" . -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 50 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "portal.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "portal.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -18,7 +27,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "portal.selector" -}}
-app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/name: {{ include "portal.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
@@ -58,6 +67,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "portal.podDefaults" -}}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets: {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -84,12 +96,15 @@ capabilities: {drop: [ALL]}
 seccompProfile: {type: RuntimeDefault}
 {{- end -}}
 
-{{/* The pod spec both GPU-node DaemonSets share (agent and IMEX runner). */}}
+{{/* The pod spec both GPU-node DaemonSets share (agent and IMEX runner): dict "root" and
+"tolerations" (the agent's, or the runner's). */}}
 {{- define "portal.gpuNodePod" -}}
-{{- $root := . -}}
+{{- $root := .root -}}
 hostNetwork: true
 dnsPolicy: ClusterFirstWithHostNet
-priorityClassName: system-node-critical
+{{- with $root.Values.agent.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
 {{- with $root.Values.agent.runtimeClassName }}
 runtimeClassName: {{ . }}
 {{- end }}
@@ -99,13 +114,10 @@ imagePullSecrets: {{- toYaml . | nindent 2 }}
 {{- with $root.Values.agent.nodeSelector }}
 nodeSelector: {{- toYaml . | nindent 2 }}
 {{- end }}
-affinity:
-  nodeAffinity:
-    requiredDuringSchedulingIgnoredDuringExecution:
-      nodeSelectorTerms:
-        - matchExpressions:
-            - {key: nvidia.com/gpu.clique, operator: Exists}
-{{- with $root.Values.agent.tolerations }}
+{{- with $root.Values.agent.affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
 tolerations: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
@@ -116,10 +128,9 @@ tolerations: {{- toYaml . | nindent 2 }}
 - {name: NVIDIA_DRIVER_CAPABILITIES, value: utility}
 {{- end -}}
 
-{{- define "portal.webProbe" -}}
-exec:
-  # Over the pod's loopback, a trusted proxy (PORTAL_TRUSTED_PROXIES), saying HTTPS: the
-  # portal sends plain HTTP to HTTPS on every path, health checks included, and a
-  # redirect would only tell that the process answers.
-  command: [python, -c, "import sys, urllib.request as u; u.urlopen(u.Request('http://127.0.0.1:{{ .root.Values.web.port }}' + sys.argv[1], headers={'Host': 'localhost', 'X-Forwarded-Proto': 'https'}), timeout=4)", {{ .path }}]
-{{- end }}
+{{- /* ALLOWED_HOSTS: the configured names, localhost and the web Service's names. */ -}}
+{{- define "portal.allowedHosts" -}}
+{{- $name := include "portal.fullname" . -}}
+{{- $service := list (printf "%s-web" $name) (printf "%s-web.%s.svc" $name .Release.Namespace) (include "portal.webHost" .) -}}
+{{- join "," (concat .Values.allowedHosts (list "localhost") $service) -}}
+{{- end -}}

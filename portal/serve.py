@@ -6,7 +6,8 @@ so on a host where browsers or other users' processes reach the portal over loop
 made-up header chose the client address the sign-in limits count (and a fresh budget with
 every request). Here they are believed only from the listed proxies (addresses or
 networks, comma-separated), and with none listed not at all. The Procfile, `make demo`,
-the Helm chart and the tests all start the web process this way.
+the Helm chart and the tests all start the web process this way. It also installs the
+portal's limits on request heads (size, time, heads in progress per address: portal.wire).
 
     PORTAL_TRUSTED_PROXIES=10.0.0.0/8 python -m portal.serve portal.asgi:application --port 8000
 """
@@ -32,9 +33,22 @@ def uvicorn_args(argv: list[str], trusted: str) -> list[str]:
     return ["--proxy-headers", "--forwarded-allow-ips", proxies, *argv]
 
 
+def protocol_args(argv: list[str]) -> list[str]:
+    """uvicorn's HTTP and websocket protocols with the portal's limits on request heads
+    (portal.wire), unless the caller chose others."""
+    chosen = {a.split("=", 1)[0] for a in argv}
+    args = []
+    if "--http" not in chosen:
+        args += ["--http", "portal.wire:PortalHttpProtocol"]
+    if "--ws" not in chosen:
+        args += ["--ws", "portal.wire:PortalWebSocketProtocol"]
+    return args
+
+
 def main() -> None:
     os.environ.pop("FORWARDED_ALLOW_IPS", None)  # uvicorn's own default; ours decides
-    args = uvicorn_args(sys.argv[1:], os.environ.get("PORTAL_TRUSTED_PROXIES", ""))
+    argv = [*protocol_args(sys.argv[1:]), *sys.argv[1:]]
+    args = uvicorn_args(argv, os.environ.get("PORTAL_TRUSTED_PROXIES", ""))
     uvicorn_main(args=args, prog_name="portal.serve")
 
 

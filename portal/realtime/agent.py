@@ -19,12 +19,19 @@ from django.dispatch import receiver
 from domains import signals
 from domains.agents.selectors import node_for_token
 from portal.api.agent.auth import token_from_header
-from portal.realtime.groups import BACKING_AWAY, agent_group, send_to_groups, try_again_later
+from portal.realtime.groups import (
+    BACKING_AWAY,
+    LAYER_LOSS,
+    ClosesWhenBackingAway,
+    agent_group,
+    send_to_groups,
+    try_again_later,
+)
 
 NUDGE = {"type": "desired_state_changed"}
 
 
-class AgentConsumer(AsyncJsonWebsocketConsumer):
+class AgentConsumer(ClosesWhenBackingAway, AsyncJsonWebsocketConsumer):
     group: str = ""
 
     async def connect(self) -> None:
@@ -37,6 +44,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 return
             self.group = agent_group(node.pk)
             await self.channel_layer.group_add(self.group, self.channel_name)
+            LAYER_LOSS.recovered()
         except BACKING_AWAY as exc:  # PostgreSQL or Redis away: the agent polls meanwhile
             self.group = ""
             await try_again_later(self, exc)

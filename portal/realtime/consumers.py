@@ -20,6 +20,8 @@ from domains.computedomains.selectors import domains_visible_to
 from domains.tenancy.selectors import Viewer, is_operator, namespaces_visible_to
 from portal.realtime.groups import (
     BACKING_AWAY,
+    LAYER_LOSS,
+    ClosesWhenBackingAway,
     domain_group,
     fabric_group,
     namespace_group,
@@ -67,7 +69,7 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
-class LiveConsumer(AsyncJsonWebsocketConsumer):
+class LiveConsumer(ClosesWhenBackingAway, AsyncJsonWebsocketConsumer):
     """One per open page. Refuses anonymous users; says hello with its topic count."""
 
     groups_joined: list[str]
@@ -84,6 +86,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             self.groups_joined = await database_sync_to_async(groups_for)(user, topics)
             for group in self.groups_joined:
                 await self.channel_layer.group_add(group, self.channel_name)
+            LAYER_LOSS.recovered()
         except BACKING_AWAY as exc:  # PostgreSQL or Redis away: the page reconnects later
             self.groups_joined = []
             await try_again_later(self, exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -26,6 +27,48 @@ async def try_again_later(consumer: Any, exc: BaseException) -> None:
     log.warning("websocket refused for now: %s: %s", type(exc).__name__, exc)
     await consumer.accept()
     await consumer.close(code=1013)
+
+
+class _LayerLoss:
+    """Whether this process has said that open sockets lost the channel layer: said once
+    per outage, however many sockets it closes, and unsaid by the next socket that joins a
+    group (Redis answers again)."""
+
+    def __init__(self) -> None:
+        self.reported = False
+
+    def report(self, exc: BaseException) -> None:
+        if not self.reported:
+            self.reported = True
+            log.warning(
+                "live sockets lost the channel layer (%s: %s); open ones are closed with "
+                "1011 and hints dropped until it answers again (clients reconnect)",
+                type(exc).__name__,
+                exc,
+            )
+
+    def recovered(self) -> None:
+        if self.reported:
+            self.reported = False
+            log.warning("live sockets: the channel layer answers again")
+
+
+LAYER_LOSS = _LayerLoss()
+
+
+class ClosesWhenBackingAway:
+    """Mixin for consumers: when the channel layer (or the database) goes away under an
+    open socket, close it with 1011 (Internal Error; clients reconnect after any close)
+    instead of letting the error escape into uvicorn's "Exception in ASGI application"
+    traceback, one per socket. The outage is logged once per process (LAYER_LOSS)."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)  # type: ignore[misc]
+        except BACKING_AWAY as exc:
+            LAYER_LOSS.report(exc)
+            with contextlib.suppress(Exception):  # the client may be gone already
+                await send({"type": "websocket.close", "code": 1011})
 
 
 def domain_group(domain_uid: str) -> str:
@@ -109,8 +152,12 @@ class _Sender:
     async def _fan_out(self, layer: Any, groups: list[str], message: dict[str, Any]) -> None:
         try:
             await asyncio.gather(*(layer.group_send(g, message) for g in groups))
+        except BACKING_AWAY as exc:  # said once per outage, not once per hint
+            LAYER_LOSS.report(exc)
         except Exception:
             log.warning("could not send %s to %s", message.get("type"), groups, exc_info=True)
+        else:
+            LAYER_LOSS.recovered()
         finally:
             with self._lock:
                 self._in_flight -= 1

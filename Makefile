@@ -34,6 +34,7 @@ demo-smoke: $(STAMP)
 	$(PY) scripts/demo_smoke.py
 
 test: $(STAMP)
+	bash scripts/system_deps.sh
 	PORTAL_TESTING=1 $(PY) -m domain_portal.devservices \
 		--database-url "$(TEST_DATABASE_URL)" --redis-url "$(TEST_REDIS_URL)" -- \
 		$(VENV)/bin/pytest $(PYTEST_ARGS)

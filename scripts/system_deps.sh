@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The system packages the test suite drives, from Debian, installed when missing: Chromium
+# (browser tests), Prometheus and promtool (scrape and alert-rule tests), iproute2 (`ip
+# netns`: the agent ↔ portal network cut) and redis-server (the private Redis). Run by
+# `make test` and .ci/run. Without root it only says what is missing.
+set -euo pipefail
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v ip >/dev/null || missing+=(iproute2)
+{ command -v promtool >/dev/null && command -v prometheus >/dev/null; } || missing+=(prometheus)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+  echo "system_deps: missing ${missing[*]} (apt-get install them as root); their tests skip" >&2
+  exit 0
+fi
+echo "system_deps: installing ${missing[*]} from Debian…" >&2
+apt-get update -qq
+# Prometheus without its recommends (node exporter, alertmanager).
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -12,11 +12,12 @@ named by KUBECONFIG), else the pod's service account.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 GROUP = "resource.k8s.io"
@@ -92,6 +93,40 @@ class ResourceApi:
             self.custom.replace_cluster_custom_object,
             GROUP, self.version, "resourceslices", name, body,
         ))  # fmt: skip
+
+    def list_slices(self, name: str) -> dict[str, Any]:
+        """The slice named `name` as a list (empty when there is none), with the list's
+        resourceVersion to watch from."""
+        return _dict(self._call(
+            self.custom.list_cluster_custom_object,
+            GROUP, self.version, "resourceslices", field_selector=f"metadata.name={name}",
+        ))  # fmt: skip
+
+    def watch_slices(
+        self, name: str, resource_version: str, timeout_s: int
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(event type, object) for the slice named `name`, from `resource_version` on; the
+        stream goes on across the server's timeouts and ends when the version expired (the
+        caller lists again). Refusals and broken connections are KubeErrors."""
+        stream = watch.Watch().stream(
+            self.custom.list_cluster_custom_object,
+            GROUP, self.version, "resourceslices",
+            field_selector=f"metadata.name={name}",
+            resource_version=resource_version,
+            timeout_seconds=timeout_s,
+            _request_timeout=timeout_s + 10,
+        )  # fmt: skip
+        try:
+            for event in stream:
+                obj = event["raw_object"]
+                if (obj.get("metadata") or {}).get("name") == name:
+                    yield str(event["type"]), obj
+        except ApiException as exc:
+            if exc.status == 410:  # Gone: the version expired
+                return
+            raise KubeError(f"API server answered {exc.status}: {exc.reason}", exc.status or 0)
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raise KubeError(f"watch of ResourceSlice {name} broke: {exc}") from exc
 
     def delete_slice(self, name: str) -> None:
         try:

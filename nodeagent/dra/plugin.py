@@ -78,6 +78,7 @@ class DraPlugin:
             plugin_dir=config.kubelet_dir / "plugins" / DRIVER_NAME,
         )
         self.started = False
+        self.watching = threading.Event()  # set: the slice's watch ends
         self.slice_retry_at = 0.0
         self.lock = threading.Lock()
 
@@ -86,10 +87,18 @@ class DraPlugin:
         if not self.started:
             self.server.start()
             self.started = True
+            self.watching = threading.Event()
+            threading.Thread(
+                target=self.slices.keep,
+                args=(self.node_name, self.watching),
+                name="dra-slice",
+                daemon=True,
+            ).start()
 
     def stop(self) -> None:
         """The agent stops serving the tray: no more kubelet calls, no slice to allocate."""
         if self.started:
+            self.watching.set()
             self.server.stop()
             self.started = False
         self.slices.remove(self.node_name)

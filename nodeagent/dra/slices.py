@@ -23,6 +23,9 @@ from nodeagent.dra.kubeapi import GROUP, KubeError, ResourceApi
 
 log = logging.getLogger("nodeagent.dra")
 
+WATCH_TIMEOUT_S = 300  # one watch request; the server may end it sooner
+WATCH_RETRY_S = 2.0  # after the API server refused or dropped the watch
+
 
 @dataclass(frozen=True)
 class SliceFacts:
@@ -67,39 +70,87 @@ def slice_object(facts: SliceFacts, *, version: str, generation: int) -> dict[st
 
 
 class SlicePublisher:
-    """Keeps the tray's slice equal to its facts; every call is idempotent."""
+    """Keeps the tray's slice equal to its facts; every call is idempotent.
+
+    Someone else may delete the slice: the kubelet deletes every ResourceSlice of its node
+    when it starts (and those of a driver that stays unregistered). A publisher that only
+    compared facts would never notice, and the tray would drop out of DRA until its facts
+    changed. So `keep` watches the slice from its own thread and publishes it again the
+    moment it is deleted while it is wanted; a relist after every broken or expired watch
+    catches a deletion the watch did not see.
+    """
 
     def __init__(self, api: ResourceApi) -> None:
         self.api = api
-        self.published: SliceFacts | None = None
+        self.wanted: SliceFacts | None = None  # what the agent last asked for
+        self.published: SliceFacts | None = None  # what the API server is known to hold
         self.lock = threading.Lock()
 
     def publish(self, facts: SliceFacts) -> bool:
         """Create or update the slice; returns whether anything was written."""
         with self.lock:
+            self.wanted = facts
             if facts == self.published:
                 return False
-            name = slice_name(facts.node)
-            current = self.api.get_slice(name)
-            if current is None:
-                self.api.create_slice(slice_object(facts, version=self.api.version, generation=1))
-                log.info("%s: published ResourceSlice %s", facts.node, name)
-            else:
-                pool = current.get("spec", {}).get("pool", {})
-                generation = int(pool.get("generation") or 0)
-                wanted = slice_object(facts, version=self.api.version, generation=generation)
-                if wanted["spec"] != current.get("spec"):
-                    wanted = slice_object(
-                        facts, version=self.api.version, generation=generation + 1
-                    )
-                    wanted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                    self.api.replace_slice(name, wanted)
-                    log.info("%s: updated ResourceSlice %s", facts.node, name)
-            self.published = facts
+            self._write(facts)
             return True
+
+    def _write(self, facts: SliceFacts) -> bool:
+        """Make the server's slice say `facts`; True when it had none."""
+        name = slice_name(facts.node)
+        current = self.api.get_slice(name)
+        created = current is None
+        if current is None:
+            self.api.create_slice(slice_object(facts, version=self.api.version, generation=1))
+            log.info("%s: published ResourceSlice %s", facts.node, name)
+        else:
+            pool = current.get("spec", {}).get("pool", {})
+            generation = int(pool.get("generation") or 0)
+            wanted = slice_object(facts, version=self.api.version, generation=generation)
+            if wanted["spec"] != current.get("spec"):
+                wanted = slice_object(facts, version=self.api.version, generation=generation + 1)
+                wanted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                self.api.replace_slice(name, wanted)
+                log.info("%s: updated ResourceSlice %s", facts.node, name)
+        self.published = facts
+        return created
+
+    def lost(self, node: str) -> None:
+        """The slice seemed gone from the API server: publish it again if it is wanted (what
+        the server says now decides: a list older than our own create changes nothing). A
+        failure leaves it unpublished, and the agent's next `publish` tries again."""
+        with self.lock:
+            self.published = None
+            if self.wanted is None or self.wanted.node != node:
+                return
+            try:
+                if self._write(self.wanted):
+                    log.warning("%s: ResourceSlice %s had been deleted; published it again",
+                                node, slice_name(node))  # fmt: skip
+            except KubeError as exc:
+                log.warning("%s: ResourceSlice not published again: %s", node, exc)
+
+    def keep(self, node: str, stop: threading.Event) -> None:
+        """Watch the node's slice until `stop` is set (run it in a thread of its own)."""
+        name = slice_name(node)
+        while not stop.is_set():
+            try:
+                listing = self.api.list_slices(name)
+                if not any(i["metadata"]["name"] == name for i in listing.get("items") or []):
+                    self.lost(node)
+                version = str(listing["metadata"]["resourceVersion"])
+                for kind, _ in self.api.watch_slices(name, version, WATCH_TIMEOUT_S):
+                    if stop.is_set():
+                        return
+                    if kind == "DELETED":
+                        self.lost(node)
+            except KubeError as exc:
+                log.warning("%s: watching ResourceSlice %s: %s", node, name, exc)
+                stop.wait(WATCH_RETRY_S)
 
     def remove(self, node: str) -> None:
         with self.lock:
+            self.wanted = None  # first: the watch must not publish it again
             try:
                 self.api.delete_slice(slice_name(node))
             except KubeError as exc:

@@ -276,7 +276,7 @@ def test_rbac_allows_only_what_the_portal_does(objects):
     agent = objects["ClusterRole", "portal-domain-portal-agent"]
     assert {(r["resources"][0], tuple(r["verbs"])) for r in agent["rules"]} == {
         ("resourceclaims", ("get",)),
-        ("resourceslices", ("get", "create", "update", "delete")),
+        ("resourceslices", ("get", "list", "watch", "create", "update", "delete")),
     }
     # The web's one call: a TokenReview of a joining agent's token.
     web_role = objects["ClusterRole", "portal-domain-portal-web"]

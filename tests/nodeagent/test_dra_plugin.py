@@ -8,7 +8,9 @@ the daemon, CDI) is in tests/e2e/test_dra.py with real agents and a real server.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,7 +62,12 @@ def tmp_path() -> Iterator[Path]:
 
 @pytest.fixture
 def plugin(cluster, tmp_path) -> Iterator[DraPlugin]:
-    root = tmp_path
+    with running_plugin(cluster, tmp_path) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def running_plugin(cluster, root: Path) -> Iterator[DraPlugin]:
     config = PluginConfig(
         kubelet_dir=root / "kubelet",
         kubeconfig=cluster.write_kubeconfig(root / "kubeconfig"),
@@ -71,9 +78,11 @@ def plugin(cluster, tmp_path) -> Iterator[DraPlugin]:
     client = PortalClient("http://127.0.0.1:9")  # never joined: no token
     made = DraPlugin(config, node_name="tray-1", root=root, client=client, tray=IdleTray())
     made.start()
-    yield made
-    made.stop()
-    client.close()
+    try:
+        yield made
+    finally:
+        made.stop()
+        client.close()
 
 
 def test_the_kubelet_registers_the_plugin_with_both_dra_versions(plugin, tmp_path):
@@ -283,3 +292,70 @@ def test_a_claim_prepared_before_a_reboot_is_still_given_back_by_unprepare(clust
     assert after.unprepare([ref]) == {ref.uid: ""}
     assert left == [ref.uid]  # the portal hears of it: the tray leaves the domain
     assert after.prepared() == {}
+
+
+def wait_until(check, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def wait_for_slice(cluster, name: str, timeout: float) -> dict | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = cluster.get("resourceslices", name)
+        if found is not None:
+            return found
+        time.sleep(0.05)
+    return None
+
+
+def test_a_kubelet_restart_wipes_the_slice_and_the_tray_publishes_it_again_within_seconds(
+    plugin, cluster, tmp_path
+):
+    kubelet = Kubelet(tmp_path / "kubelet")
+    kubelet.register()
+    plugin.publish_slice(FACTS)
+    name = f"tray-1-{DRIVER_NAME}"
+    before = cluster.get("resourceslices", name)
+    cluster.apply({**before, "metadata": {"name": "tray-1-other.example.com"}})  # another driver
+    started = time.monotonic()
+    wiped = kubelet.restart(tmp_path / "kubeconfig", "tray-1")
+    assert sorted(wiped) == sorted([name, "tray-1-other.example.com"])
+    back = wait_for_slice(cluster, name, 5)
+    assert back is not None, "the tray's slice was not published again within 5 s"
+    assert time.monotonic() - started < 5
+    assert back["spec"] == before["spec"]
+    # The agent's own cycle, facts unchanged, finds nothing more to do.
+    plugin.publish_slice(FACTS)
+    assert cluster.count("POST", "resourceslices") == 2  # created, and created again: no more
+    assert cluster.get("resourceslices", "tray-1-other.example.com") is None  # not ours
+    kubelet.close()
+
+
+def test_a_slice_deleted_while_the_watch_was_down_is_found_by_the_relist(cluster, tmp_path):
+    cluster.max_watch_seconds = 0.3  # the server ends every watch soon; the agent watches again
+    watches = r"resourceslices\?.*watch="
+    with running_plugin(cluster, tmp_path) as plugin:
+        plugin.publish_slice(FACTS)
+        name = f"tray-1-{DRIVER_NAME}"
+        assert wait_until(lambda: cluster.count("GET", watches) >= 2, 5), "not watching"
+        # Every new watch fails for a while (the API server restarting): a deletion then is
+        # seen by the list that follows.
+        cluster.fail_next("GET", watches, status=503, times=1000)
+        time.sleep(0.6)
+        cluster.delete("resourceslices", name)
+        cluster.faults.clear()
+        assert wait_for_slice(cluster, name, 5) is not None
+
+
+def test_a_slice_the_agent_removed_itself_stays_removed(plugin, cluster):
+    plugin.publish_slice(FACTS)
+    name = f"tray-1-{DRIVER_NAME}"
+    plugin.stop()
+    assert cluster.get("resourceslices", name) is None
+    time.sleep(1)  # the watch saw the deletion
+    assert cluster.get("resourceslices", name) is None

@@ -8,7 +8,9 @@ It does what the kubelet's plugin manager and DRA manager do with a DRA driver, 
    call `NotifyRegistrationStatus` with the outcome;
 2. then, on the endpoint, `NodePrepareResources` / `NodeUnprepareResources` of the version
    it chose (v1 unless told to speak v1beta1 only), with the claims of a pod;
-3. like the kubelet, `prepare_until_ready` calls again while a claim answers an error.
+3. like the kubelet, `prepare_until_ready` calls again while a claim answers an error;
+4. `restart`: as a kubelet that starts, delete every ResourceSlice of its node (whatever
+   the driver) before the plugins register again.
 
 The stubs are generated from the project's own .proto files (nodeagent/dra/pb), so a
 mistake there would be shared; what keeps them honest is that the package, message and
@@ -23,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from kubernetes import client, config
 
 from nodeagent.dra import DRIVER_NAME
+from nodeagent.dra.kubeapi import ResourceApi
 from nodeagent.dra.pb import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -106,6 +110,14 @@ class Kubelet:
         if self.channel is not None:
             self.channel.close()
 
+    def restart(self, kubeconfig: Path, node: str) -> list[str]:
+        """A kubelet restart: connections dropped, the node's slices wiped, registered
+        again; returns the names of the slices it deleted."""
+        self.close()
+        wiped = wipe_node_slices(kubeconfig, node)
+        self.register()
+        return wiped
+
     # --- the DRA service ------------------------------------------------------------------
     def _claims(self, claims: list[PodClaim]) -> list[Any]:
         return [self.pb2.Claim(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
@@ -145,3 +157,22 @@ class Kubelet:
             if not result["error"] or time.monotonic() > deadline:
                 return result
             time.sleep(interval)
+
+
+def wipe_node_slices(kubeconfig: Path, node: str) -> list[str]:
+    """Delete every ResourceSlice whose `spec.nodeName` is `node`, as the kubelet does at its
+    start (it cannot know which drivers still serve the node until they register again)."""
+    api = client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))
+    version = ResourceApi(api.api_client).version
+    listed = api.list_cluster_custom_object(
+        "resource.k8s.io", version, "resourceslices", field_selector=f"spec.nodeName={node}"
+    )
+    names = [
+        item["metadata"]["name"]
+        for item in listed.get("items") or []
+        if item["spec"].get("nodeName") == node  # not every server filters by this field
+    ]
+    for name in names:
+        api.delete_cluster_custom_object("resource.k8s.io", version, "resourceslices", name)
+    api.api_client.close()
+    return names

@@ -36,10 +36,13 @@ def unread_count(user: Viewer) -> int:
     return inbox_of(user).filter(read_at__isnull=True).count() if user.is_authenticated else 0
 
 
-def deliveries_of(subscription: Subscription, limit: int = 50) -> list[Notification]:
-    """A subscription's delivery log: its latest notifications with their attempts."""
-    return list(
-        subscription.notifications.prefetch_related("delivery_attempts").order_by(
-            "-created_at", "-id"
-        )[:limit]
+def delivery_log(subscription: Subscription) -> QuerySet[Notification]:
+    """A subscription's delivery log, newest first: its notifications with their attempts."""
+    return subscription.notifications.prefetch_related("delivery_attempts").order_by(
+        "-created_at", "-id"
     )
+
+
+def deliveries_of(subscription: Subscription, limit: int = 50) -> list[Notification]:
+    """The latest `limit` entries of a subscription's delivery log."""
+    return list(delivery_log(subscription)[:limit])

@@ -23,13 +23,19 @@ class Pagination(LimitOffsetPagination):
 
     @staticmethod
     def _bounded(request: Any, name: str, low: int, high: int, default: int) -> int:
-        """The parameter as a whole number within [low, high]; anything else is a 400 naming
-        it (DRF quietly used the default for `limit=-1` and clamped huge ones)."""
-        raw = request.query_params.get(name)
-        if raw is None or raw == "":
+        """The parameter as a whole number within [low, high]; anything else (empty, given
+        twice, a sign, a fraction) is a 400 naming it (DRF quietly used the default for
+        `limit=-1` or `limit=` and clamped huge ones)."""
+        values = request.query_params.getlist(name)
+        if not values:
             return default
-        if not raw.isascii() or not raw.isdigit() or not low <= int(raw) <= high:
-            raise ValidationError({name: [f"must be a whole number from {low} to {high}"]})
+        raw = values[0]
+        # The length first: int() of a 5,000-digit string is a ValueError, not a number.
+        valid = len(values) == 1 and len(raw) <= 12 and raw.isascii() and raw.isdigit()
+        if valid:
+            valid = low <= int(raw) <= high
+        if not valid:
+            raise ValidationError({name: [f"must be a whole number from {low} to {high}, once"]})
         return int(raw)
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:

@@ -17,7 +17,8 @@ _DESCRIPTIONS = {
     409: "Conflicts with the current state (name taken, wrong phase).",
     413: "The request body is over the API's size limit (1 MiB).",
     422: "Refused by quota or placement; `details` says why.",
-    429: "Too many failed sign-in attempts; see Retry-After.",
+    429: "Too many failed sign-in or token attempts from your address, or a request "
+    "refused by a rate limit; wait the seconds Retry-After says.",
     503: "A service the answer depends on is away (the Kubernetes API server); try again.",
 }
 

@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from domains.audit.models import Event
 from domains.notifications.dispatch import notify_event
-from domains.notifications.models import Subscription
+from domains.notifications.models import Notification, Subscription
 from domains.notifications.services import subscription_create
 from portal.realtime.consumers import groups_for
 from portal.realtime.groups import user_group
@@ -48,6 +48,23 @@ def test_only_the_owner_reads_a_subscription_and_its_log(
     deleted = client.delete(f"/api/v1/subscriptions/{mine.pk}/")
     assert deleted.status_code == (204 if who == "tenant_a" else get_code)
     assert Subscription.objects.filter(pk=mine.pk).exists() == (who != "tenant_a")
+
+
+def test_the_delivery_log_is_paged_like_every_list_newest_first(tenant_a, mine):
+    for i in range(3):
+        Notification.objects.create(
+            subscription=mine, key=f"event:{i}", kind="domain.ready", title=f"t{i}"
+        )
+    client = bearer_client(tenant_a)
+    first = client.get(f"/api/v1/subscriptions/{mine.pk}/deliveries/?limit=2")
+    assert first.status_code == 200, first.content
+    page = first.json()
+    assert page["count"] == 3 and page["next"] and page["previous"] is None
+    assert [d["title"] for d in page["results"]] == ["t2", "t1"]
+    rest = client.get(f"/api/v1/subscriptions/{mine.pk}/deliveries/?limit=2&offset=2").json()
+    assert [d["title"] for d in rest["results"]] == ["t0"] and rest["next"] is None
+    bad = client.get(f"/api/v1/subscriptions/{mine.pk}/deliveries/?limit=-1")
+    assert bad.status_code == 400 and bad.json()["field"] == "limit"
 
 
 def test_the_owner_sees_the_webhook_secret_and_subscribes_through_the_api(tenant_a, mine):

@@ -1,4 +1,4 @@
-"""Input the API used to take quietly: negative or huge paging values,
+"""Input the API used to take quietly: negative, huge, empty or repeated paging values,
 numbers sent as strings, text sent as numbers, unknown fields on the agent API. Each is a
 400 naming the field."""
 
@@ -16,7 +16,9 @@ pytestmark = pytest.mark.django_db
     ("query", "field"),
     [("limit=-1", "limit"), ("limit=0", "limit"), ("limit=1001", "limit"),
      ("offset=-5", "offset"), ("offset=99999999999999", "offset"), ("limit=1.0", "limit"),
-     ("offset=abc", "offset")],
+     ("offset=abc", "offset"), ("limit=", "limit"), ("offset=", "offset"),
+     ("limit=1&limit=2", "limit"), ("offset=" + "9" * 5000, "offset"), ("limit=%EF%BC%91", "limit"),
+     ("domain=", "domain"), ("domain=%7B%7D", "domain")],
 )  # fmt: skip
 def test_bad_paging_is_a_400_naming_the_parameter(operator, query, field):
     resp = bearer_client(operator).get(f"/api/v1/events/?{query}")

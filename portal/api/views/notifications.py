@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from domains.errors import DomainError
 from domains.notifications.models import Notification, Subscription
 from domains.notifications.selectors import (
-    deliveries_of,
+    delivery_log,
     inbox_of,
     subscription_of,
     subscriptions_of,
@@ -95,11 +95,13 @@ class SubscriptionViewSet(
 
     @extend_schema(
         responses={200: DeliverySerializer(many=True), **errors(*READ)},
-        summary="The delivery log: the latest notifications sent, with every try.",
+        summary="The delivery log, newest first: the notifications sent, with every try.",
     )
     @action(detail=True, methods=["get"], serializer_class=DeliverySerializer)
     def deliveries(self, request: Request, pk: str) -> Response:
-        return Response(DeliverySerializer(deliveries_of(self.get_object()), many=True).data)
+        # Paged like every list (the schema said so; it was a bare list of the latest 50).
+        page = self.paginate_queryset(delivery_log(self.get_object()))
+        return self.get_paginated_response(DeliverySerializer(page, many=True).data)
 
 
 class NotificationViewSet(mixins.ListModelMixin, ScopedViewSet):

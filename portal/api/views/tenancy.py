@@ -168,7 +168,7 @@ class EventViewSet(mixins.ListModelMixin, ScopedViewSet):
             qs = qs.filter(namespace__name=params["namespace"])
         if params.get("verb"):
             qs = qs.filter(verb=params["verb"])
-        if params.get("domain"):
+        if "domain" in params:  # present but empty or not a uid: a 400, not "no filter"
             qs = qs.filter(domain__uid=_uuid(params["domain"], field="domain"))
         return qs
 

@@ -4,45 +4,16 @@ still sent to HTTPS."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.processes import ROOT, process_env, running, start_server
+from tests.observability.conftest import METRICS_TOKEN as TOKEN
+from tests.observability.conftest import production_env
+from tests.support.processes import running, start_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-TOKEN = "plain-http-metrics-token"
-
-
-def production_env(static_root: Path) -> dict[str, str]:
-    return {
-        "PORTAL_TESTING": "0",
-        "DEBUG": "0",
-        "SECRET_KEY": "plain-http-" + uuid.uuid4().hex * 2,
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "STATIC_ROOT": str(static_root),
-        "PORTAL_METRICS_TOKEN": TOKEN,
-    }
-
-
-@pytest.fixture(scope="module")
-def static_root(tmp_path_factory) -> Path:
-    """`collectstatic` as the image runs it: with DEBUG off the server starts only after it."""
-    root = tmp_path_factory.mktemp("static")
-    subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"],
-        cwd=ROOT,
-        env=process_env(**production_env(root)),
-        check=True,
-        timeout=300,
-    )
-    return root
 
 
 @pytest.fixture

@@ -1,0 +1,179 @@
+"""A real Prometheus scrapes a production web process (DEBUG off, HTTPS redirect on) the way
+the chart's ServiceMonitor makes the Prometheus Operator scrape it: plain HTTP to the pod,
+the metrics token, honor_labels, the Kubernetes target labels (the portal's own
+`namespace`, `pod`, `service`) and job `domain-portal`. Two tenants' degraded domains stay
+two alerts, and stopping the web sets off PortalDown."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from domains.computedomains.models import ComputeDomain, Phase
+from tests import factories
+from tests.observability.conftest import METRICS_TOKEN, production_env
+from tests.observability.exposition import ALERTS
+from tests.support.agents import wait_for
+from tests.support.processes import Proc, free_port, running, start_server, wait_until
+
+PROMETHEUS = shutil.which("prometheus")
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(PROMETHEUS is None, reason="prometheus absent (apt-get install prometheus)"),
+]
+
+PORTAL_NAMESPACE = "gpu-portal"
+
+
+def service_monitor_job(target: str, token_file: Path) -> dict[str, Any]:
+    """The scrape job the Prometheus Operator generates from the chart's ServiceMonitor, with
+    the target's Kubernetes metadata given as a static target's labels."""
+    meta = {
+        "__meta_kubernetes_namespace": PORTAL_NAMESPACE,
+        "__meta_kubernetes_service_name": "portal-domain-portal-web",
+        "__meta_kubernetes_pod_name": "portal-domain-portal-web-5d9c7-abcde",
+        "__meta_kubernetes_pod_container_name": "web",
+    }
+    copy = [
+        ("__meta_kubernetes_namespace", "namespace"),
+        ("__meta_kubernetes_service_name", "service"),
+        ("__meta_kubernetes_pod_name", "pod"),
+        ("__meta_kubernetes_pod_container_name", "container"),
+        ("__meta_kubernetes_service_name", "job"),
+    ]
+    return {
+        "job_name": f"serviceMonitor/{PORTAL_NAMESPACE}/portal-domain-portal/0",
+        "honor_labels": True,
+        "scheme": "http",
+        "metrics_path": "/metrics",
+        "authorization": {"type": "Bearer", "credentials_file": str(token_file)},
+        "static_configs": [{"targets": [target], "labels": meta}],
+        "relabel_configs": [
+            *({"source_labels": [src], "target_label": dst} for src, dst in copy),
+            {"target_label": "endpoint", "replacement": "http"},
+            # the chart's endpoint relabelling (tests/kube/test_chart_monitoring.py)
+            {"action": "replace", "target_label": "job", "replacement": "domain-portal"},
+        ],
+    }
+
+
+class Prometheus:
+    def __init__(self, url: str) -> None:
+        self.api = httpx.Client(base_url=f"{url}/api/v1", timeout=10)
+
+    def get(self, path: str, **params: str) -> Any:
+        body = self.api.get(path, params=params).json()
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        return self.get("/query", query=expr)["result"]
+
+    def alerts(self, name: str) -> list[dict[str, str]]:
+        return [
+            a["labels"] for a in self.get("/alerts")["alerts"] if a["labels"]["alertname"] == name
+        ]
+
+
+@pytest.fixture
+def web(transactional_db, static_root) -> Iterator[Proc]:
+    proc, url = start_server(**production_env(static_root))
+    proc.url = url  # type: ignore[attr-defined]
+    with running(proc):
+        yield proc
+
+
+@pytest.fixture
+def prometheus(web, tmp_path: Path) -> Iterator[Prometheus]:
+    token = tmp_path / "metrics-token"
+    token.write_text(METRICS_TOKEN)
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(ALERTS)],
+        "scrape_configs": [service_monitor_job(web.url.removeprefix("http://"), token)],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    proc = Proc(
+        "prometheus",
+        [
+            str(PROMETHEUS),
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if not proc.alive():
+            raise RuntimeError(f"prometheus exited:\n{proc.log()[-3000:]}")
+        try:
+            return httpx.get(f"{url}/-/ready", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(ready, timeout=30, what="prometheus")
+        yield Prometheus(url)
+    finally:
+        proc.stop()
+
+
+def degraded(namespace: str, count: int) -> None:
+    ns = factories.make_namespace(namespace)
+    for i in range(count):
+        ComputeDomain.objects.create(
+            namespace=ns,
+            name=f"degraded-{i}",
+            num_nodes=2,
+            resource_claim_template=f"degraded-{i}-channel",
+            phase=Phase.DEGRADED,
+        )
+
+
+def test_a_production_portal_is_scraped_as_a_service_monitor_scrapes_it(prometheus, web):
+    degraded("team-a", 1)
+    degraded("team-b", 2)
+    up = wait_for(lambda: prometheus.query('up{job="domain-portal"} == 1'), 30, "target up")
+    (target,) = prometheus.get("/targets")["activeTargets"]
+    assert (target["health"], target["lastError"]) == ("up", "")  # no 301, no 400, no 401
+    assert {k: up[0]["metric"][k] for k in ("namespace", "pod", "service", "job")} == {
+        "namespace": PORTAL_NAMESPACE,
+        "pod": "portal-domain-portal-web-5d9c7-abcde",
+        "service": "portal-domain-portal-web",
+        "job": "domain-portal",
+    }
+    # The tenant is its own label, next to the portal's namespace, on what was scraped.
+    series = prometheus.query('portal_domains{phase="Degraded"} > 0')
+    assert {(s["metric"]["tenant_namespace"], s["metric"]["namespace"]) for s in series} == {
+        ("team-a", PORTAL_NAMESPACE),
+        ("team-b", PORTAL_NAMESPACE),
+    }
+    assert not any("exported_namespace" in s["metric"] for s in series)
+
+    # Two tenants: two PortalDomainDegraded alerts (pending for their 5 minutes), each
+    # naming its tenant.
+    def two_pending() -> list[dict[str, str]]:
+        found = prometheus.alerts("PortalDomainDegraded")
+        return found if len(found) == 2 else []
+
+    alerts = wait_for(two_pending, 30, "two PortalDomainDegraded alerts")
+    assert sorted(a["tenant_namespace"] for a in alerts) == ["team-a", "team-b"]
+    assert prometheus.alerts("PortalDown") == []
+
+    web.stop()  # every web pod gone: the scrape fails, every portal series goes stale
+    down = wait_for(lambda: prometheus.alerts("PortalDown"), 30, "PortalDown pending")
+    assert down == [
+        {"alertname": "PortalDown", "namespace": PORTAL_NAMESPACE, "severity": "critical"}
+    ]

@@ -1,5 +1,7 @@
-"""Fixtures for the Kubernetes tests: a mock API server the official client talks to over
-HTTP, watchers driven step by step, and Celery tasks run eagerly in the test process."""
+"""Fixtures for the Kubernetes tests: upstream's control plane (`cluster`, `real_kube`), a
+mock API server the official client talks to over HTTP (for the faults a real server cannot
+be made to show), watchers driven step by step, and Celery tasks run eagerly in the test
+process."""
 
 from __future__ import annotations
 
@@ -7,15 +9,73 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from domains.kube.client import api_client
 from domains.kube.sync import Watcher, resources
 from portal.celery import app as celery_app
-from tests.kube.schemas import computedomain_errors, dra_errors
+from tests.kube.cluster import BuildFailed, Cluster, ClusterKube, kube_binaries, running_cluster
+from tests.kube.schemas import CRD_PATH, computedomain_errors, dra_errors
 from tests.support import kubemock
 
 RACK_LABEL = "topology.kubernetes.io/rack"
 CLUSTER = "6f0b9b84-4c1e-4a8e-9d9e-2f1f3c0d9a11"
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` and `-k` have deselected
+def pytest_collection_modifyitems(config, items) -> None:
+    """Build the control plane before any test runs when one is selected that needs it, so
+    a cold build (minutes) never counts against a test's timeout."""
+    if any(item.get_closest_marker("cluster") for item in items):
+        try:
+            kube_binaries()
+        except BuildFailed as exc:
+            raise pytest.UsageError(str(exc)) from exc
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    """Upstream's etcd, kube-apiserver, kube-scheduler and resourceclaim controller, with
+    NVIDIA's ComputeDomain CRD installed; one per test session."""
+    with running_cluster(tmp_path_factory.mktemp("kubeplane")) as running:
+        kube = ClusterKube(running)
+        kube.apply(yaml.safe_load(CRD_PATH.read_text()))
+        kube.wait_established("computedomains.resource.nvidia.com")
+        yield running
+
+
+# What tests make, deleted after each (in every namespace): pods before their claims.
+CLEANED = (
+    "pods",
+    "resourceclaims",
+    "resourceclaimtemplates",
+    "computedomains",
+    "resourceslices",
+    "deviceclasses",
+    "nodes",
+    "validatingadmissionpolicybindings",
+    "validatingadmissionpolicies",
+)
+
+
+@pytest.fixture
+def real_kube(cluster, tmp_path, settings, monkeypatch) -> Iterator[ClusterKube]:
+    """The portal pointed at the real API server, with the fixtures' tenants as namespaces;
+    what a test created is deleted after it."""
+    kube = ClusterKube(cluster)
+    for name in ("team-a", "team-b"):
+        kube.put_namespace(name)
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    settings.PORTAL = {
+        **settings.PORTAL,
+        "KUBE_ENABLED": True,
+        "KUBE_RACK_LABEL": RACK_LABEL,
+        "KUBE_NAMESPACE_LABEL": "",
+    }
+    yield kube
+    for plural in CLEANED:
+        kube.delete_all(plural)
 
 
 @pytest.fixture
@@ -52,9 +112,12 @@ def eager_celery() -> Iterator[None]:
 class Sync:
     """The three watchers, driven one step at a time, committing like the real process."""
 
-    def __init__(self, capture: Any) -> None:
+    def __init__(self, capture: Any, watch_timeout_s: int = 300) -> None:
         api = api_client()
-        self.watchers = {r.name: Watcher(r, resync_s=3600) for r in resources(api)}
+        self.watchers = {
+            r.name: Watcher(r, resync_s=3600, watch_timeout_s=watch_timeout_s)
+            for r in resources(api)
+        }
         self.capture = capture
 
     def step(self, *names: str) -> list[bool]:
@@ -72,6 +135,12 @@ class Sync:
 @pytest.fixture
 def sync(kube, eager_celery, django_capture_on_commit_callbacks) -> Sync:
     return Sync(django_capture_on_commit_callbacks)
+
+
+@pytest.fixture
+def real_sync(real_kube, eager_celery, django_capture_on_commit_callbacks) -> Sync:
+    """The watchers against the real API server; a watch step ends after a second."""
+    return Sync(django_capture_on_commit_callbacks, watch_timeout_s=1)
 
 
 def gpu_labels(clique: int = 1, rack: str = "r1", **extra: str) -> dict[str, str]:

@@ -16,20 +16,29 @@ from tests.support.lifecycle import all_clean, request_and_place
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(params=["v1", "v1beta1"])
-def version(request, kube) -> str:
-    kube.resource_version = request.param
+@pytest.fixture(params=[pytest.param("v1", marks=pytest.mark.cluster), "v1beta1"])
+def version(request) -> str:
+    """v1 as upstream's kube-apiserver 1.34 serves it; v1beta1 (1.32, 1.33) as the mock does."""
     return request.param
+
+
+@pytest.fixture
+def api(request, version):
+    if version == "v1":
+        return request.getfixturevalue("real_kube")
+    kube = request.getfixturevalue("kube")
+    kube.resource_version = version
+    return kube
 
 
 def template(kube, name: str = "train-channel") -> dict | None:
     return kube.get("resourceclaimtemplates", name, "team-a")
 
 
-def test_a_published_domain_gets_its_template_naming_it(kube, version, topology, ns_a, tenant_a):
+def test_a_published_domain_gets_its_template_naming_it(api, version, topology, ns_a, tenant_a):
     domain = request_and_place(ns_a, tenant_a, num_nodes=2)
     assert tasks.publish_domain(domain.pk) == "created"
-    obj = template(kube)
+    obj = template(api)
     assert_valid_dra(obj)
     assert obj["apiVersion"] == f"resource.k8s.io/{version}"
     devices = obj["spec"]["spec"]["devices"]
@@ -52,10 +61,11 @@ def test_a_published_domain_gets_its_template_naming_it(kube, version, topology,
 
 def claim_from(kube, domain, name: str) -> dict:
     """A ResourceClaim as the control plane makes it from the template for a pod."""
-    spec = template(kube)["spec"]
+    source = template(kube)
+    spec = source["spec"]
     return kube.apply(
         {
-            "apiVersion": f"resource.k8s.io/{kube.resource_version}",
+            "apiVersion": source["apiVersion"],
             "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": "team-a", **spec["metadata"]},
             "spec": spec["spec"],
@@ -63,40 +73,49 @@ def claim_from(kube, domain, name: str) -> dict:
     )
 
 
+@pytest.mark.cluster
 def test_release_deletes_the_template_only_once_its_claims_are_gone(
-    kube, version, eager_celery, django_capture_on_commit_callbacks, topology, ns_a, tenant_a
+    real_kube, eager_celery, django_capture_on_commit_callbacks, topology, ns_a, tenant_a
 ):
     from domains.computedomains.services import domain_release
 
     with django_capture_on_commit_callbacks(execute=True):
         domain = request_and_place(ns_a, tenant_a, num_nodes=2)
-    claim_from(kube, domain, "worker-0-channel")
+    claim_from(real_kube, domain, "worker-0-channel")
     with django_capture_on_commit_callbacks(execute=True):
         domain_release(actor=Actor.for_user(tenant_a), domain=domain)
         all_clean(domain)
-    assert kube.get("computedomains", "train", "team-a") is None
-    assert template(kube) is not None  # a pod still holds a claim made from it
+    assert real_kube.get("computedomains", "train", "team-a") is None
+    assert template(real_kube) is not None  # a pod still holds a claim made from it
     row = PublishedDomain.objects.get(domain=domain)
     assert not row.removed and "worker-0-channel still exist" in row.last_error
 
-    kube.delete("resourceclaims", "worker-0-channel", "team-a")  # the pod is gone
+    real_kube.delete("resourceclaims", "worker-0-channel", "team-a")  # the pod is gone
     assert tasks.reconcile()["domains"] == 1
-    assert template(kube) is None
+    assert template(real_kube) is None
     assert PublishedDomain.objects.get(domain=domain).removed
     assert tasks.reconcile() == {"domains": 0, "refusals": 0}
 
 
+@pytest.mark.cluster
 def test_a_template_of_that_name_that_is_not_the_domains_is_left_alone(
-    kube, topology, ns_a, tenant_a
+    real_kube, topology, ns_a, tenant_a
 ):
     theirs = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": "train-channel", "namespace": "team-a"},
-        "spec": {"spec": {"devices": {"requests": []}}},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]
+                }
+            }
+        },
     }
-    kube.apply(theirs)
+    real_kube.apply(theirs)
     domain = request_and_place(ns_a, tenant_a, num_nodes=2)
     assert tasks.publish_domain(domain.pk).startswith("refused")
     assert "is not this domain's" in PublishedDomain.objects.get(domain=domain).last_error
-    assert template(kube)["spec"] == theirs["spec"]
+    (request,) = template(real_kube)["spec"]["spec"]["devices"]["requests"]
+    assert (request["name"], request["exactly"]["deviceClassName"]) == ("gpu", "gpu.example.com")

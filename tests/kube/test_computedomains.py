@@ -1,8 +1,12 @@
-"""ComputeDomains out (published, status mirrored, removed) and in (adopted from kubectl)."""
+"""ComputeDomains out (published, status mirrored, removed) and in (adopted from kubectl).
+
+The tests marked `cluster` run against upstream's kube-apiserver with NVIDIA's CRD
+installed; the others need faults or request counts only the mock API server gives."""
 
 from __future__ import annotations
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain, DomainSource, Phase
@@ -24,12 +28,13 @@ def cd(kube, name: str, namespace: str = "team-a") -> dict | None:
     return kube.get("computedomains", name, namespace)
 
 
+@pytest.mark.cluster
 def test_a_domain_is_published_with_its_status_and_removed_on_release(
-    kube, eager_celery, django_capture_on_commit_callbacks, topology, ns_a, tenant_a
+    real_kube, eager_celery, django_capture_on_commit_callbacks, topology, ns_a, tenant_a
 ):
     with django_capture_on_commit_callbacks(execute=True):
         domain = request_and_place(ns_a, tenant_a, num_nodes=3)
-    obj = cd(kube, "train")
+    obj = cd(real_kube, "train")
     assert_valid_computedomain({k: obj[k] for k in ("apiVersion", "kind", "spec", "status")})
     assert obj["spec"]["numNodes"] == 3
     assert obj["metadata"]["annotations"]["portal.domains/domain-uid"] == str(domain.uid)
@@ -39,18 +44,47 @@ def test_a_domain_is_published_with_its_status_and_removed_on_release(
 
     with django_capture_on_commit_callbacks(execute=True):
         all_ready(domain)
-    obj = cd(kube, "train")
+    obj = cd(real_kube, "train")
     assert obj["status"]["status"] == "Ready"
     assert {n["status"] for n in obj["status"]["nodes"]} == {"Ready"}
     assert_valid_computedomain({k: obj[k] for k in ("apiVersion", "kind", "spec", "status")})
 
     with django_capture_on_commit_callbacks(execute=True):
         domain_release(actor=Actor.for_user(tenant_a), domain=domain)
-    assert cd(kube, "train")["metadata"]["annotations"]["portal.domains/phase"] == "Releasing"
+    assert cd(real_kube, "train")["metadata"]["annotations"]["portal.domains/phase"] == "Releasing"
     with django_capture_on_commit_callbacks(execute=True):
         all_clean(domain)
-    assert cd(kube, "train") is None
+    assert cd(real_kube, "train") is None
     assert PublishedDomain.objects.get(domain=domain).removed
+
+
+@pytest.mark.cluster
+def test_the_api_server_rejects_what_nvidias_crd_rejects(real_kube):
+    bad = computedomain("bad", "team-a") | {"spec": {"numNodes": -1, "channel": {}}}
+    with pytest.raises(ApiException) as caught:
+        real_kube.apply(bad)
+    assert caught.value.status == 422
+    assert "spec.numNodes" in caught.value.body
+    assert real_kube.get("computedomains", "bad", "team-a") is None
+
+
+@pytest.mark.cluster
+def test_the_status_is_a_subresource_and_unknown_fields_are_pruned(real_kube):
+    body = computedomain("cd", "team-a") | {"status": {"status": "Ready", "nodes": []}}
+    body["spec"]["portalOnly"] = "dropped"
+    created = real_kube.apply(body)
+    assert "status" not in created  # the object's own writes never set the status
+    assert "portalOnly" not in created["spec"]
+    status = {"status": "Ready", "nodes": [], "portalPhase": "dropped"}
+    real_kube.resource("computedomains").status.patch(
+        name="cd",
+        namespace="team-a",
+        body={"status": status, "spec": {"numNodes": 7}},
+        content_type="application/merge-patch+json",
+    )
+    obj = real_kube.get("computedomains", "cd", "team-a")
+    assert obj["status"] == {"status": "Ready", "nodes": []}
+    assert obj["spec"]["numNodes"] == 2  # the status subresource changes only the status
 
 
 def test_the_mock_api_server_rejects_what_the_crd_rejects(kube):
@@ -69,7 +103,10 @@ def test_publishing_twice_writes_nothing_new(kube, topology, ns_a, tenant_a):
     assert kube.count("PATCH", CDS) + kube.count("POST", CDS) == writes
 
 
-def test_a_namespace_missing_from_the_cluster_is_recorded_not_retried(kube, topology, tenant_a):
+@pytest.mark.cluster
+def test_a_namespace_missing_from_the_cluster_is_recorded_not_retried(
+    real_kube, topology, tenant_a
+):
     portal_only = factories.make_namespace("portal-only")
     factories.add_member(tenant_a, portal_only, "member")
     domain = request_and_place(portal_only, tenant_a)
@@ -100,48 +137,53 @@ def test_api_errors_while_publishing_are_retried_and_reconcile_catches_up(
     assert tasks.reconcile() == {"domains": 0, "refusals": 0}  # nothing left to do
 
 
-def test_a_computedomain_created_with_kubectl_is_adopted_as_a_request(kube, sync, topology, ns_a):
-    kube.apply(computedomain("gitops", "team-a", num_nodes=2, allocationMode="All"))
-    sync.step("computedomains")
+@pytest.mark.cluster
+def test_a_computedomain_created_with_kubectl_is_adopted_as_a_request(
+    real_kube, real_sync, topology, ns_a
+):
+    real_kube.apply(computedomain("gitops", "team-a", num_nodes=2, allocationMode="All"))
+    real_sync.step("computedomains")
     domain = ComputeDomain.objects.get(namespace=ns_a, name="gitops")
     assert domain.source == DomainSource.KUBERNETES
     assert (domain.num_nodes, domain.allocation_mode) == (2, "All")
     assert domain.resource_claim_template == "gitops-channel"
     assert domain.phase == Phase.FORMING  # placed by the (eager) placement task
-    obj = cd(kube, "gitops")
+    obj = cd(real_kube, "gitops")
     assert obj["spec"]["channel"]["allocationMode"] == "All"  # the user's spec, untouched
     assert obj["metadata"]["annotations"]["portal.domains/domain-uid"] == str(domain.uid)
     assert len(obj["status"]["nodes"]) == 2
     assert PublishedDomain.objects.get(domain=domain).adopted
 
-    sync.step("computedomains")  # our own writes come back by watch: nothing new happens
+    real_sync.step("computedomains")  # our own writes come back by watch: nothing new happens
     assert ComputeDomain.objects.filter(name="gitops").count() == 1
 
 
-def test_deleting_the_object_with_kubectl_releases_the_domain(kube, sync, topology, ns_a):
-    kube.apply(computedomain("gitops", "team-a"))
-    sync.step("computedomains")
+@pytest.mark.cluster
+def test_deleting_the_object_with_kubectl_releases_the_domain(real_kube, real_sync, topology, ns_a):
+    real_kube.apply(computedomain("gitops", "team-a"))
+    real_sync.step("computedomains")
     domain = ComputeDomain.objects.get(name="gitops")
-    kube.delete("computedomains", "gitops", "team-a")
-    sync.step("computedomains")
+    real_kube.delete("computedomains", "gitops", "team-a")
+    real_sync.step("computedomains")
     domain.refresh_from_db()
     assert domain.phase == Phase.RELEASING
 
 
+@pytest.mark.cluster
 def test_a_numnodes_0_computedomain_is_adopted_and_waits_for_its_workload(
-    kube, sync, eager_celery, topology, ns_a
+    real_kube, real_sync, eager_celery, topology, ns_a
 ):
     """NVIDIA's default: nothing is placed; the phase says it waits for the workload."""
-    kube.apply(computedomain("follow", "team-a", num_nodes=0))
-    sync.step("computedomains")
+    real_kube.apply(computedomain("follow", "team-a", num_nodes=0))
+    real_sync.step("computedomains")
     domain = ComputeDomain.objects.get(name="follow")
     assert domain.num_nodes == 0 and domain.phase == Phase.ADMITTED
     assert domain.reason == "WaitingForWorkload"
     assert not domain.members.exists() and not domain.channels.exists()
-    obj = cd(kube, "follow")
+    obj = cd(real_kube, "follow")
     assert obj["metadata"]["annotations"]["portal.domains/reason"] == "WaitingForWorkload"
     assert obj["status"] == {"status": "NotReady", "nodes": []}
-    assert kube.get("resourceclaimtemplates", "follow-channel", "team-a") is not None
+    assert real_kube.get("resourceclaimtemplates", "follow-channel", "team-a") is not None
 
 
 @pytest.mark.parametrize(
@@ -151,13 +193,15 @@ def test_a_numnodes_0_computedomain_is_adopted_and_waits_for_its_workload(
         ("elsewhere", 2, "Invalid", "namespace elsewhere is not a tenant"),
     ],
 )
+@pytest.mark.cluster
 def test_a_refused_computedomain_says_why_on_the_object(
-    kube, sync, topology, ns_b, namespace, num_nodes, reason, text
+    real_kube, real_sync, topology, ns_b, namespace, num_nodes, reason, text
 ):
-    kube.apply(computedomain("big", namespace, num_nodes=num_nodes))
-    sync.step("computedomains")
+    real_kube.put_namespace(namespace)  # in the cluster, not a tenant of the portal
+    real_kube.apply(computedomain("big", namespace, num_nodes=num_nodes))
+    real_sync.step("computedomains")
     assert not ComputeDomain.objects.filter(name="big").exists()
-    obj = cd(kube, "big", namespace)
+    obj = cd(real_kube, "big", namespace)
     assert obj["status"] == {"status": "NotReady", "nodes": []}
     annotations = obj["metadata"]["annotations"]
     assert annotations["portal.domains/phase"] == "Refused"
@@ -167,24 +211,25 @@ def test_a_refused_computedomain_says_why_on_the_object(
     assert_valid_computedomain({k: obj[k] for k in ("apiVersion", "kind", "spec", "status")})
 
 
+@pytest.mark.cluster
 def test_a_refused_computedomain_is_adopted_at_resync_once_quota_frees(
-    kube, sync, topology, ns_b, admin
+    real_kube, real_sync, topology, ns_b, admin
 ):
     from domains.tenancy.services import quota_set
 
-    kube.apply(computedomain("big", "team-b", num_nodes=8))
-    sync.step("computedomains")
+    real_kube.apply(computedomain("big", "team-b", num_nodes=8))
+    real_sync.step("computedomains")
     assert RefusedComputeDomain.objects.filter(name="big").exists()
-    before = cd(kube, "big", "team-b")["metadata"]["annotations"]["portal.domains/message"]
+    before = cd(real_kube, "big", "team-b")["metadata"]["annotations"]["portal.domains/message"]
 
     quota_set(actor=Actor.for_user(admin), namespace=ns_b, max_nodes=7)  # still too small
-    sync["computedomains"].version = None  # the next resync
-    sync.step("computedomains")
-    after = cd(kube, "big", "team-b")["metadata"]["annotations"]["portal.domains/message"]
+    real_sync["computedomains"].version = None  # the next resync
+    real_sync.step("computedomains")
+    after = cd(real_kube, "big", "team-b")["metadata"]["annotations"]["portal.domains/message"]
     assert after != before and "7" in after  # the object says why now, not why then
 
     quota_set(actor=Actor.for_user(admin), namespace=ns_b, max_nodes=8, max_gpus=32)
-    sync["computedomains"].version = None  # the next resync
-    sync.step("computedomains")
+    real_sync["computedomains"].version = None  # the next resync
+    real_sync.step("computedomains")
     assert ComputeDomain.objects.get(name="big").num_nodes == 8
     assert not RefusedComputeDomain.objects.exists()

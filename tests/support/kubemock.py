@@ -1,5 +1,13 @@
 """A Kubernetes API server stand-in over real HTTP, for the Kubernetes integration tests.
 
+Kept only for what upstream's kube-apiserver (tests/kube/cluster.py, the `cluster` marker)
+cannot be made to show: error statuses on demand (`fail_next`), counted requests (`count`),
+compaction at a chosen moment (`compact`, the 410 Gone relist), watches cut short
+(`max_watch_seconds`) and the `resource.k8s.io/v1beta1`-only API of Kubernetes 1.32 and
+1.33. Schemas, DRA objects, status subresources, watches, scheduling and admission policies
+are tested against the real server; the security tests' pod-bound tokens (`issue_token`)
+still come from here.
+
 The portal's official `kubernetes` client talks to it exactly as to a real API server
 (kubeconfig, REST paths, JSON, streamed watches), so nothing in the client is patched.
 It implements the part of the API the portal uses, with the semantics that matter:

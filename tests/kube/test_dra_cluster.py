@@ -1,0 +1,257 @@
+"""DRA against upstream's control plane: the chart's DeviceClass, the agents' ResourceSlices
+and the domain's ResourceClaimTemplate as kube-apiserver 1.34 takes them; kube-scheduler
+allocating a pod's claim from the published slices; and the chart's admission policy that
+keeps each agent to its own node's slice, run by the real CEL engine."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from domains.kube import tasks
+from nodeagent.dra import DEVICE_CLASS, DEVICE_NAME, DRIVER_NAME
+from nodeagent.dra.kubeapi import ResourceApi
+from nodeagent.dra.slices import SliceFacts, SlicePublisher, slice_name, slice_object
+from tests.kube.cluster import Cluster, ClusterKube, wait_for
+from tests.kube.conftest import gpu_labels
+from tests.support.lifecycle import request_and_place
+
+helm = pytest.importorskip("helm_python.chart", reason="helm-python-sdk (helm template) absent")
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
+
+CHART = Path(__file__).resolve().parents[2] / "deploy/helm/domain-portal"
+RELEASE_NAMESPACE = "gpu-portal"
+AGENT = f"system:serviceaccount:{RELEASE_NAMESPACE}:portal-domain-portal-agent"
+NODE_EXTRA = "authentication.kubernetes.io/node-name"
+POD_EXTRA = "authentication.kubernetes.io/pod-name"
+
+
+def chart_objects() -> dict[tuple[str, str], dict[str, Any]]:
+    values = {
+        "secretKey": "s3cret",
+        "databaseUrl": "postgres://portal:pw@db.example:5432/portal",
+        "redisUrl": "redis://redis.example:6379/0",
+        "agentJoinToken": "join-me",
+        "allowedHosts": ["portal.example.com"],
+    }
+    out = helm.Chart.load(CHART).render(
+        values, name="portal", namespace=RELEASE_NAMESPACE, is_install=True
+    )
+    docs = [doc for name, text in out.items() if name.endswith(".yaml")
+            for doc in yaml.safe_load_all(text) if doc]  # fmt: skip
+    return {(o["kind"], o["metadata"]["name"]): o for o in docs}
+
+
+def install_device_class(kube: ClusterKube) -> dict[str, Any]:
+    """The chart's DeviceClass, as Helm renders it against a 1.34 cluster (v1)."""
+    klass = chart_objects()["DeviceClass", DEVICE_CLASS]
+    return kube.apply({**klass, "apiVersion": "resource.k8s.io/v1"})
+
+
+def publish_slice(cluster: Cluster, node: str, clique: str = "") -> dict[str, Any]:
+    api = ResourceApi(cluster.api_client())
+    SlicePublisher(api).publish(SliceFacts(node=node, clique=clique, gpus=4))
+    published = api.get_slice(slice_name(node))
+    assert published is not None
+    return published
+
+
+def test_the_charts_device_class_and_a_trays_slice_are_taken_as_published(real_kube, cluster):
+    klass = install_device_class(real_kube)
+    assert klass["apiVersion"] == "resource.k8s.io/v1"
+    real_kube.put_node("gb-r01-t01", gpu_labels())
+    stored = publish_slice(cluster, "gb-r01-t01", clique="c.1")
+    assert stored["spec"]["driver"] == DRIVER_NAME
+    assert stored["spec"]["pool"] == {
+        "name": "gb-r01-t01",
+        "generation": 1,
+        "resourceSliceCount": 1,
+    }
+    (device,) = stored["spec"]["devices"]
+    assert device["name"] == DEVICE_NAME
+    assert device["attributes"]["clique"] == {"string": "c.1"}
+
+    # New facts rewrite the slice under a new pool generation, on the stored version.
+    SlicePublisher(ResourceApi(cluster.api_client())).publish(
+        SliceFacts(node="gb-r01-t01", clique="c.2", gpus=4)
+    )
+    again = real_kube.get("resourceslices", slice_name("gb-r01-t01"))
+    assert again["spec"]["pool"]["generation"] == 2
+    assert again["spec"]["devices"][0]["attributes"]["clique"] == {"string": "c.2"}
+
+
+def test_a_slice_with_two_devices_of_one_name_is_refused(real_kube, cluster):
+    """The apiserver's own validation of DRA objects, beyond their OpenAPI schema."""
+    body = publish_slice(cluster, "gb-r01-t02")
+    body["spec"]["devices"].append(dict(body["spec"]["devices"][0]))
+    with pytest.raises(ApiException) as caught:
+        real_kube.apply(body)
+    assert caught.value.status == 422
+    assert "duplicate" in caught.value.body.lower()
+
+
+def pod_with_claim(name: str, namespace: str, template: str) -> dict[str, Any]:
+    """A pod as NVIDIA's examples write it: a container and a claim from the template."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [
+                {
+                    "name": "ctr",
+                    "image": "ubuntu:22.04",
+                    "command": ["sleep", "infinity"],
+                    "resources": {"claims": [{"name": "channel"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
+        },
+    }
+
+
+def claim_of(kube: ClusterKube, pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod's generated ResourceClaim, once the resourceclaim controller made it."""
+    statuses = pod.get("status", {}).get("resourceClaimStatuses") or []
+    names = [s.get("resourceClaimName") for s in statuses if s.get("resourceClaimName")]
+    return kube.get("resourceclaims", names[0], pod["metadata"]["namespace"]) if names else None
+
+
+def test_kube_scheduler_allocates_a_pods_claim_from_the_published_slices(
+    real_kube, cluster, topology, ns_a, tenant_a
+):
+    install_device_class(real_kube)
+    for node in ("gb-r01-t01", "gb-r01-t02"):
+        real_kube.put_node(node, gpu_labels())
+        publish_slice(cluster, node, clique="c.1")
+    domain = request_and_place(ns_a, tenant_a, num_nodes=2)
+    assert tasks.publish_domain(domain.pk) == "created"
+
+    for i in range(2):
+        real_kube.apply(pod_with_claim(f"worker-{i}", "team-a", domain.resource_claim_template))
+
+    def bound(name: str) -> dict[str, Any] | None:
+        pod = real_kube.get("pods", name, "team-a")
+        return pod if pod and pod["spec"].get("nodeName") else None
+
+    pods = [wait_for(lambda i=i: bound(f"worker-{i}"), what=f"worker-{i} to be scheduled")
+            for i in range(2)]  # fmt: skip
+    # One channel device per tray: the scheduler puts the two pods on the two trays.
+    assert {p["spec"]["nodeName"] for p in pods} == {"gb-r01-t01", "gb-r01-t02"}
+    for pod in pods:
+        claim = claim_of(real_kube, pod)
+        assert claim is not None
+        node = pod["spec"]["nodeName"]
+        assert claim["metadata"]["labels"] == {"portal.domains/domain-uid": str(domain.uid)}
+        allocation = claim["status"]["allocation"]
+        (result,) = allocation["devices"]["results"]
+        assert (result["driver"], result["pool"], result["device"]) == (
+            DRIVER_NAME, node, DEVICE_NAME,
+        )  # fmt: skip
+        (config,) = allocation["devices"]["config"]
+        assert config["source"] == "FromClaim"
+        assert config["opaque"]["parameters"]["domainID"] == str(domain.uid)
+        (term,) = allocation["nodeSelector"]["nodeSelectorTerms"]
+        assert term["matchFields"][0]["values"] == [node]
+        (reserved,) = claim["status"]["reservedFor"]
+        assert (reserved["resource"], reserved["name"]) == ("pods", pod["metadata"]["name"])
+
+    # A third pod finds no free channel device: it stays pending, never half-allocated.
+    real_kube.apply(pod_with_claim("worker-2", "team-a", domain.resource_claim_template))
+
+    def unschedulable() -> bool:
+        pod = real_kube.get("pods", "worker-2", "team-a") or {}
+        conditions = pod.get("status", {}).get("conditions") or []
+        return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conditions)
+
+    wait_for(unschedulable, what="worker-2 to be found unschedulable")
+    third = real_kube.get("pods", "worker-2", "team-a")
+    assert not third["spec"].get("nodeName")
+    claim = claim_of(real_kube, third)
+    assert claim is None or not (claim.get("status") or {}).get("allocation")
+
+
+def install_agent_policy(kube: ClusterKube) -> None:
+    objects = chart_objects()
+    name = "portal-domain-portal-agent"
+    for kind in ("ClusterRole", "ClusterRoleBinding"):
+        kube.apply(objects[kind, name])
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        kube.apply(objects[kind, f"{name}-resourceslices"])
+
+
+def as_agent(
+    cluster: Cluster, node: str | None, *, pod: str = "agent-x1"
+) -> client.CustomObjectsApi:
+    """The agent's client as its pod-bound token makes it: the agent's ServiceAccount,
+    with the pod's name and the node's in the user's extra (no node: Kubernetes before
+    1.32; no pod either: a token bound to no pod)."""
+    extra = {POD_EXTRA.replace("/", "%2F"): [pod]} if pod else {}
+    if node:
+        extra[NODE_EXTRA.replace("/", "%2F")] = [node]
+    api = cluster.impersonating(AGENT, groups=("system:serviceaccounts",), extra=extra)
+    return client.CustomObjectsApi(api)
+
+
+def refusal(call: Any, *args: Any, **kwargs: Any) -> str:
+    """The API server's message if it refused the call, else ""."""
+    try:
+        call("resource.k8s.io", "v1", "resourceslices", *args, **kwargs)
+    except ApiException as exc:
+        assert exc.status in (403, 422), exc.body
+        return str(exc.body)
+    return ""
+
+
+def test_the_charts_policy_keeps_each_agent_to_its_own_nodes_slice(real_kube, cluster):
+    install_agent_policy(real_kube)
+    try:
+        own = slice_object(SliceFacts(node="gb-r01-t01", clique="", gpus=4), version="v1",
+                           generation=1)  # fmt: skip
+        elsewhere = as_agent(cluster, "gb-r01-t02")
+        # The policy is loaded a moment after it is created: wait until it bites (dry runs
+        # go through admission and store nothing).
+        message = wait_for(
+            lambda: refusal(elsewhere.create_cluster_custom_object, own, dry_run="All"),
+            what="the admission policy to be enforced",
+        )
+        assert message == refusal(elsewhere.create_cluster_custom_object, own)
+        assert "on node 'gb-r01-t02' may only write the ResourceSlice of its own node" in message
+        assert "not of 'gb-r01-t01'" in message
+        no_node = as_agent(cluster, None)
+        assert "names no node" in refusal(no_node.create_cluster_custom_object, own)
+        no_pod = as_agent(cluster, None, pod="")
+        assert '"code":422' in refusal(no_pod.create_cluster_custom_object, own)
+        assert real_kube.get("resourceslices", slice_name("gb-r01-t01")) is None
+
+        mine = as_agent(cluster, "gb-r01-t01")
+        assert refusal(mine.create_cluster_custom_object, own) == ""  # its own node
+        assert real_kube.get("resourceslices", slice_name("gb-r01-t01")) is not None
+        # Another node's slice, published by someone the policy does not match (the admin),
+        # can be neither deleted nor changed by that agent; moving it to the agent's node
+        # the API server itself refuses (a slice's nodeName is immutable).
+        other = publish_slice(cluster, "gb-r01-t03")
+        name = other["metadata"]["name"]
+        assert "may only write" in refusal(mine.delete_cluster_custom_object, name)
+        changed = copy.deepcopy(other)
+        changed["spec"]["devices"][0]["attributes"]["gpus"] = {"int": 8}
+        assert "may only write" in refusal(mine.replace_cluster_custom_object, name, changed)
+        moved = {**other, "spec": {**other["spec"], "nodeName": "gb-r01-t01"}}
+        assert "field is immutable" in refusal(mine.replace_cluster_custom_object, name, moved)
+        assert real_kube.get("resourceslices", name)["spec"] == other["spec"]
+    finally:
+        name = "portal-domain-portal-agent"
+        rbac = client.RbacAuthorizationV1Api(cluster.api_client())
+        for fn in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
+            try:
+                fn(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise

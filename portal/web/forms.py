@@ -235,14 +235,30 @@ class QuotaForm(forms.Form):
         label="Approval above (trays)", min_value=0, required=False
     )
 
+    USAGE_FIELDS = (
+        ("max_gpus", "gpus", "GPUs"),
+        ("max_nodes", "nodes", "trays"),
+        ("max_domains", "domains", "live domains"),
+    )
+
     def show_usage(self, usage: dict[str, int]) -> None:
-        """Beside each limit, what the namespace uses now (live domains)."""
-        for name, key, noun in (
-            ("max_gpus", "gpus", "GPUs"),
-            ("max_nodes", "nodes", "trays"),
-            ("max_domains", "domains", "live domains"),
-        ):
-            self.fields[name].help_text = f"In use now: {usage.get(key, 0)} {noun}."
+        """Beside each limit, what the namespace uses now (live domains, requests awaiting
+        approval included)."""
+        self.usage = usage
+        for name, key, noun in self.USAGE_FIELDS:
+            reserved = usage.get(f"reserved_{key}", 0)
+            held = f" ({reserved} reserved awaiting approval)" if reserved else ""
+            self.fields[name].help_text = f"In use now: {usage.get(key, 0)} {noun}{held}."
+
+    def below_use(self) -> list[str]:
+        """A sentence for each limit saved below what the namespace holds now."""
+        usage = getattr(self, "usage", {})
+        found = []
+        for name, key, noun in self.USAGE_FIELDS:
+            limit, used = self.cleaned_data.get(name), usage.get(key, 0)
+            if limit is not None and limit < used:
+                found.append(f"{noun}: {limit} is below the {used} held now")
+        return found
 
     @classmethod
     def initial_from(cls, quota) -> dict:

@@ -51,6 +51,19 @@
   }, true);
   document.querySelectorAll("form").forEach(applySize);
 
+  // A note on what was just done ("Requested train.", "Releasing train.") is true of the
+  // phase the page opened in; once the live part shows the domain in another phase it
+  // would be stale, so it goes (warnings and errors stay).
+  var phase = document.getElementById("domain-phase");
+  var openedIn = phase && phase.dataset.phase;
+  document.body.addEventListener("htmx:afterSwap", function () {
+    var now = document.getElementById("domain-phase");
+    if (!openedIn || !now || now.dataset.phase === openedIn) return;
+    document.querySelectorAll(".messages li.msg-success, .messages li.msg-info")
+      .forEach(function (note) { note.remove(); });
+    document.querySelectorAll(".messages:empty").forEach(function (list) { list.remove(); });
+  });
+
   // Check-all boxes: <input type="checkbox" data-check-all="name"> ticks every box of
   // that name in its form (bulk tray actions).
   document.addEventListener("change", function (event) {

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from domains.computedomains.models import ComputeDomain
+from domains.computedomains.models import ComputeDomain, Phase
 from tests import factories
-from tests.browser.conftest import IP_PREFIX, screenshot
+from tests.browser.conftest import IP_PREFIX, screenshot, wait_live
+from tests.support.agents import wait_for
+from tests.support.lifecycle import all_ready
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -44,3 +46,21 @@ def test_the_size_control_disables_the_fields_it_leaves_out(login, tenant_a, ns_
     page.click("#submit-request")
     page.wait_for_url("**/domains/*/")
     assert ComputeDomain.objects.get(name="by-gpus").num_nodes == 4
+
+
+def test_the_requested_note_goes_once_the_domain_has_moved_on(login, tenant_a, ns_a):
+    factories.make_racks("18", ip_prefix=IP_PREFIX)
+    page = login(tenant_a).page("/ns/team-a/request/")
+    page.fill("#id_name", "noted")
+    page.fill("#id_num_nodes", "2")
+    page.wait_for_selector('#preview [data-preview="ok"]')
+    page.click("#submit-request")
+    page.wait_for_url("**/domains/*/")
+    assert page.inner_text(".messages .msg-success") == "Requested noted."
+    wait_live(page)
+    domain = ComputeDomain.objects.get(name="noted")
+    placed = ComputeDomain.objects.filter(pk=domain.pk, phase=Phase.FORMING).exists
+    wait_for(placed, 30, "placed by the worker")
+    all_ready(domain)  # its agents report: Ready, drawn live
+    page.wait_for_selector('#domain-phase[data-phase="Ready"]')
+    page.wait_for_selector(".messages .msg-success", state="detached")

@@ -81,6 +81,14 @@ def quota_edit(request: SignedInRequest, ns: str) -> HttpResponse:
             apply_error(form, exc)
         else:
             messages.success(request, f"Saved the quota of {namespace.name}.")
+            below = form.below_use()
+            if below:
+                messages.warning(
+                    request,
+                    f"{namespace.name} holds more than its new quota ({'; '.join(below)}). "
+                    "Nothing running is stopped; its new requests are refused until it is "
+                    "back under.",
+                )
             return redirect("admin_ui:quotas")
     return render(request, "admin/quota_edit.html", {"namespace": namespace, "form": form})
 
@@ -235,6 +243,16 @@ def audit(request: SignedInRequest) -> HttpResponseBase:
             qs = qs.filter(created_at__gte=data["since"])
         if data["until"]:
             qs = qs.filter(created_at__lte=data["until"])
+    elif form.is_bound:
+        # A filter that cannot be read narrows nothing: listing everything would pass for
+        # its answer. The form says which field is wrong; nothing is listed or exported.
+        qs = qs.none()
+        if request.GET.get("format") == "csv":
+            return HttpResponse(
+                "; ".join(f"{f}: {' '.join(map(str, e))}" for f, e in form.errors.items()),
+                status=400,
+                content_type="text/plain; charset=utf-8",
+            )
     if request.GET.get("format") == "csv":
         response = StreamingHttpResponse(_csv_rows(qs), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="audit-log.csv"'
@@ -258,6 +276,7 @@ def audit(request: SignedInRequest) -> HttpResponseBase:
         "newer": number - 1 if number > 1 else None,
         "query": query.urlencode(),
         "export": export.urlencode(),
+        "invalid": form.is_bound and not form.is_valid(),
     }
     return render(request, "admin/audit.html", context)
 

@@ -147,3 +147,12 @@ def test_one_address_holds_at_most_a_few_heads_open_and_others_still_get_in(wire
         wire, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )
     assert answer(again).startswith(b"HTTP/1.1 200")
+
+
+def test_a_handshake_line_the_websockets_library_refuses_is_answered_too(wire):
+    # A target just under the portal's own limit, but a request line over the websockets
+    # library's 8 KiB: the library refuses it, and its 414 must reach the client.
+    target = b"/ws/agent/?q=" + b"a" * 8170
+    head = b"GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % (target, HANDSHAKE)
+    reply = answer(send_head(wire, head))
+    assert reply.startswith(b"HTTP/1.1 414"), reply[:200]

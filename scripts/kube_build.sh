@@ -50,7 +50,7 @@ started=$SECONDS
 echo "kube_build: building Kubernetes $version control plane into $bin" >&2
 (
     cd "$module"
-    CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly" \
+    CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly -buildvcs=false" \
         go build -p "${KUBE_BUILD_JOBS:-2}" -ldflags "$ldflags" -o "$staging/" ./cmd/...
 )
 mkdir -p "$(dirname "$bin")"

@@ -38,9 +38,10 @@ from tests.support.processes import ROOT, Proc, free_port, wait_until
 
 BUILD_SCRIPT = ROOT / "scripts/kube_build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
-# The controllers a DRA workload needs without a kubelet: claims made from templates for
-# pods, and the default ServiceAccount of each namespace.
-CONTROLLERS = "resourceclaim-controller,serviceaccount-controller"
+# The controllers a DRA workload needs without a kubelet (claims made from templates for
+# pods, the default ServiceAccount of each namespace), and the one that removes a deleted
+# namespace.
+CONTROLLERS = "resourceclaim-controller,serviceaccount-controller,namespace-controller"
 START_TIMEOUT_S = 60.0
 
 

@@ -15,6 +15,7 @@ from domains.inventory.services import node_cordon
 from domains.kube.models import SyncState
 from domains.tenancy.models import Namespace, NamespaceSource
 from tests import factories
+from tests.kube.cluster import wait_for
 from tests.kube.conftest import CLUSTER, gpu_labels
 from tests.support.lifecycle import request_and_place
 
@@ -124,34 +125,40 @@ def test_a_vanished_tray_that_serves_a_domain_is_kept_gone_and_down(
     assert not tray.gone and tray.state == NodeState.READY
 
 
-def test_namespaces_become_tenants_and_leave_when_deleted(kube, sync):
-    kube.put_namespace("research")
-    kube.put_namespace("kube-system")
-    sync.step("namespaces")
+@pytest.mark.cluster
+def test_namespaces_become_tenants_and_leave_when_deleted(real_kube, real_sync):
+    real_kube.put_namespace("research")
+    real_kube.put_namespace("kube-system")
+    real_sync.step("namespaces")
     research = Namespace.objects.get(name="research")
     assert research.source == NamespaceSource.KUBERNETES and research.active
     assert not Namespace.objects.filter(name="kube-system").exists()
 
-    kube.delete("namespaces", "research")
-    sync.step("namespaces")
+    real_kube.delete("namespaces", "research")
+    real_sync.step("namespaces")
     research.refresh_from_db()
     assert not research.active  # kept for its history, closed for new requests
 
-    kube.put_namespace("research")
-    sync.step("namespaces")
+    # The namespace controller empties and removes it; then it can be made again.
+    wait_for(lambda: real_kube.get("namespaces", "research") is None, what="research to go")
+    real_kube.put_namespace("research")
+    real_sync.step("namespaces")
     research.refresh_from_db()
     assert research.active
 
 
-def test_only_labelled_namespaces_are_tenants_when_a_label_is_configured(kube, sync, settings):
+@pytest.mark.cluster
+def test_only_labelled_namespaces_are_tenants_when_a_label_is_configured(
+    real_kube, real_sync, settings
+):
     settings.PORTAL = {**settings.PORTAL, "KUBE_NAMESPACE_LABEL": "portal.domains/tenant=true"}
-    kube.put_namespace("research", labels={"portal.domains/tenant": "true"})
-    kube.put_namespace("scratch")
-    sync.step("namespaces")
+    real_kube.put_namespace("research", labels={"portal.domains/tenant": "true"})
+    real_kube.put_namespace("scratch")
+    real_sync.step("namespaces")
     assert list(Namespace.objects.values_list("name", flat=True)) == ["research"]
 
-    kube.put_namespace("research", labels={})  # label removed
-    sync.step("namespaces")
+    real_kube.put_namespace("research", labels={})  # label removed
+    real_sync.step("namespaces")
     assert not Namespace.objects.get(name="research").active
 
 

@@ -388,6 +388,29 @@ def closed_levels(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
             yield from closed_levels(child, f"#/definitions/{name}")
 
 
+# Values that are Kubernetes objects or free maps: documented as one row, not key by key.
+WHOLE = {"resources", "annotations", "labels", "nodeSelector", "tolerations", "affinity",
+         "podSecurityContext", "extraEnv"}  # fmt: skip
+
+
+def value_paths(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key not in WHOLE:
+            yield from value_paths(value, f"{path}.")
+        else:
+            yield path
+
+
+def test_every_value_is_in_the_operators_values_reference():
+    manual = (CHART.parents[2] / "docs/operations.md").read_text()
+    reference = manual[manual.index("## Values reference") :]
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = [p for p in value_paths(defaults) if f"`{p}`" not in reference]
+    assert missing == []
+    assert "`agent.updateStrategy.rollingUpdate.maxUnavailable`" in reference
+
+
 def test_the_values_schema_is_closed_at_every_level():
     schema = json.loads((CHART / "values.schema.json").read_text())
     levels = dict(closed_levels(schema))

@@ -597,7 +597,7 @@ class Agent:
 
         def ready() -> bool:
             s = self.serving
-            return bool(
+            return self.stop_event.is_set() or bool(
                 s and s.domain_uid == domain_uid and s.daemon_state == "READY" and s.channels
             )
 
@@ -728,6 +728,8 @@ class Agent:
         """The agent stopping is not a decision to stop the daemon: it is left running for
         the next agent process to re-adopt (the emulator's fleet alone may ask otherwise)."""
         self.stop_event.set()
+        with self.serving_changed:  # a prepare waiting for the daemon answers now
+            self.serving_changed.notify_all()
         if self.dra is not None:
             with contextlib.suppress(Exception):
                 self.dra.stop()

@@ -163,7 +163,7 @@ class AgentConfig:
     # The DRA kubelet plugin (Kubernetes): on when the kubelet's directory is given.
     kubelet_dir: Path | None = None  # /var/lib/kubelet (plugins_registry/, plugins/)
     kubeconfig: Path | None = None  # None: $KUBECONFIG, else the pod's service account
-    prepare_wait_s: float = 2.0  # a prepare waits this long for the daemon, then says "not yet"
+    prepare_wait_s: float = 40.0  # a prepare keeps trying this long, then says "not yet"
 
     @property
     def paths(self) -> Paths:

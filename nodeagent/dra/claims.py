@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -86,6 +87,11 @@ class Tray(Protocol):
 
 
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+# How long one prepare call may keep trying: NVIDIA's driver retries for up to 45 s, the
+# kubelet's own timeout for the call; a little less leaves the answer time to arrive.
+PREPARE_WAIT_S = 40.0
+RETRY_FIRST_S = 0.25  # then doubling, up to
+RETRY_MAX_S = 4.0
 REBOOTED = "rebooted"  # a claim's state: prepared before the last reboot, to prepare again
 
 
@@ -105,7 +111,7 @@ class ClaimDriver:
         *,
         state_dir: Path,
         cdi_dir: Path,
-        wait_s: float = 2.0,
+        wait_s: float = PREPARE_WAIT_S,
         boot_id_file: Path = BOOT_ID_FILE,
     ) -> None:
         self.tray = tray
@@ -114,6 +120,7 @@ class ClaimDriver:
         self.cdi_dir = cdi_dir
         self.wait_s = wait_s
         self.lock = threading.Lock()
+        self.stopping = threading.Event()
         self.boot_id = read_boot_id(boot_id_file)
         self.claims: dict[str, dict[str, Any]] = self._load()
 
@@ -152,14 +159,35 @@ class ClaimDriver:
 
     # --- prepare ----------------------------------------------------------------------------
     def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
-        return {claim.uid: self._prepare_one(claim) for claim in claims}
+        """Each claim prepared, or an error; what may pass (the daemon not READY yet, the
+        portal or the API server briefly away) is tried again within one deadline for the
+        whole call, as NVIDIA's driver does, so that the kubelet's 10-15 s backoff is paid
+        only when it lasts. The deadline stays inside the kubelet's own call timeout (45 s),
+        so the kubelet reads the reason instead of a timeout."""
+        deadline = time.monotonic() + self.wait_s
+        return {claim.uid: self._prepare_retrying(claim, deadline) for claim in claims}
 
-    def _prepare_one(self, claim: ClaimRef) -> PrepareResult:
+    def _prepare_retrying(self, claim: ClaimRef, deadline: float) -> PrepareResult:
+        delay = RETRY_FIRST_S
+        while True:
+            result, passing = self._prepare_one(claim, deadline)
+            if not passing or time.monotonic() + delay >= deadline:
+                return result
+            if self.stopping.wait(delay):
+                return result
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    def stop(self) -> None:
+        """Calls under way answer with what they have now."""
+        self.stopping.set()
+
+    def _prepare_one(self, claim: ClaimRef, deadline: float) -> tuple[PrepareResult, bool]:
+        """(the answer, whether its error may pass if asked again)."""
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
         with self.lock:
             done = self.claims.get(claim.uid)
         if done and done.get("state") == "prepared":
-            return _result(done)
+            return _result(done), False
         try:
             found = self._allocation(claim, where)
             request, domain_uid = found
@@ -174,7 +202,8 @@ class ClaimDriver:
                 }
                 self._save()
             admitted = self.tray.admit(claim, domain_uid)
-            serving = self.tray.wait_serving(domain_uid, self.wait_s)
+            wait = 0.0 if self.stopping.is_set() else max(0.0, deadline - time.monotonic())
+            serving = self.tray.wait_serving(domain_uid, wait)
             domain = admitted.get("domain_name") or domain_uid
             if serving is None or serving.daemon_state != "READY" or not serving.channels:
                 state = serving.daemon_state if serving else "not started"
@@ -187,15 +216,16 @@ class ClaimDriver:
         except Refused as exc:
             if not exc.held:
                 self._forget(claim.uid)
-            return PrepareResult(error=f"{where}: {exc}")
+            return PrepareResult(error=f"{where}: {exc}"), exc.held
         except KubeError as exc:
-            return PrepareResult(error=f"{where}: could not read the claim: {exc}")
+            passing = exc.status in (0, 429) or exc.status >= 500
+            return PrepareResult(error=f"{where}: could not read the claim: {exc}"), passing
         with self.lock:
             entry = {**self.claims[claim.uid], "state": "prepared", "cdi_device_id": cdi_id}
             self.claims[claim.uid] = entry
             self._save()
         log.info("%s: prepared %s (%s) for domain %s", self.tray.node_name, where, cdi_id, domain)
-        return _result(entry)
+        return _result(entry), False
 
     def _allocation(self, claim: ClaimRef, where: str) -> tuple[str, str]:
         """(request name, domain uid) of the claim's allocation on this tray's device."""

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from nodeagent.client import PortalClient, PortalError
 from nodeagent.dra import DRIVER_NAME
-from nodeagent.dra.claims import BOOT_ID_FILE, ClaimDriver, Refused, Serving
+from nodeagent.dra.claims import BOOT_ID_FILE, PREPARE_WAIT_S, ClaimDriver, Refused, Serving
 from nodeagent.dra.kubeapi import KubeError, ResourceApi, api_client
 from nodeagent.dra.server import ClaimRef, PluginServer
 from nodeagent.dra.slices import SliceFacts, SlicePublisher
@@ -34,7 +34,7 @@ class PluginConfig:
     kubeconfig: Path | None  # None: KUBECONFIG, else the pod's service account
     cdi_dir: Path  # where the per-claim CDI specs go (/var/run/cdi)
     state_dir: Path  # the checkpoint lives under it
-    prepare_wait_s: float = 2.0  # how long a prepare waits for the daemon before "not yet"
+    prepare_wait_s: float = PREPARE_WAIT_S  # how long a prepare keeps trying before "not yet"
     boot_id_file: Path = BOOT_ID_FILE  # a checkpoint of an earlier boot prepares nothing
 
 
@@ -85,6 +85,7 @@ class DraPlugin:
     # --- life ---------------------------------------------------------------------------
     def start(self) -> None:
         if not self.started:
+            self.driver.stopping.clear()
             self.server.start()
             self.started = True
             self.watching = threading.Event()
@@ -99,6 +100,7 @@ class DraPlugin:
         """The agent stops serving the tray: no more kubelet calls, no slice to allocate."""
         if self.started:
             self.watching.set()
+            self.driver.stop()
             self.server.stop()
             self.started = False
         self.slices.remove(self.node_name)

@@ -20,7 +20,7 @@ import pytest
 from nodeagent.client import PortalClient
 from nodeagent.config import Paths
 from nodeagent.dra import DRIVER_NAME
-from nodeagent.dra.claims import ClaimDriver, Serving
+from nodeagent.dra.claims import ClaimDriver, Refused, Serving
 from nodeagent.dra.kubeapi import KubeError, ResourceApi, api_client
 from nodeagent.dra.plugin import DraPlugin, PluginConfig
 from nodeagent.dra.server import ClaimRef
@@ -359,3 +359,63 @@ def test_a_slice_the_agent_removed_itself_stays_removed(plugin, cluster):
     assert cluster.get("resourceslices", name) is None
     time.sleep(1)  # the watch saw the deletion
     assert cluster.get("resourceslices", name) is None
+
+
+class SlowTray(ServingTray):
+    """A tray whose daemon turns READY `ready_in` seconds from now, and whose portal fails
+    `failures` admissions first."""
+
+    def __init__(self, root: Path, *, ready_in: float = 0.0, failures: int = 0) -> None:
+        super().__init__(root)
+        self.ready_at = time.monotonic() + ready_in
+        self.failures = failures
+
+    def admit(self, claim, domain_uid: str) -> dict:
+        if self.failures:
+            self.failures -= 1
+            raise Refused("the portal did not answer (503); the kubelet retries")
+        return super().admit(claim, domain_uid)
+
+    def wait_serving(self, domain_uid: str, timeout: float) -> Serving:
+        time.sleep(max(0.0, min(timeout, self.ready_at - time.monotonic())))
+        state = "READY" if time.monotonic() >= self.ready_at else "WAITING_FOR_PEERS"
+        return Serving(domain_uid, state, [0], 237, "Single", 0o666, None)
+
+
+def slow_driver(cluster, tmp_path: Path, tray: ServingTray, **kwargs) -> ClaimDriver:
+    api = ResourceApi(api_client(cluster.write_kubeconfig(tmp_path / "kubeconfig")))
+    paths = Paths(tmp_path)
+    return ClaimDriver(tray, api, state_dir=paths.state_dir, cdi_dir=paths.cdi_run_dir, **kwargs)
+
+
+def test_a_daemon_ready_within_the_kubelets_call_is_served_in_that_call(cluster, tmp_path):
+    """NVIDIA's driver keeps trying inside the call for up to 45 s; an answer "not yet" costs
+    the pod the kubelet's 10-15 s backoff."""
+    stored = cluster.apply(claim_object("train-2"))
+    ref = ClaimRef("team-a", stored["metadata"]["uid"], "train-2")
+    driver = slow_driver(cluster, tmp_path, SlowTray(tmp_path, ready_in=3))
+    answer = driver.prepare([ref])[ref.uid]
+    assert answer.error == "" and answer.devices
+
+
+def test_a_portal_briefly_away_is_asked_again_within_the_call(cluster, tmp_path):
+    stored = cluster.apply(claim_object("train-3"))
+    ref = ClaimRef("team-a", stored["metadata"]["uid"], "train-3")
+    tray = SlowTray(tmp_path, failures=2)
+    answer = slow_driver(cluster, tmp_path, tray).prepare([ref])[ref.uid]
+    assert answer.error == "" and tray.admitted == [ref.uid]
+
+
+def test_a_prepare_that_cannot_pass_answers_at_once_and_one_that_lasts_at_the_deadline(
+    cluster, tmp_path
+):
+    gone = ClaimRef("team-a", str(uuid.uuid4()), "never-made")
+    driver = slow_driver(cluster, tmp_path, SlowTray(tmp_path, ready_in=3600), wait_s=1.5)
+    started = time.monotonic()
+    assert "not found" in driver.prepare([gone])[gone.uid].error
+    assert time.monotonic() - started < 1  # a refusal is not tried again
+    stored = cluster.apply(claim_object("train-4"))
+    stuck = ClaimRef("team-a", stored["metadata"]["uid"], "train-4")
+    started = time.monotonic()
+    assert "is not ready for ComputeDomain" in driver.prepare([stuck])[stuck.uid].error
+    assert 1.4 < time.monotonic() - started < 3

@@ -38,6 +38,8 @@ from nodeagent.dra.pb import (
     registration_pb2_grpc,
 )
 
+CALL_TIMEOUT_S = 45  # the kubelet's own timeout for a DRA call (its defaultClientCallTimeout)
+
 VERSIONS = {
     "v1": (dra_v1_pb2, dra_v1_pb2_grpc),
     "v1beta1": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
@@ -125,7 +127,7 @@ class Kubelet:
     def prepare(self, *claims: PodClaim) -> dict[str, Any]:
         """claim uid → {"error": str, "devices": [{pool, device, cdi_device_ids, requests}]}."""
         request = self.pb2.NodePrepareResourcesRequest(claims=self._claims(list(claims)))
-        answer = self.stub.NodePrepareResources(request, timeout=30)
+        answer = self.stub.NodePrepareResources(request, timeout=CALL_TIMEOUT_S)
         return {
             uid: {
                 "error": entry.error,
@@ -144,7 +146,7 @@ class Kubelet:
 
     def unprepare(self, *claims: PodClaim) -> dict[str, str]:
         request = self.pb2.NodeUnprepareResourcesRequest(claims=self._claims(list(claims)))
-        answer = self.stub.NodeUnprepareResources(request, timeout=30)
+        answer = self.stub.NodeUnprepareResources(request, timeout=CALL_TIMEOUT_S)
         return {uid: entry.error for uid, entry in answer.claims.items()}
 
     def prepare_until_ready(

@@ -149,6 +149,13 @@ def token_authenticate(raw: str) -> ApiToken | None:
         ApiToken.objects.select_related("user")
         .filter(token_hash=hash_token(raw), revoked_at__isnull=True, user__is_active=True)
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        # Revocation cascades (token_revoke) and expiry is capped (token_create); this also
+        # holds a child to its parent however the parent came to be revoked or expired.
+        .filter(
+            Q(parent__isnull=True)
+            | Q(parent__revoked_at__isnull=True)
+            & (Q(parent__expires_at__isnull=True) | Q(parent__expires_at__gt=now))
+        )
         .first()
     )
     if token is None:

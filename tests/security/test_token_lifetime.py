@@ -9,6 +9,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db.models import F
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -50,14 +51,19 @@ def test_a_token_minted_by_a_day_long_token_expires_with_it(tenant_a):
 
 
 def test_a_child_stops_working_when_its_parent_expires(tenant_a):
-    parent, raw = token_create(
-        actor=SYSTEM, user=tenant_a, name="short", expires_in=timedelta(days=1)
-    )
+    _, raw = token_create(actor=SYSTEM, user=tenant_a, name="short", expires_in=timedelta(days=1))
     child = mint(raw)
     assert client_with(child["token"]).get(RACKS).status_code == 200
-    ApiToken.objects.filter(pk=parent.pk).update(expires_at=timezone.now() - timedelta(1))
-    ApiToken.objects.filter(pk=child["id"]).update(expires_at=timezone.now() - timedelta(1))
+    # Two days pass (both expiry times move back together, as the clock would move on).
+    ApiToken.objects.update(expires_at=F("expires_at") - timedelta(days=2))
     assert client_with(raw).get(RACKS).status_code == 401
+    assert client_with(child["token"]).get(RACKS).status_code == 401
+
+
+def test_a_child_is_refused_however_its_parent_was_revoked(tenant_a):
+    parent, raw = token_create(actor=SYSTEM, user=tenant_a, name="laptop")
+    child = mint(raw)
+    ApiToken.objects.filter(pk=parent.pk).update(revoked_at=timezone.now())  # not the service
     assert client_with(child["token"]).get(RACKS).status_code == 401
 
 

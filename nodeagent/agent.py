@@ -447,6 +447,11 @@ class Agent:
         if want.get("slots"):
             # Follows its workload: stable names; a new peer list is a hosts change and a
             # SIGUSR1, never a restart of this daemon.
+            unsupported = imex.names_unsupported(
+                self.facts.facts.driver_version if self.facts.facts else ""
+            )
+            if unsupported:
+                return [], unsupported
             if want["index"] >= imex.MAX_NODES:
                 return [], (
                     f"this tray is member {want['index']} of a domain that follows its "

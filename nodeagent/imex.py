@@ -89,6 +89,9 @@ def render_nodes(peer_ips: list[str]) -> str:
 # are the portal's own (NVIDIA's are `compute-domain-daemon-%04d`, and NVIDIA's daemon
 # drops every hosts line that names one), so the two drivers never edit each other's lines.
 MAX_NODES = 18
+# The oldest driver whose nvidia-imex takes names in its nodes file and re-resolves them on
+# SIGUSR1: NVIDIA's driver refuses to run its DNS-name mode on anything older.
+NAMES_MIN_DRIVER = "570.158.01"
 SLOT_PREFIX = "portal-imex-"
 USR1_INTERVAL_S = 5.0
 HOSTS_BEGIN = "# BEGIN domain-portal IMEX peers (written by the node agent)"
@@ -97,6 +100,25 @@ HOSTS_END = "# END domain-portal IMEX peers"
 
 def slot_name(index: int) -> str:
     return f"{SLOT_PREFIX}{index}"
+
+
+def names_unsupported(driver_version: str) -> str:
+    """Why this driver's nvidia-imex cannot serve a domain that follows its workload, or ""
+    (also when the version is unknown: the daemon's own start then says what is wrong)."""
+    have, need = _version(driver_version), _version(NAMES_MIN_DRIVER)
+    if not have or have >= need:
+        return ""
+    return (
+        f"a domain that follows its workload needs NVIDIA driver {NAMES_MIN_DRIVER} or newer "
+        f"(nvidia-imex with peer names and SIGUSR1); this tray runs {driver_version}: update "
+        "its driver, or give the domain a fixed number of trays (numNodes)"
+    )
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """`570.158.01` → (570, 158, 1); () when it is not a dotted number."""
+    parts = text.strip().split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()
 
 
 def render_names() -> str:

@@ -6,6 +6,7 @@ The agent applies desired-state documents to an emulated tray; the daemon is nev
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,20 +19,31 @@ from nodeagent.protocol import DesiredDomain
 CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
 
 
-@pytest.fixture
-def agent(tmp_path):
+def make_agent(root: Path, driver_version: str = "580.82.07") -> Agent:
     facts = TrayFacts(
         hostname="gb-r07-t01",
         ip="127.12.7.1",
         cluster_uuid=CLUSTER,
         clique_id=1,
         gpus=[GpuFacts(index=i, uuid=f"GPU-{i}") for i in range(4)],
+        driver_version=driver_version,
     )
-    root = prepare_tray(tmp_path, facts)
+    prepare_tray(root, facts)
     config = AgentConfig(
-        portal="http://portal.invalid", join_token="dpj_x", root=root, imex_bin=["/bin/true"]
+        portal="http://portal.invalid",
+        join_token="dpj_x",
+        root=root,
+        imex_bin=["/bin/true"],
+        fabric_facts=root / "run/nvidia-emu/fabric.json",
     )
     made = Agent(config)
+    made.facts.probe()
+    return made
+
+
+@pytest.fixture
+def agent(tmp_path):
+    made = make_agent(tmp_path)
     yield made
     made.client.close()
 
@@ -79,3 +91,24 @@ def test_a_member_index_beyond_the_names_is_refused_and_nothing_is_written(agent
     present, error = agent.apply_files(desired(slots=20, members=20, index=18))
     assert present == [] and "member 18" in error and "18 names (0 to 17)" in error
     assert not Paths(agent.cfg.root).nodes_file.exists()
+
+
+@pytest.mark.parametrize(
+    ("version", "refused"),
+    [("570.148.08", True), ("570.158.01", False), ("580.82.07", False), ("", False)],
+)
+def test_a_driver_older_than_570_158_01_does_not_serve_a_domain_that_follows_its_workload(
+    tmp_path, version, refused
+):
+    agent = make_agent(tmp_path, driver_version=version)
+    present, error = agent.apply_files(desired(slots=3, members=2))
+    assert bool(error) == refused
+    if refused:
+        assert present == [] and "needs NVIDIA driver 570.158.01 or newer" in error
+        assert f"this tray runs {version}" in error
+        assert not Paths(tmp_path).nodes_file.exists()  # the daemon is not given names
+    # A domain with a fixed set of trays lists IPs: any driver serves it.
+    want = desired(slots=3, members=2)
+    del want["slots"]
+    assert agent.apply_files(want)[1] == ""
+    agent.client.close()

@@ -39,9 +39,12 @@ from tests.support.processes import ROOT, Proc, free_port, wait_until
 BUILD_SCRIPT = ROOT / "scripts/kube_build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 # The controllers a DRA workload needs without a kubelet (claims made from templates for
-# pods, the default ServiceAccount of each namespace), and the one that removes a deleted
-# namespace.
-CONTROLLERS = "resourceclaim-controller,serviceaccount-controller,namespace-controller"
+# pods, the default ServiceAccount of each namespace, a Job's pods), and the one that
+# removes a deleted namespace.
+CONTROLLERS = ",".join(
+    ("resourceclaim-controller", "serviceaccount-controller", "namespace-controller",
+     "job-controller")
+)  # fmt: skip
 START_TIMEOUT_S = 60.0
 
 
@@ -342,7 +345,7 @@ class ClusterKube:
         # lifecycle controller would lift it once the kubelet reports Ready.
         node.spec.taints = None
         core.replace_node(name, node)
-        capacity = {"cpu": "72", "memory": "512Gi", "pods": "110"}
+        capacity = {"cpu": "72", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "4"}
         ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}
         status: dict[str, Any] = {
             "capacity": capacity,
@@ -365,19 +368,23 @@ class ClusterKube:
         self.dynamic = DynamicClient(self.api)  # discovery again, with the new kind
 
     def delete_all(self, plural: str) -> None:
-        """Every object of that kind, in all namespaces. What a finalizer holds (a claim
-        until the resourceclaim controller has freed its device) is waited for, then let go."""
+        """Every object of that kind, in all namespaces. Finalizers no controller here will
+        lift (a Job's on its pods) are dropped; a claim's is waited for, the resourceclaim
+        controller lifts it once its device is free."""
         res = self.resource(plural)
         for item in res.get().items:
             self.delete(plural, item.metadata.name, item.metadata.namespace)
-
-        def gone() -> bool:
-            return not res.get().items
-
+        if plural != "resourceclaims":
+            self._drop_finalizers(res)
         try:
-            wait_for(gone, timeout=5, what=f"{plural} to be deleted")
+            wait_for(lambda: not res.get().items, timeout=5, what=f"{plural} to be deleted")
         except TimeoutError:
-            for item in res.get().items:
+            self._drop_finalizers(res)
+
+    @staticmethod
+    def _drop_finalizers(res: Any) -> None:
+        for item in res.get().items:
+            if item.metadata.finalizers:
                 with contextlib.suppress(ApiException):
                     res.patch(
                         name=item.metadata.name,

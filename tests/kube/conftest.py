@@ -46,6 +46,7 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
 
 # What tests make, deleted after each (in every namespace): pods before their claims.
 CLEANED = (
+    "jobs",
     "pods",
     "resourceclaims",
     "resourceclaimtemplates",

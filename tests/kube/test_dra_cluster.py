@@ -6,61 +6,31 @@ keeps each agent to its own node's slice, run by the real CEL engine."""
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from domains.kube import tasks
-from nodeagent.dra import DEVICE_CLASS, DEVICE_NAME, DRIVER_NAME
+from nodeagent.dra import DEVICE_NAME, DRIVER_NAME
 from nodeagent.dra.kubeapi import ResourceApi
 from nodeagent.dra.slices import SliceFacts, SlicePublisher, slice_name, slice_object
+from tests.kube.chartobjects import (
+    RELEASE_NAMESPACE,
+    chart_objects,
+    install_device_class,
+    publish_slice,
+)
 from tests.kube.cluster import Cluster, ClusterKube, wait_for
 from tests.kube.conftest import gpu_labels
 from tests.support.lifecycle import request_and_place
 
-helm = pytest.importorskip("helm_python.chart", reason="helm-python-sdk (helm template) absent")
-
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
 
-CHART = Path(__file__).resolve().parents[2] / "deploy/helm/domain-portal"
-RELEASE_NAMESPACE = "gpu-portal"
 AGENT = f"system:serviceaccount:{RELEASE_NAMESPACE}:portal-domain-portal-agent"
 NODE_EXTRA = "authentication.kubernetes.io/node-name"
 POD_EXTRA = "authentication.kubernetes.io/pod-name"
-
-
-def chart_objects() -> dict[tuple[str, str], dict[str, Any]]:
-    values = {
-        "secretKey": "s3cret",
-        "databaseUrl": "postgres://portal:pw@db.example:5432/portal",
-        "redisUrl": "redis://redis.example:6379/0",
-        "agentJoinToken": "join-me",
-        "allowedHosts": ["portal.example.com"],
-    }
-    out = helm.Chart.load(CHART).render(
-        values, name="portal", namespace=RELEASE_NAMESPACE, is_install=True
-    )
-    docs = [doc for name, text in out.items() if name.endswith(".yaml")
-            for doc in yaml.safe_load_all(text) if doc]  # fmt: skip
-    return {(o["kind"], o["metadata"]["name"]): o for o in docs}
-
-
-def install_device_class(kube: ClusterKube) -> dict[str, Any]:
-    """The chart's DeviceClass, as Helm renders it against a 1.34 cluster (v1)."""
-    klass = chart_objects()["DeviceClass", DEVICE_CLASS]
-    return kube.apply({**klass, "apiVersion": "resource.k8s.io/v1"})
-
-
-def publish_slice(cluster: Cluster, node: str, clique: str = "") -> dict[str, Any]:
-    api = ResourceApi(cluster.api_client())
-    SlicePublisher(api).publish(SliceFacts(node=node, clique=clique, gpus=4))
-    published = api.get_slice(slice_name(node))
-    assert published is not None
-    return published
 
 
 def test_the_charts_device_class_and_a_trays_slice_are_taken_as_published(real_kube, cluster):

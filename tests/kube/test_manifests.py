@@ -1,4 +1,5 @@
-"""Workload manifests and the published ComputeDomain object of a placed domain."""
+"""Workload manifests and the published ComputeDomain object of a placed domain; the Job
+manifest run by upstream's scheduler (`cluster`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ from domains.computedomains.models import Phase
 from domains.computedomains.services import domain_request
 from domains.computedomains.specs import DomainSpec
 from domains.errors import InvalidTransition
+from domains.kube import tasks
 from domains.kube.crd import computedomain_object
 from domains.kube.manifests import workload_manifests
+from nodeagent.dra import DRIVER_NAME
+from tests.kube.chartobjects import install_device_class, publish_slice
+from tests.kube.cluster import wait_for
 from tests.kube.schemas import (
     assert_valid_computedomain,
     assert_valid_kubernetes,
@@ -73,6 +78,37 @@ def test_pods_get_the_channel_and_stay_on_the_placed_trays_in_one_clique(topolog
     launcher = manifests["mpijob"]["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
     assert "-np" in launcher["spec"]["containers"][0]["args"]
     assert "12" in launcher["spec"]["containers"][0]["args"]
+
+
+@pytest.mark.cluster
+def test_kube_scheduler_puts_the_jobs_pods_on_the_placed_trays_with_their_channels(
+    real_kube, cluster, topology, ns_a, tenant_a
+):
+    """The Job manifest applied as a user would, on a cluster of the rack's 18 trays each
+    publishing its slice: the job controller makes the pods, kube-scheduler binds each to
+    one of the placed trays and allocates its claim from that tray's slice."""
+    install_device_class(real_kube)
+    for tray in topology.nodes.select_related("clique"):
+        labels = {"nvidia.com/gpu.clique": tray.clique.label}
+        real_kube.put_node(tray.hostname, labels, ip=tray.management_ip)
+        publish_slice(cluster, tray.hostname, clique=tray.clique.label)
+    domain = request_and_place(ns_a, tenant_a, num_nodes=3)
+    assert tasks.publish_domain(domain.pk) == "created"
+    placed = {m.node.hostname for m in domain.members.select_related("node")}
+
+    real_kube.apply(docs(domain)["job"])
+
+    def bound() -> list[dict]:
+        pods = [p.to_dict() for p in real_kube.resource("pods").get(namespace="team-a").items]
+        return pods if len(pods) == 3 and all(p["spec"].get("nodeName") for p in pods) else []
+
+    pods = wait_for(bound, timeout=60, what="the job's 3 pods to be scheduled")
+    assert {p["spec"]["nodeName"] for p in pods} == placed  # one pod on each placed tray
+    for pod in pods:
+        (status,) = pod["status"]["resourceClaimStatuses"]
+        claim = real_kube.get("resourceclaims", status["resourceClaimName"], "team-a")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"]) == (DRIVER_NAME, pod["spec"]["nodeName"])
 
 
 def test_there_are_no_manifests_before_placement(topology, ns_a, tenant_a):

@@ -499,3 +499,15 @@ def test_an_agent_may_write_only_its_own_nodes_resourceslice(objects):
     off = {**VALUES, "agent": {"dra": {"restrictSlicesToNode": False}}}
     kinds = {o["kind"] for o in render(off)}
     assert "ValidatingAdmissionPolicy" not in kinds and "DeviceClass" in kinds
+
+
+def test_the_node_daemonsets_run_the_agent_image_when_given(objects):
+    for ds in daemonsets(objects):
+        assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == "domain-portal:0.1.0"
+    values = {**VALUES, "agent": {"image": {"repository": "registry.example/portal-agent"}}}
+    found = {(o["kind"], o["metadata"]["name"]): o for o in render(values)}
+    for ds in daemonsets(found):
+        image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert image == "registry.example/portal-agent:0.1.0"
+    web = found["Deployment", "portal-domain-portal-web"]["spec"]["template"]["spec"]
+    assert web["containers"][0]["image"] == "domain-portal:0.1.0"

@@ -36,6 +36,11 @@ app.kubernetes.io/component: {{ .component }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
+{{- /* The node DaemonSets' image: agent.image where set, else the portal's. */ -}}
+{{- define "portal.agentImage" -}}
+{{ .Values.agent.image.repository | default .Values.image.repository }}:{{ .Values.agent.image.tag | default .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
 {{- define "portal.secretName" -}}
 {{ .Values.existingSecret | default (include "portal.fullname" .) }}
 {{- end -}}

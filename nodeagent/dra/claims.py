@@ -269,19 +269,14 @@ class ClaimDriver:
     def _write_cdi(self, uid: str, domain_uid: str, serving: Serving) -> str:
         if serving.major is None:
             raise Refused(f"no nvidia-caps-imex-channels device major on {self.tray.node_name}")
-        nodes = [
-            {
-                "path": f"/{CHANNELS_DIR}/channel{n}",
-                "hostPath": str(self.tray.root / CHANNELS_DIR / f"channel{n}"),
-                "type": "c",
-                "major": serving.major,
-                "minor": n,
-                "permissions": "rw",
-                "fileMode": serving.file_mode,
-                **({"gid": serving.gid} if serving.gid is not None else {}),
-            }
-            for n in serving.channels
-        ]
+        if serving.mode == "Single":
+            # As NVIDIA's driver gives it, and as its examples and workloads expect: the
+            # container's one channel is channel0 (minor 0), made by the runtime inside the
+            # container only. Domains stay apart as in NVIDIA's design: a tray serves one
+            # domain at a time, and its daemon shares memory with that domain's members only.
+            nodes = [self._device_node(0, serving, host=False)]
+        else:
+            nodes = [self._device_node(n, serving, host=True) for n in serving.channels]
         spec = {
             "cdiVersion": CDI_VERSION,
             "kind": CDI_CLAIM_KIND,
@@ -290,6 +285,20 @@ class ClaimDriver:
         }
         write_atomic(self.cdi_path(uid), json.dumps(spec, indent=1) + "\n")
         return f"{CDI_CLAIM_KIND}={uid}"
+
+    def _device_node(self, n: int, serving: Serving, *, host: bool) -> dict[str, Any]:
+        """The CDI `deviceNodes` entry of channel `n`; `host`: the agent's node on the tray
+        backs it (else the runtime makes it in the container from type, major and minor)."""
+        return {
+            "path": f"/{CHANNELS_DIR}/channel{n}",
+            **({"hostPath": str(self.tray.root / CHANNELS_DIR / f"channel{n}")} if host else {}),
+            "type": "c",
+            "major": serving.major,
+            "minor": n,
+            "permissions": "rw",
+            "fileMode": serving.file_mode,
+            **({"gid": serving.gid} if serving.gid is not None else {}),
+        }
 
     def _forget(self, uid: str) -> None:
         """Drop a claim the portal holds nothing for (refused, or never asked)."""

@@ -112,8 +112,9 @@ def test_a_placed_domains_pods_get_their_channel_and_nothing_else_gets_in(
             root = fleet.tray_root(host)
             cdi = resolve([root / "var/run/cdi", root / "etc/cdi"], device["cdi_device_ids"][0])
             (node,) = cdi["containerEdits"]["deviceNodes"]
-            assert node["path"] == f"/{CHANNELS_DIR}/channel{channel}"
-            assert Path(node["hostPath"]).exists()  # the channel device is on the tray
+            # Single mode: the container sees channel0, as with NVIDIA's driver.
+            assert (node["path"], node["minor"]) == (f"/{CHANNELS_DIR}/channel0", 0)
+            assert (root / CHANNELS_DIR / f"channel{channel}").exists()  # the tray's own
             assert kubelet.prepare(claim)[claim.uid] == result  # idempotent
             prepared[host] = (kubelet, claim)
 
@@ -210,7 +211,8 @@ def test_a_domain_follows_its_18_pod_workload_grows_shrinks_and_goes(
             (device,) = result["devices"]
             cdi = resolve([root / "var/run/cdi", root / "etc/cdi"], device["cdi_device_ids"][0])
             (node,) = cdi["containerEdits"]["deviceNodes"]
-            assert node["path"] == f"/{CHANNELS_DIR}/channel{channel}"
+            assert (node["path"], node["minor"]) == (f"/{CHANNELS_DIR}/channel0", 0)
+            assert (root / CHANNELS_DIR / f"channel{channel}").exists()  # the tray's own
         wait_for(lambda: phase_of(domain) == Phase.READY, 90, "one IMEX domain of 18")
         members = {
             m.node.hostname: m for m in domain.members.filter(active=True).select_related("node")

@@ -9,6 +9,7 @@ the daemon, CDI) is in tests/e2e/test_dra.py with real agents and a real server.
 from __future__ import annotations
 
 import contextlib
+import json
 import tempfile
 import time
 import uuid
@@ -27,6 +28,7 @@ from nodeagent.dra.server import ClaimRef
 from nodeagent.emulator.tray import TrayFacts, prepare_tray, reboot_tray
 from tests.kube.schemas import assert_valid_dra, dra_errors
 from tests.support import kubemock
+from tests.support.cdi import assert_valid_cdi, resolve
 from tests.support.kubelet import Kubelet, PodClaim, RegistrationFailed
 
 CLIQUE = {"cluster_uuid": "6f0b9b84-4c1e-4a8e-9d9e-2f1f3c0d9a11", "clique_id": 3}
@@ -419,3 +421,50 @@ def test_a_prepare_that_cannot_pass_answers_at_once_and_one_that_lasts_at_the_de
     started = time.monotonic()
     assert "is not ready for ComputeDomain" in driver.prepare([stuck])[stuck.uid].error
     assert 1.4 < time.monotonic() - started < 3
+
+
+class LedgerTray(ServingTray):
+    """A tray serving a domain whose channel, in the portal's ledger, is 5 (Single) or every
+    channel from 1 to 3 (All)."""
+
+    def __init__(self, root: Path, mode: str) -> None:
+        super().__init__(root)
+        self.mode = mode
+
+    def wait_serving(self, domain_uid: str, timeout: float) -> Serving:
+        channels = [5] if self.mode == "Single" else [1, 2, 3]
+        return Serving(domain_uid, "READY", channels, 237, self.mode, 0o666, None)
+
+
+def test_in_single_mode_the_container_sees_channel0_as_with_nvidias_driver(cluster, tmp_path):
+    stored = cluster.apply(claim_object("nvbandwidth-0"))
+    ref = ClaimRef("team-a", stored["metadata"]["uid"], "nvbandwidth-0")
+    driver = slow_driver(cluster, tmp_path, LedgerTray(tmp_path, "Single"))
+    (device,) = driver.prepare([ref])[ref.uid].devices
+    spec = json.loads(driver.cdi_path(ref.uid).read_text())
+    assert_valid_cdi(spec)
+    edits = resolve([driver.cdi_dir], device.cdi_device_ids[0])["containerEdits"]
+    # What NVIDIA's examples list in the container: /dev/nvidia-caps-imex-channels/channel0,
+    # minor 0, made by the runtime in the container (nothing of the host's named).
+    assert edits["deviceNodes"] == [
+        {
+            "path": "/dev/nvidia-caps-imex-channels/channel0",
+            "type": "c",
+            "major": 237,
+            "minor": 0,
+            "permissions": "rw",
+            "fileMode": 0o666,
+        }
+    ]
+
+
+def test_in_all_mode_the_container_sees_every_channel_of_the_domain(cluster, tmp_path):
+    stored = cluster.apply(claim_object("all-0"))
+    ref = ClaimRef("team-a", stored["metadata"]["uid"], "all-0")
+    driver = slow_driver(cluster, tmp_path, LedgerTray(tmp_path, "All"))
+    (device,) = driver.prepare([ref])[ref.uid].devices
+    nodes = resolve([driver.cdi_dir], device.cdi_device_ids[0])["containerEdits"]["deviceNodes"]
+    assert [(n["path"], n["minor"]) for n in nodes] == [
+        (f"/dev/nvidia-caps-imex-channels/channel{i}", i) for i in (1, 2, 3)
+    ]
+    assert nodes[0]["hostPath"] == str(tmp_path / "dev/nvidia-caps-imex-channels/channel1")

@@ -45,8 +45,9 @@ def objects() -> dict[tuple[str, str], dict[str, Any]]:
     return {(o["kind"], o["metadata"]["name"]): o for o in render(VALUES)}
 
 
-def test_helm_lint_finds_nothing():
-    report = helm.lint(CHART, VALUES, strict=True, kube_version="v1.34.0")
+@pytest.mark.parametrize("kube_version", ["v1.32.0", "v1.33.0", "v1.34.0"])
+def test_helm_lint_finds_nothing(kube_version):
+    report = helm.lint(CHART, VALUES, strict=True, kube_version=kube_version)
     assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == []
 
 
@@ -67,11 +68,16 @@ def test_it_runs_web_worker_beat_sync_and_the_agent_with_probes(objects):
     }
     web = objects["Deployment", "portal-domain-portal-web"]["spec"]["template"]["spec"]
     (container,) = web["containers"]
-    # The kubelet asks over plain HTTP: the HTTPS redirect spares the health checks, and the
-    # pod's own address (the probe's Host) is an allowed host. No interpreter per probe.
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    # The kubelet asks over plain HTTP: the HTTPS redirect spares the health checks. No
+    # interpreter per probe. Prometheus names the pod's address: an allowed host.
+    host = [{"name": "Host", "value": "localhost"}]  # allowed whatever the pod's address
+    for probe, path in [
+        ("liveness", "/healthz"),
+        ("readiness", "/readyz"),
+        ("startup", "/healthz"),
+    ]:
+        assert container[f"{probe}Probe"]["httpGet"] == {"path": path, "port": "http",
+                                                          "httpHeaders": host}  # fmt: skip
     env = [e["name"] for e in container["env"]]
     assert env.index("POD_IP") < env.index("ALLOWED_HOSTS")  # $(POD_IP) expands only then
     hosts = next(e["value"] for e in container["env"] if e["name"] == "ALLOWED_HOSTS")

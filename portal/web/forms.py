@@ -53,9 +53,8 @@ class DomainRequestForm(forms.Form):
         initial="trays",
         required=False,
         widget=forms.RadioSelect(attrs={"data-size-choice": ""}),
-        help_text="Follow the workload: nothing is reserved; each tray joins when a pod "
-        "holding the domain's ResourceClaim is prepared on it and leaves when its last such "
-        "pod is gone (numNodes 0, NVIDIA's default).",
+        help_text="Follow the workload: nothing is reserved up front; a tray joins with the "
+        "first pod holding the domain's claim and leaves with its last (numNodes 0).",
     )
     num_nodes = forms.IntegerField(
         label="Trays",

@@ -83,3 +83,17 @@ def test_the_domains_list_says_none_were_requested_rather_than_that_filters_matc
     )
     filtered = client.get(reverse("operator:domains") + "?q=nothing").content.decode()
     assert "No domains match these filters." in filtered
+
+
+def test_the_request_form_says_how_many_trays_can_be_asked_for_and_what_is_reserved(
+    client, tenant_a, ns_a, awaiting_approval
+):
+    client.force_login(tenant_a)
+    url = reverse("tenant:request", args=["team-a"])
+    line = client.get(url).content.decode().split('id="headroom">', 1)[1].split("</p>", 1)[0]
+    assert "You cannot request a domain now" in line
+    assert "9 reserved by big awaiting approval" in line
+    assert "More than 8 trays needs an admin's approval." in line
+    Quota.objects.filter(namespace=ns_a).update(max_nodes=18, max_gpus=72)
+    line = client.get(url).content.decode().split('id="headroom">', 1)[1].split("</p>", 1)[0]
+    assert 'up to <strong id="headroom-trays">6 trays</strong> now' in line

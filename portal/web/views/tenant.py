@@ -4,6 +4,7 @@ domain's detail with the formation timeline, peer matrix, manifests and actions.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.contrib import messages
@@ -29,7 +30,7 @@ from domains.errors import DomainError, InvalidInput, InvalidTransition
 from domains.foresight.maintenance import windows_for_domain
 from domains.inventory.models import Rack
 from domains.kube.manifests import follow_replicas, parse_replicas, workload_manifests
-from domains.tenancy.models import Quota
+from domains.tenancy.models import Namespace, Quota
 from domains.tenancy.selectors import can_request_in
 from portal.web.access import (
     SignedInRequest,
@@ -38,7 +39,13 @@ from portal.web.access import (
     visible_namespace,
 )
 from portal.web.fabric import fabric_view
-from portal.web.forms import DomainRequestForm, ExtendLeaseForm, ReasonForm, apply_error
+from portal.web.forms import (
+    GPUS_PER_TRAY,
+    DomainRequestForm,
+    ExtendLeaseForm,
+    ReasonForm,
+    apply_error,
+)
 
 MANIFEST_KINDS = ("deployment", "job", "mpijob")
 MANIFEST_TITLES = {"deployment": "Deployment", "job": "Job", "mpijob": "MPIJob"}
@@ -128,7 +135,41 @@ def request_domain(request: SignedInRequest, ns: str) -> HttpResponse:
     return render(
         request,
         "tenant/request.html",
-        {"namespace": namespace, "form": form, "targets": placement_targets()},
+        {
+            "namespace": namespace,
+            "form": form,
+            "targets": placement_targets(),
+            "headroom": headroom(namespace),
+        },
+    )
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """What the namespace's quota lets it ask for now (the request form's first line)."""
+
+    trays: int | None  # the largest request the quota admits now; None: no limit
+    reserved: list[tuple[str, int]]  # (name, trays) of requests awaiting approval
+    approval_above: int | None  # more trays than this waits for an admin
+
+
+def headroom(namespace: Namespace) -> Headroom:
+    quota = Quota.objects.filter(namespace=namespace).first() or Quota(namespace=namespace)
+    usage = quota_usage(namespace)
+    room: list[int] = []
+    if quota.max_domains is not None and usage["domains"] >= quota.max_domains:
+        room.append(0)
+    if quota.max_nodes is not None:
+        room.append(quota.max_nodes - usage["nodes"])
+    if quota.max_gpus is not None:
+        room.append((quota.max_gpus - usage["gpus"]) // GPUS_PER_TRAY)
+    if quota.max_nodes_per_domain is not None:
+        room.append(quota.max_nodes_per_domain)
+    pending = ComputeDomain.objects.filter(namespace=namespace, phase=Phase.PENDING)
+    return Headroom(
+        trays=max(0, min(room)) if room else None,
+        reserved=list(pending.order_by("created_at").values_list("name", "num_nodes")),
+        approval_above=quota.approval_above_nodes,
     )
 
 

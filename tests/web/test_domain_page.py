@@ -56,3 +56,32 @@ def test_the_tray_page_shows_the_daemons_last_log_lines_when_it_exited(client, o
     assert (
         "Its log ends:\nnvidia-imex: bind 127.0.1.1:50000: [Errno 98] Address already in use" in log
     )
+
+
+def test_a_tenant_is_told_that_a_tray_of_her_domain_is_cordoned_or_draining(
+    client, operator, tenant_a, ns_a, topology
+):
+    from domains.audit.events import Actor
+    from domains.inventory.services import node_cordon, node_drain
+    from tests.support.lifecycle import form
+
+    domain = form(request_domain(ns_a, tenant_a, "train", num_nodes=2))
+    first, second = [m.node for m in domain.members.order_by("index")]
+    node_cordon(actor=Actor.for_user(operator), node=first, reason="fan")
+    node_drain(actor=Actor.for_user(operator), node=second, reason="PSU")
+    client.force_login(tenant_a)
+    page = client.get(reverse("tenant:domain", args=["team-a", domain.uid])).content.decode()
+    rows = page.split('id="timeline"', 1)[1].split("</table>", 1)[0]
+    assert "tray cordoned by an operator" in rows.split(first.hostname, 1)[1].split("</tr>")[0]
+    draining = rows.split(second.hostname, 1)[1].split("</tr>")[0]
+    assert "tray draining: goes for service once released" in draining
+
+
+def test_the_mark_down_form_says_tenants_read_its_reason(client, operator, topology):
+    node = topology.nodes.get(slot=1)
+    client.force_login(operator)
+    url = reverse("operator:node_action", args=[node.hostname, "mark_down"])
+    page = client.get(url).content.decode()
+    assert "Tenants whose domain uses this tray read this reason" in page
+    cordon = reverse("operator:node_action", args=[node.hostname, "cordon"])
+    assert "read this reason" not in client.get(cordon).content.decode()

@@ -71,6 +71,7 @@ from portal.web.forms import (
 )
 from portal.web.views.tenant import with_queue_positions
 
+MARK_DOWN_NOTE = "Tenants whose domain uses this tray read this reason, word for word."
 RACKS_PER_PAGE = 12
 BULK_LIMIT = 1000  # trays one bulk action may name
 SEARCH_RESULTS = 50
@@ -184,6 +185,8 @@ def node_action(request: SignedInRequest, hostname: str, action: str) -> HttpRes
     chosen = TRAY_ACTIONS[action]
     tray = get_object_or_404(Node, hostname=hostname)
     form = ReasonForm(request.POST or None)
+    if action == "mark_down":  # its member fails with this reason, on the tenant's page
+        form.fields["reason"].help_text = MARK_DOWN_NOTE
     if request.method == "POST" and form.is_valid():
         try:
             tray_act(

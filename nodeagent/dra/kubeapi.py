@@ -113,6 +113,7 @@ class ResourceApi:
             GROUP, self.version, "resourceslices",
             field_selector=f"metadata.name={name}",
             resource_version=resource_version,
+            allow_watch_bookmarks=True,  # keeps the version fresh: no 410 after a quiet hour
             timeout_seconds=timeout_s,
             _request_timeout=timeout_s + 10,
         )  # fmt: skip

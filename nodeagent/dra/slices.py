@@ -14,6 +14,7 @@ tray.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,8 @@ from nodeagent.dra.kubeapi import GROUP, KubeError, ResourceApi
 log = logging.getLogger("nodeagent.dra")
 
 WATCH_TIMEOUT_S = 300  # one watch request; the server may end it sooner
-WATCH_RETRY_S = 2.0  # after the API server refused or dropped the watch
+WATCH_RETRY_S = 2.0  # after the API server refused or dropped the watch, doubling up to
+WATCH_RETRY_MAX_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -133,12 +135,14 @@ class SlicePublisher:
     def keep(self, node: str, stop: threading.Event) -> None:
         """Watch the node's slice until `stop` is set (run it in a thread of its own)."""
         name = slice_name(node)
+        retry = WATCH_RETRY_S
         while not stop.is_set():
             try:
                 listing = self.api.list_slices(name)
                 if not any(i["metadata"]["name"] == name for i in listing.get("items") or []):
                     self.lost(node)
                 version = str(listing["metadata"]["resourceVersion"])
+                retry = WATCH_RETRY_S  # the server answers again
                 for kind, _ in self.api.watch_slices(name, version, WATCH_TIMEOUT_S):
                     if stop.is_set():
                         return
@@ -146,7 +150,12 @@ class SlicePublisher:
                         self.lost(node)
             except KubeError as exc:
                 log.warning("%s: watching ResourceSlice %s: %s", node, name, exc)
-                stop.wait(WATCH_RETRY_S)
+            except Exception:  # an answer not shaped as expected: the watch must not end
+                log.exception("%s: watching ResourceSlice %s failed", node, name)
+            else:
+                continue  # the watch ended (its version expired): list again at once
+            stop.wait(retry * random.uniform(0.5, 1.0))
+            retry = min(retry * 2, WATCH_RETRY_MAX_S)
 
     def remove(self, node: str) -> None:
         with self.lock:

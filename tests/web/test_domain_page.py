@@ -22,7 +22,7 @@ def test_a_domain_that_follows_its_workload_shows_it_waiting_then_joins_and_leav
     client.force_login(tenant_a)
     url = reverse("tenant:domain", args=["team-a", domain.uid])
     page = client.get(url).content.decode()
-    assert "(waiting for workload)" in page
+    assert "follows the workload: no trays now" in page and "waiting for workload" in page
     assert 'id="waiting-for-workload"' in page
     assert "waiting for placement" not in page
 
@@ -85,3 +85,16 @@ def test_the_mark_down_form_says_tenants_read_its_reason(client, operator, topol
     assert "Tenants whose domain uses this tray read this reason" in page
     cordon = reverse("operator:node_action", args=[node.hostname, "cordon"])
     assert "read this reason" not in client.get(cordon).content.decode()
+
+
+def test_a_domain_that_follows_its_workload_says_it_waits_once_and_shows_no_eta(
+    client, tenant_a, ns_a, topology
+):
+    domain = request_domain(ns_a, tenant_a, "wl", num_nodes=0)
+    client.force_login(tenant_a)
+    page = client.get(reverse("tenant:domain", args=["team-a", domain.uid])).content.decode()
+    status = page.split('id="status-h"', 1)[1].split("</section>", 1)[0]
+    assert status.lower().count("waiting for workload") == 1
+    assert "Estimated placement" not in status
+    assert "starts when its first trays are Ready" in status
+    assert "No tray has joined yet" in page

@@ -213,6 +213,7 @@ class Agent:
         if self.dra is not None:
             self.dra.start()  # once joined: admitting a claim needs the node token
             self.dra.publish_slice(dict(self.facts.document()))
+            self.dra.drop_stale_claims()
         want = self.fetch_desired(now)["domain"]
         report, delay = self.apply(want) if want else self.release()
         self.send_report(report)

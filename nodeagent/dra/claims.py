@@ -331,6 +331,40 @@ class ClaimDriver:
         log.info("%s: unprepared ResourceClaim %s/%s", self.tray.node_name, *entry_name(entry))
         return ""
 
+    # --- claims nobody will unprepare -------------------------------------------------------
+    def drop_stale(self) -> list[str]:
+        """Unprepare the checkpoint's claims whose ResourceClaim is gone from the API server
+        (not found, or the name now belongs to another uid); returns their uids.
+
+        The kubelet unprepares what it prepared, but not a claim it lost track of: one whose
+        prepare never finished before its pod went, one prepared before a reboot whose pod
+        was deleted meanwhile. Without this the portal would hold such a claim, and keep the
+        tray in its domain, for good. A ResourceClaim still in use cannot be gone (its
+        deletion waits until it is deallocated), so nothing a pod uses is undone. As
+        NVIDIA's driver does, at the plugin's start and every few minutes; an API server
+        that does not answer leaves everything as it is until the next time."""
+        with self.lock:
+            entries = {uid: dict(entry) for uid, entry in self.claims.items()}
+        dropped = []
+        for uid, entry in entries.items():
+            namespace, name = entry_name(entry)
+            try:
+                obj = self.api.get_claim(namespace, name)
+            except KubeError as exc:  # the others would wait as long: all next time
+                log.warning("%s: could not check ResourceClaim %s/%s: %s",
+                            self.tray.node_name, namespace, name, exc)  # fmt: skip
+                break
+            if obj is not None and obj["metadata"].get("uid") == uid:
+                continue
+            log.info("%s: ResourceClaim %s/%s (%s) is gone; unpreparing it",
+                     self.tray.node_name, namespace, name, uid)  # fmt: skip
+            error = self._unprepare_one(ClaimRef(namespace, uid, name))
+            if error:
+                log.warning("%s: %s (tried again later)", self.tray.node_name, error)
+            else:
+                dropped.append(uid)
+        return dropped
+
 
 def entry_name(entry: dict[str, Any]) -> tuple[str, str]:
     return entry.get("namespace", ""), entry.get("name", "")

@@ -26,6 +26,7 @@ from nodeagent.dra.slices import SliceFacts, SlicePublisher
 log = logging.getLogger("nodeagent.dra")
 
 SLICE_RETRY_S = 5.0
+STALE_CLAIMS_S = 600.0  # how often the checkpoint is checked against the API server
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class DraPlugin:
         self.started = False
         self.watching = threading.Event()  # set: the slice's watch ends
         self.slice_retry_at = 0.0
+        self.stale_check_at = 0.0  # the first check comes with the first cycle
         self.lock = threading.Lock()
 
     # --- life ---------------------------------------------------------------------------
@@ -119,6 +121,15 @@ class DraPlugin:
         except KubeError as exc:
             log.warning("%s: ResourceSlice not published: %s", self.node_name, exc)
             self.slice_retry_at = now + SLICE_RETRY_S
+
+    def drop_stale_claims(self) -> None:
+        """Undo the checkpoint's claims whose ResourceClaim is gone (at start, then every
+        STALE_CLAIMS_S); needs the node token, to tell the portal."""
+        now = time.monotonic()
+        if now < self.stale_check_at or not self.client.token:
+            return
+        self.stale_check_at = now + STALE_CLAIMS_S
+        self.driver.drop_stale()
 
     # --- claims.Tray -------------------------------------------------------------------
     def admit(self, claim: ClaimRef, domain_uid: str) -> dict[str, Any]:

@@ -468,3 +468,29 @@ def test_in_all_mode_the_container_sees_every_channel_of_the_domain(cluster, tmp
         (f"/dev/nvidia-caps-imex-channels/channel{i}", i) for i in (1, 2, 3)
     ]
     assert nodes[0]["hostPath"] == str(tmp_path / "dev/nvidia-caps-imex-channels/channel1")
+
+
+def test_a_checkpointed_claim_whose_resourceclaim_is_gone_is_unprepared(cluster, tmp_path):
+    """The kubelet lost track of it (a reboot while its pod was deleted, a prepare that never
+    finished): the portal must not hold the claim, and the tray, for good."""
+    left: list[str] = []
+    tray = ServingTray(tmp_path)
+    tray.leave = lambda claim: left.append(claim.uid)  # type: ignore[method-assign]
+    driver = slow_driver(cluster, tmp_path, tray)
+    refs = {}
+    for name in ("kept", "deleted", "recreated"):
+        stored = cluster.apply(claim_object(name))
+        refs[name] = ClaimRef("team-a", stored["metadata"]["uid"], name)
+        assert driver.prepare([refs[name]])[refs[name].uid].error == ""
+    cluster.delete("resourceclaims", "deleted", "team-a")
+    cluster.delete("resourceclaims", "recreated", "team-a")
+    cluster.apply(claim_object("recreated"))  # same name, another claim: ours is gone
+
+    cluster.fail_next("GET", "resourceclaims", status=503)
+    assert driver.drop_stale() == []  # the API server away: nothing undone, tried later
+    assert sorted(driver.drop_stale()) == sorted([refs["deleted"].uid, refs["recreated"].uid])
+    assert sorted(left) == sorted([refs["deleted"].uid, refs["recreated"].uid])
+    assert set(driver.prepared()) == {refs["kept"].uid}
+    assert not driver.cdi_path(refs["deleted"].uid).exists()
+    assert driver.cdi_path(refs["kept"].uid).exists()
+    assert driver.drop_stale() == []  # idempotent

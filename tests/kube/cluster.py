@@ -18,6 +18,7 @@ kubectl would.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import ssl
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import httpx
+import urllib3
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -164,8 +165,8 @@ def _start_etcd(bin_dir: Path, workdir: Path) -> tuple[Proc, str]:
     def healthy() -> bool:
         _alive(proc)
         try:
-            return httpx.get(f"{client_url}/health", timeout=1).json().get("health") == "true"
-        except (httpx.HTTPError, ValueError):
+            return json.loads(_get(f"{client_url}/health")).get("health") == "true"
+        except (urllib3.exceptions.HTTPError, ValueError):
             return False
 
     wait_until(healthy, timeout=START_TIMEOUT_S, what="etcd to be healthy")
@@ -212,12 +213,18 @@ def _start_apiserver(bin_dir: Path, workdir: Path, etcd_url: str, token: str) ->
     def ready() -> bool:
         _alive(proc)
         try:
-            return httpx.get(f"{url}/readyz", headers=headers, verify=ca, timeout=2).text == "ok"
-        except httpx.HTTPError:
+            return _get(f"{url}/readyz", headers=headers, context=ca) == "ok"
+        except urllib3.exceptions.HTTPError:
             return False
 
     wait_until(ready, timeout=START_TIMEOUT_S, interval=0.1, what="kube-apiserver /readyz")
     return proc, url
+
+
+def _get(url: str, headers: dict[str, str] | None = None, context: Any = None) -> str:
+    """One quiet GET (httpx would log every readiness poll into the captured logs)."""
+    pool = urllib3.PoolManager(ssl_context=context, timeout=2.0, retries=False)
+    return str(pool.request("GET", url, headers=headers).data.decode())
 
 
 def _alive(proc: Proc) -> None:

@@ -63,3 +63,17 @@ def test_the_requested_note_goes_once_the_domain_has_moved_on(login, tenant_a, n
     all_ready(domain)  # its agents report: Ready, drawn live
     page.wait_for_selector('#domain-phase[data-phase="Ready"]')
     page.wait_for_selector(".messages .msg-success", state="detached")
+
+
+def test_quick_changes_log_no_aborted_preview_and_end_on_the_last_answer(login, tenant_a, ns_a):
+    factories.make_racks("18", ip_prefix=IP_PREFIX)
+    page = login(tenant_a).page("/ns/team-a/request/")
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.wait_for_selector("#preview [data-preview]")  # the first answer, on load
+    page.fill("#id_name", "fast")
+    page.fill("#id_num_nodes", "7")
+    for mode in ("All", "Single") * 3:  # a change asks at once: the last answer still comes
+        page.select_option("#id_allocation_mode", mode)
+    page.wait_for_selector('#preview [data-preview="ok"] >> text=placed on 7 trays')
+    assert not [e for e in errors if "sendAbort" in e or "abort" in e.lower()], errors

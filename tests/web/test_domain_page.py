@@ -98,3 +98,11 @@ def test_a_domain_that_follows_its_workload_says_it_waits_once_and_shows_no_eta(
     assert "Estimated placement" not in status
     assert "starts when its first trays are Ready" in status
     assert "No tray has joined yet" in page
+
+
+def test_the_domain_page_names_its_channel_numbers_as_numbers(client, tenant_a, ready_domain):
+    client.force_login(tenant_a)
+    page = client.get(reverse("tenant:domain", args=["team-a", ready_domain.uid])).content
+    held = page.decode().split('id="domain-channels">', 1)[1].split("</dd>", 1)[0]
+    assert "<dt>IMEX channels held</dt>" in page.decode()
+    assert held.startswith("channel ") and held.removeprefix("channel ").isdigit()

@@ -441,6 +441,7 @@ def _channel_text(domain: ComputeDomain) -> str:
     channels = domain_channels(domain) if domain.is_live else []
     if not channels:
         return ""
+    # Numbers, not a count: "channel 3" is /dev/nvidia-caps-imex-channels/channel3.
     if len(channels) > 8:
-        return f"{channels[0]} to {channels[-1]} ({len(channels)} channels)"
-    return ", ".join(str(c) for c in channels)
+        return f"channels {channels[0]} to {channels[-1]} ({len(channels)} channels)"
+    return ("channel " if len(channels) == 1 else "channels ") + ", ".join(map(str, channels))

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from nodeagent.channels import CDI_VERSION
 from nodeagent.config import CHANNELS_DIR
 from nodeagent.dra import CDI_CLAIM_KIND, CONFIG_KIND, DEVICE_NAME, DRIVER_NAME
 from nodeagent.dra.kubeapi import KubeError, ResourceApi
@@ -212,7 +211,7 @@ class ClaimDriver:
                     f"{domain} yet (nvidia-imex {state or 'not answering'}); the kubelet "
                     "retries, nothing to do unless this lasts"
                 )
-            cdi_id = self._write_cdi(claim.uid, domain_uid, serving)
+            cdi_id = self._write_cdi(claim.uid, serving)
         except Refused as exc:
             if not exc.held:
                 self._forget(claim.uid)
@@ -266,7 +265,7 @@ class ClaimDriver:
             )
         return str(ours[0].get("request") or ""), str(domain_uid)
 
-    def _write_cdi(self, uid: str, domain_uid: str, serving: Serving) -> str:
+    def _write_cdi(self, uid: str, serving: Serving) -> str:
         if serving.major is None:
             raise Refused(f"no nvidia-caps-imex-channels device major on {self.tray.node_name}")
         if serving.mode == "Single":
@@ -277,10 +276,14 @@ class ClaimDriver:
             nodes = [self._device_node(0, serving, host=False)]
         else:
             nodes = [self._device_node(n, serving, host=True) for n in serving.channels]
+        # The oldest CDI version that has what the spec uses, so that older runtimes take it
+        # too (containerd 1.7 before its CDI update reads up to 0.5.0): `hostPath` of a device
+        # node came with 0.5.0; the rest is 0.3.0. Which claim and domain the file is for is
+        # in its name and in the checkpoint, not in annotations (0.6.0).
+        version = "0.5.0" if any("hostPath" in n for n in nodes) else "0.3.0"
         spec = {
-            "cdiVersion": CDI_VERSION,
+            "cdiVersion": version,
             "kind": CDI_CLAIM_KIND,
-            "annotations": {"portal.domains/domain-uid": domain_uid, "portal.domains/claim": uid},
             "devices": [{"name": uid, "containerEdits": {"deviceNodes": nodes}}],
         }
         write_atomic(self.cdi_path(uid), json.dumps(spec, indent=1) + "\n")

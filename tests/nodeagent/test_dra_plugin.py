@@ -443,6 +443,8 @@ def test_in_single_mode_the_container_sees_channel0_as_with_nvidias_driver(clust
     (device,) = driver.prepare([ref])[ref.uid].devices
     spec = json.loads(driver.cdi_path(ref.uid).read_text())
     assert_valid_cdi(spec)
+    # Nothing in it needs more than CDI 0.3.0: runtimes that read older versions take it.
+    assert spec["cdiVersion"] == "0.3.0" and "annotations" not in spec
     edits = resolve([driver.cdi_dir], device.cdi_device_ids[0])["containerEdits"]
     # What NVIDIA's examples list in the container: /dev/nvidia-caps-imex-channels/channel0,
     # minor 0, made by the runtime in the container (nothing of the host's named).
@@ -468,6 +470,8 @@ def test_in_all_mode_the_container_sees_every_channel_of_the_domain(cluster, tmp
         (f"/dev/nvidia-caps-imex-channels/channel{i}", i) for i in (1, 2, 3)
     ]
     assert nodes[0]["hostPath"] == str(tmp_path / "dev/nvidia-caps-imex-channels/channel1")
+    spec = json.loads(driver.cdi_path(ref.uid).read_text())
+    assert spec["cdiVersion"] == "0.5.0"  # hostPath in a device node came with 0.5.0
 
 
 def test_a_checkpointed_claim_whose_resourceclaim_is_gone_is_unprepared(cluster, tmp_path):

@@ -3,7 +3,8 @@
 # kube-controller-manager) from tools/kubeplane into a cache keyed by the
 # Kubernetes version and the module's content, and print the bin directory.
 # Nothing is built when the binaries are already there; Go's own build cache
-# makes a rebuild after a small change cheap.
+# makes a rebuild after a small change cheap. With --check it builds nothing
+# and exits 1 when a build is needed.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -26,6 +27,8 @@ if complete; then
     echo "$bin"
     exit 0
 fi
+# --check: only say whether a build is needed (exit 1, nothing built).
+[[ "${1:-}" == --check ]] && exit 1
 
 command -v go >/dev/null || { echo "kube_build: go is not on PATH" >&2; exit 1; }
 mkdir -p "$cache"

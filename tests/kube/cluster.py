@@ -68,6 +68,12 @@ def kube_binaries() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+def kube_binaries_built() -> bool:
+    """Whether the binaries of this module's content are in the cache already."""
+    done = subprocess.run([str(BUILD_SCRIPT), "--check"], capture_output=True, cwd=ROOT)
+    return done.returncode == 0
+
+
 @dataclass(frozen=True)
 class Cluster:
     """A running control plane: its URL and an admin kubeconfig."""

@@ -5,6 +5,7 @@ process."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,14 @@ import yaml
 from domains.kube.client import api_client
 from domains.kube.sync import Watcher, resources
 from portal.celery import app as celery_app
-from tests.kube.cluster import BuildFailed, Cluster, ClusterKube, kube_binaries, running_cluster
+from tests.kube.cluster import (
+    BuildFailed,
+    Cluster,
+    ClusterKube,
+    kube_binaries,
+    kube_binaries_built,
+    running_cluster,
+)
 from tests.kube.schemas import CRD_PATH, computedomain_errors, dra_errors
 from tests.support import kubemock
 
@@ -27,6 +35,13 @@ def pytest_collection_modifyitems(config, items) -> None:
     """Build the control plane before any test runs when one is selected that needs it, so
     a cold build (minutes) never counts against a test's timeout."""
     if any(item.get_closest_marker("cluster") for item in items):
+        if not os.environ.get("KUBE_BIN_DIR") and not kube_binaries_built():
+            reporter = config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(
+                    "building upstream's Kubernetes control plane (scripts/kube_build.sh): "
+                    "a few minutes the first time"
+                )
         try:
             kube_binaries()
         except BuildFailed as exc:

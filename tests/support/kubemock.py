@@ -2,7 +2,8 @@
 
 Kept only for what upstream's kube-apiserver (tests/kube/cluster.py, the `cluster` marker)
 cannot be made to show: error statuses on demand (`fail_next`), counted requests (`count`),
-compaction at a chosen moment (`compact`, the 410 Gone relist), watches cut short
+compaction at a chosen moment (`compact`, the 410 Gone relist: a real apiserver serves
+watches from its watch cache, which etcd's compaction does not reach), watches cut short
 (`max_watch_seconds`) and the `resource.k8s.io/v1beta1`-only API of Kubernetes 1.32 and
 1.33. Schemas, DRA objects, status subresources, watches, scheduling and admission policies
 are tested against the real server; the security tests' pod-bound tokens (`issue_token`)

@@ -116,7 +116,13 @@ def _hover(tray: TrayView) -> str:
     return escape("\n".join(lines))
 
 
-def _tray(tray: TrayView | None, slot: int, y: int) -> str:
+# A clique: its id, name, and the y of its first and last rows in the drawing.
+Run = tuple[int | None, str, int, int]
+CHAR_W = 5.0  # a 9 px word's average character width
+LABEL_CHAR_W = 3.9  # a 7 px clique label's
+
+
+def _tray(tray: TrayView | None, slot: int, y: int, chars: int = 20) -> str:
     if tray is None:
         return (
             f'<g class="tray empty">'
@@ -158,7 +164,7 @@ def _tray(tray: TrayView | None, slot: int, y: int) -> str:
             parts.append(f'<text x="{x + GPU_W / 2}" y="{y + 12}" class="gpu-mark">{mark}</text>')
     if tray.highlight:
         word = "▶ lands here" if tray.preview else f"▶ {word}"
-    label = word if len(word) <= 20 else word[:19] + "…"
+    label = word if len(word) <= chars else word[: chars - 1] + "…"
     parts.append(f'<text x="{TEXT_X}" y="{y + 12}" class="word">{escape(label)}</text></g>')
     body = "".join(parts)
     url = tray.domain.url if (tray.domain and tray.domain.url and not tray.url) else tray.url
@@ -167,10 +173,10 @@ def _tray(tray: TrayView | None, slot: int, y: int) -> str:
     return body
 
 
-def _clique_outlines(rack: RackView, positions: dict[int, int]) -> str:
-    """Outline each run of consecutive compute rows that belong to the same clique."""
-    out: list[str] = []
-    runs: list[tuple[int | None, str, int, int]] = []  # clique, name, first y, last y
+def _clique_runs(rack: RackView, positions: dict[int, int]) -> list[Run]:
+    """Each run of consecutive compute rows that belong to the same clique: (clique,
+    name, first y, last y)."""
+    runs: list[Run] = []
     previous_y = None
     for slot in sorted(positions):
         tray = rack.trays.get(slot)
@@ -182,6 +188,13 @@ def _clique_outlines(rack: RackView, positions: dict[int, int]) -> str:
         else:
             runs.append((clique, name, y, y))
         previous_y = y
+    return runs
+
+
+def _clique_outlines(runs: list[Run]) -> str:
+    """Outline and label each run; the label sits at the right of its first row, whose
+    word is cut short to leave it room (`_word_room`)."""
+    out: list[str] = []
     for clique_id, name, y0, y1 in runs:
         if clique_id is None:
             continue
@@ -191,6 +204,17 @@ def _clique_outlines(rack: RackView, positions: dict[int, int]) -> str:
             f'<text x="{WIDTH - 4}" y="{y0 + 7}" class="clique-label">{escape(name[-12:])}</text>'
         )
     return "".join(out)
+
+
+def _word_room(runs: list[Run]) -> dict[int, int]:
+    """y of a clique's first row → how many characters its word may take, so that it
+    ends before the clique's label instead of running under it."""
+    room = {}
+    for clique_id, name, y0, _ in runs:
+        if clique_id is not None:
+            label_w = len(name[-12:]) * LABEL_CHAR_W
+            room[y0] = max(4, int((WIDTH - 4 - label_w - 4 - TEXT_X) / CHAR_W))
+    return room
 
 
 @register.simple_tag
@@ -204,8 +228,15 @@ def rack_svg(rack: RackView) -> SafeString:
         'xmlns="http://www.w3.org/2000/svg">',
         f'<text x="4" y="15" class="rack-name">{escape(rack.name)}</text>',
     ]
-    y = TOP
     positions: dict[int, int] = {}
+    y = TOP
+    for kind, n in rows:  # where each compute tray sits, so its clique's label is known
+        if kind == "compute":
+            positions[n] = y
+        y += ROW if kind == "compute" else SWITCH_ROW
+    runs = _clique_runs(rack, positions)
+    room = _word_room(runs)
+    y = TOP
     for kind, n in rows:
         if kind == "switch":
             parts.append(
@@ -215,10 +246,9 @@ def rack_svg(rack: RackView) -> SafeString:
             )
             y += SWITCH_ROW
             continue
-        positions[n] = y
-        parts.append(_tray(rack.trays.get(n), n, y))
+        parts.append(_tray(rack.trays.get(n), n, y, room.get(y, 20)))
         y += ROW
-    parts.append(_clique_outlines(rack, positions))
+    parts.append(_clique_outlines(runs))
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - every interpolated value is escaped
 

@@ -1,0 +1,31 @@
+"""The rack drawing keeps every word readable: nothing is printed over anything else."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from domains.inventory.models import Node
+from tests.support.lifecycle import form, request_domain
+
+pytestmark = pytest.mark.django_db
+
+
+def _word(svg: str, hostname: str) -> str:
+    tray = svg.split(f'data-hostname="{hostname}"', 1)[1].split("</g>", 1)[0]
+    return re.search(r'class="word">([^<]*)</text>', tray).group(1)
+
+
+def test_the_word_on_a_cliques_first_tray_stops_before_the_clique_label(
+    client, operator, tenant_a, ns_a, topology
+):
+    form(request_domain(ns_a, tenant_a, "llm-pretrain-long-name", num_nodes=2))
+    client.force_login(operator)
+    svg = client.get(reverse("operator:rack", args=["gb-r01"])).content.decode()
+    assert 'class="clique-label">gb-r01-c0</text>' in svg
+    first, second = Node.objects.filter(slot__in=(1, 2)).order_by("slot")
+    # The label, right-aligned at x 246, takes ~35 px: the word from x 140 has 13 characters.
+    assert _word(svg, first.hostname) == "team-a/llm-p…"
+    assert _word(svg, second.hostname) == "team-a/llm-pretrain…"  # no label beside it

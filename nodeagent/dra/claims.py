@@ -220,9 +220,14 @@ class ClaimDriver:
             passing = exc.status in (0, 429) or exc.status >= 500
             return PrepareResult(error=f"{where}: could not read the claim: {exc}"), passing
         with self.lock:
-            entry = {**self.claims[claim.uid], "state": "prepared", "cdi_device_id": cdi_id}
-            self.claims[claim.uid] = entry
-            self._save()
+            begun = self.claims.get(claim.uid)
+            if begun is not None:
+                entry = {**begun, "state": "prepared", "cdi_device_id": cdi_id}
+                self.claims[claim.uid] = entry
+                self._save()
+        if begun is None:  # `drop_stale` found its ResourceClaim gone meanwhile and undid it
+            remove(self.cdi_path(claim.uid))
+            return PrepareResult(error=f"{where}: deleted while it was being prepared"), False
         log.info("%s: prepared %s (%s) for domain %s", self.tray.node_name, where, cdi_id, domain)
         return _result(entry), False
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The system packages the test suite drives, from Debian, installed when missing: Chromium
 # (browser tests), Prometheus and promtool (scrape and alert-rule tests), iproute2 (`ip
-# netns`: the agent ↔ portal network cut) and redis-server (the private Redis). Run by
+# netns`: the agent ↔ portal network cut), openssl (the test cluster's certificates) and
+# redis-server (the private Redis). Run by
 # `make test` and .ci/run. Without root it only says what is missing.
 set -euo pipefail
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v ip >/dev/null || missing+=(iproute2)
+# The Kubernetes tests' control plane certificates (tests/kube/cluster.py).
+command -v openssl >/dev/null || missing+=(openssl)
 { command -v promtool >/dev/null && command -v prometheus >/dev/null; } || missing+=(prometheus)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then

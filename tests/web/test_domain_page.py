@@ -3,6 +3,7 @@ before any tray joined, then every join and leave."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -106,3 +107,23 @@ def test_the_domain_page_names_its_channel_numbers_as_numbers(client, tenant_a, 
     held = page.decode().split('id="domain-channels">', 1)[1].split("</dd>", 1)[0]
     assert "<dt>IMEX channels held</dt>" in page.decode()
     assert held.startswith("channel ") and held.removeprefix("channel ").isdigit()
+
+
+def test_a_tray_forming_again_after_a_recovery_shows_its_steps_in_order(
+    client, tenant_a, ready_domain
+):
+    from domains.agents.report import Step
+    from tests.support.lifecycle import report
+
+    member = ready_domain.members.select_related("node").order_by("index").first()
+    report(member.node, ready_domain, Step.CONFIGURING)  # its daemon restarts, say
+    client.force_login(tenant_a)
+    page = client.get(reverse("tenant:domain", args=["team-a", ready_domain.uid])).content
+    row = page.decode().split(f'<tr data-member="{member.index}"', 1)[1].split("</tr>", 1)[0]
+    steps = [(d, w.strip()) for d, w in re.findall(r'<span class="step( done)?">([A-Za-z ]+)', row)]
+    assert steps == [
+        (" done", "Assigned"),
+        (" done", "Configuring"),
+        ("", "Waiting for peers"),
+        ("", "Ready"),
+    ]

@@ -56,6 +56,8 @@ TIMELINE = (
     ("waiting_peers", "Waiting for peers"),
     ("ready", "Ready"),
 )
+# The step of TIMELINE a member in this state is at (absent: past them all, or ended).
+CURRENT_STEP = {"assigned": 0, "configuring": 1, "waiting_peers": 2}
 
 
 @login_required
@@ -354,12 +356,23 @@ def _timeline(member, domain: ComputeDomain) -> dict:
         "waiting_peers": member.waiting_peers_at,
         "ready": member.ready_at,
     }
+    # A tray that recovers goes through the steps again, and each stamp is the last time
+    # it entered that step: steps beyond where it is now are not done in this round, and
+    # a stamp older than the step before it is from an earlier round (done, time unknown).
+    now_at = CURRENT_STEP.get(member.state, len(TIMELINE) - 1)
     steps: list[tuple[str, object, bool]] = []
     later_reached = False
-    for key, label in reversed(TIMELINE):
-        reached = stamps[key] is not None or later_reached
+    for i, (key, label) in reversed(list(enumerate(TIMELINE))):
+        stamp = stamps[key] if i <= now_at else None
+        reached = stamp is not None or later_reached
         later_reached = later_reached or reached
-        steps.insert(0, (label, stamps[key], reached))
+        steps.insert(0, (label, stamp, reached))
+    last = None
+    for i, (label, at, reached) in enumerate(steps):
+        if at is not None and last is not None and at < last:
+            steps[i] = (label, None, reached)
+        elif at is not None:
+            last = at
     if member.released_at or not domain.is_live:
         steps.append(("Released", member.released_at, member.released_at is not None))
     return {"member": member, "steps": steps}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -360,7 +360,7 @@ def _timeline(member, domain: ComputeDomain) -> dict:
     # it entered that step: steps beyond where it is now are not done in this round, and
     # a stamp older than the step before it is from an earlier round (done, time unknown).
     now_at = CURRENT_STEP.get(member.state, len(TIMELINE) - 1)
-    steps: list[tuple[str, object, bool]] = []
+    steps: list[tuple[str, datetime | None, bool]] = []
     later_reached = False
     for i, (key, label) in reversed(list(enumerate(TIMELINE))):
         stamp = stamps[key] if i <= now_at else None

@@ -29,3 +29,10 @@ def test_the_word_on_a_cliques_first_tray_stops_before_the_clique_label(
     # The label, right-aligned at x 246, takes ~35 px: the word from x 140 has 13 characters.
     assert _word(svg, first.hostname) == "team-a/llm-p…"
     assert _word(svg, second.hostname) == "team-a/llm-pretrain…"  # no label beside it
+
+
+def test_a_drawing_whose_trays_are_links_is_a_group_not_an_image(client, operator, topology):
+    client.force_login(operator)
+    linked = client.get(reverse("operator:rack", args=["gb-r01"])).content.decode()
+    svg = linked.split('<svg class="rack"', 1)[1].split(">", 1)[0]
+    assert 'role="group"' in svg and "<a href=" in linked.split('<svg class="rack"', 1)[1]

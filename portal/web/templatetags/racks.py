@@ -222,8 +222,12 @@ def rack_svg(rack: RackView) -> SafeString:
     """The elevation of one rack as inline SVG."""
     rows = _rows(rack)
     height = TOP + sum(ROW if kind == "compute" else SWITCH_ROW for kind, _ in rows) + 4
+    # An image's children are presentational: a drawing whose trays are links is a group
+    # of them (a role="img" around links is nested interaction, unusable by keyboard).
+    linked = any(t.url or (t.domain and t.domain.url) for t in rack.trays.values())
     parts = [
-        f'<svg class="rack" viewBox="0 0 {WIDTH} {height}" role="img" '
+        f'<svg class="rack" viewBox="0 0 {WIDTH} {height}" '
+        f'role="{"group" if linked else "img"}" '
         f'aria-label="Rack {escape(rack.name)}: {rack.free} free trays" '
         'xmlns="http://www.w3.org/2000/svg">',
         f'<text x="4" y="15" class="rack-name">{escape(rack.name)}</text>',

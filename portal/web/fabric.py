@@ -20,17 +20,19 @@ from domains.inventory.models import Node, NodeState
 from domains.placement.model import CliqueSummary, TrayStatus
 from domains.tenancy.selectors import Viewer, is_operator, namespaces_visible_to
 
-# Domain colours: light tints that keep dark text readable (contrast > 7:1), distinguishable
-# for the common colour-vision deficiencies; the domain's name is always written beside it.
+# Domain colours: light tints that keep dark text readable (contrast > 7:1), all blues,
+# violets and cyans, so that no domain looks like a state (free is green, cordoned and
+# draining amber, down red, like the Fleet's heat-map); the domain's name is always
+# written beside it.
 DOMAIN_PALETTE = (
     "#9ecae1",
-    "#fdd0a2",
-    "#c7e9c0",
-    "#dadaeb",
-    "#fcbba1",
-    "#fde68a",
+    "#c7d2fe",
     "#a5f3fc",
+    "#dadaeb",
+    "#e9d5ff",
+    "#bae6fd",
     "#f5d0fe",
+    "#cbd5e1",
 )
 
 STATUS_WORDS = {

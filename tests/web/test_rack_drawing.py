@@ -36,3 +36,15 @@ def test_a_drawing_whose_trays_are_links_is_a_group_not_an_image(client, operato
     linked = client.get(reverse("operator:rack", args=["gb-r01"])).content.decode()
     svg = linked.split('<svg class="rack"', 1)[1].split(">", 1)[0]
     assert 'role="group"' in svg and "<a href=" in linked.split('<svg class="rack"', 1)[1]
+
+
+def test_no_domain_colour_is_the_hue_of_a_tray_state():
+    import colorsys
+
+    from portal.web.fabric import DOMAIN_PALETTE
+
+    for colour in DOMAIN_PALETTE:
+        r, g, b = (int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
+        hue = colorsys.rgb_to_hls(r, g, b)[0] * 360
+        # red (down) to amber (cordoned) to green (free): 0-160° and the reds past 330°
+        assert 160 < hue < 330 or colorsys.rgb_to_hls(r, g, b)[2] < 0.15, colour

@@ -367,6 +367,9 @@ PORTAL: PortalSettings = {
     "DEFAULT_LIFETIME": timedelta(hours=env_int("PORTAL_DEFAULT_LIFETIME_H", 24)),
     "DEMO_USERS_ALLOWED": DEBUG,
     "KUBE_ENABLED": env_bool("PORTAL_KUBE_ENABLED", bool(os.environ.get("KUBECONFIG"))),
+    # Without Kubernetes a claim cannot be checked: a tray may join a domain that follows
+    # its workload on the agent's word only where this allows it (domains/kube/claimcheck.py).
+    "UNVERIFIED_JOINS": env_bool("PORTAL_UNVERIFIED_JOINS", False),
     "KUBE_RACK_LABEL": os.environ.get("PORTAL_KUBE_RACK_LABEL", "topology.kubernetes.io/rack"),
     "KUBE_NAMESPACE_LABEL": os.environ.get("PORTAL_KUBE_NAMESPACE_LABEL", ""),
     # Node label holding a tray's 1-based slot in its rack; empty: the next free slot.

@@ -24,6 +24,7 @@ class PortalSettings(TypedDict):
     DEFAULT_LIFETIME: timedelta  # a domain's lease when the request names none
     DEMO_USERS_ALLOWED: bool
     KUBE_ENABLED: bool
+    UNVERIFIED_JOINS: bool  # a tray may join a workload-following domain on an unchecked claim
     KUBE_RACK_LABEL: str
     KUBE_NAMESPACE_LABEL: str
     KUBE_SLOT_LABEL: str  # node label holding a tray's 1-based slot; "" = next free slot

@@ -73,12 +73,16 @@ class Admission:
     joined: bool  # this claim made the tray a member
 
 
-def claim_admit(*, node: Node, claim: ClaimRef, domain_uid: str) -> Admission:
+def claim_admit(
+    *, node: Node, claim: ClaimRef, domain_uid: str, may_join: bool = True
+) -> Admission:
     """Admit the claim on the tray (joining it to a domain that follows its workload).
 
     Idempotent: the kubelet repeats prepares, so a claim already admitted here is answered
     again. Raises NotFound (no such live domain in the claim's namespace) or Conflict (the
-    tray may not serve it), each naming what to change.
+    tray may not serve it), each naming what to change. `may_join`: whether the claim may
+    make the tray a member of a domain that follows its workload (the caller checked it
+    with Kubernetes, or the policy allows unchecked joins: domains/kube/claimcheck.py).
     """
     with transaction.atomic():
         found = (
@@ -97,10 +101,10 @@ def claim_admit(*, node: Node, claim: ClaimRef, domain_uid: str) -> Admission:
             )
         domain = lock_domain(found.pk)
         assert domain is not None  # the row exists: we just read it
-        return _admit(domain, node, claim)
+        return _admit(domain, node, claim, may_join=may_join)
 
 
-def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef) -> Admission:
+def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef, *, may_join: bool) -> Admission:
     held = DomainClaim.objects.filter(claim_uid=claim.uid, released_at__isnull=True).first()
     if held is None:
         refused = (
@@ -121,6 +125,12 @@ def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef) -> Admission:
         .first()
     )
     joined = False
+    if member is None and domain.follows_workload and not may_join:
+        raise Conflict(
+            f"{claim}: tray {node.hostname} may not join a domain that follows its workload "
+            "on an unchecked claim: the portal checks claims with Kubernetes (its Kubernetes "
+            "integration is off, and PORTAL_UNVERIFIED_JOINS does not allow it)"
+        )
     if member is None and domain.follows_workload:
         member, joined = _join(domain, node, claim), True
     elif member is None:

@@ -122,14 +122,29 @@ def split(db):
 
 
 @pytest.fixture
-def follow(split, ns_a, tenant_a):
+def follow(split, ns_a, tenant_a, settings):
+    """A domain that follows its workload, with unchecked joins allowed: these tests are
+    about joining and leaving, without Kubernetes to check the claims against (the checked
+    path runs against a real API server in tests/kube/test_claim_check.py)."""
     from domains.audit.events import Actor
     from domains.computedomains.services import domain_request
     from domains.computedomains.specs import DomainSpec
 
+    settings.PORTAL = {**settings.PORTAL, "UNVERIFIED_JOINS": True}
     return domain_request(
         actor=Actor.for_user(tenant_a), namespace=ns_a, spec=DomainSpec(name="wl", num_nodes=0)
     )
+
+
+def test_without_kubernetes_a_tray_joins_no_domain_on_its_word_alone(follow, split, settings):
+    settings.PORTAL = {**settings.PORTAL, "UNVERIFIED_JOINS": False}
+    tray = trays(split)[0]
+    *_, refused = admit(tray, follow)
+    assert refused.status_code == 409, refused.content
+    assert "may not join a domain that follows its workload on an unchecked claim" in (
+        refused.json()["message"]
+    )
+    assert not follow.members.exists() and not DomainClaim.objects.exists()
 
 
 def trays(split) -> list:

@@ -24,8 +24,9 @@ from domains.agents.services import (
     agent_join,
     agent_report,
 )
-from domains.computedomains.claims import ClaimRef, claim_admit, claim_release
+from domains.computedomains.claims import ClaimRef, claim_release
 from domains.inventory.models import Node
+from domains.kube.claimcheck import claim_admit_checked
 from domains.kube.tokenreview import agent_token_verify
 from nodeagent.protocol import ClaimAdmission
 from portal.api.agent.auth import IsNodeAgent, NodeTokenAuthentication
@@ -125,7 +126,7 @@ class ClaimsView(NodeScopedView):
         serializer = ClaimRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         ref = serializer.validated_data["claim"]
-        admitted = claim_admit(
+        admitted = claim_admit_checked(
             node=node,
             claim=ClaimRef(uid=str(ref["uid"]), namespace=ref["namespace"], name=ref["name"]),
             domain_uid=str(serializer.validated_data["domain_uid"]),

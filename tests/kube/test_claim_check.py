@@ -1,0 +1,136 @@
+"""A tray's claim checked against the real API server before it is admitted: kube-scheduler
+allocates the pods' claims from the trays' slices, and the portal admits a claim only on
+the tray it was allocated to, in the namespace it lives in, for the domain its template
+names. A tray that names another tenant's claim, namespace or domain is refused, and the
+refusal names nothing of that tenant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from domains.agents.services import agent_join
+from domains.computedomains.models import DomainClaim
+from domains.kube import tasks
+from tests.kube.chartobjects import install_device_class, publish_slice
+from tests.kube.cluster import ClusterKube, wait_for
+from tests.kube.conftest import gpu_labels
+from tests.kube.test_dra_cluster import claim_of, pod_with_claim
+from tests.support.agents import ensure_join_token, node_facts
+from tests.support.lifecycle import request_and_place
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
+
+
+def agent_of(node) -> tuple[APIClient, str]:
+    """The tray's agent: its node token, and the claims path it posts to."""
+    _, raw = agent_join(join_token=ensure_join_token(), facts=node_facts(node))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Node {raw}")
+    return client, f"/api/v1/agent/nodes/{node.pk}/claims/"
+
+
+def scheduled_claim(kube: ClusterKube, pod: str, namespace: str, template: str) -> dict:
+    kube.apply(pod_with_claim(pod, namespace, template))
+
+    def allocated() -> dict[str, Any] | None:
+        found = kube.get("pods", pod, namespace)
+        claim = claim_of(kube, found) if found and found["spec"].get("nodeName") else None
+        return claim if claim and (claim.get("status") or {}).get("allocation") else None
+
+    return wait_for(allocated, what=f"{pod}'s claim to be allocated")
+
+
+def ask(agent: tuple[APIClient, str], claim: dict, *, namespace: str = "", domain: str = ""):
+    client, path = agent
+    meta = claim["metadata"]
+    body = {
+        "claim": {
+            "uid": meta["uid"],
+            "namespace": namespace or meta["namespace"],
+            "name": meta["name"],
+        },
+        "domain_uid": domain or meta["labels"]["portal.domains/domain-uid"],
+    }
+    return client.post(path, body, format="json")
+
+
+def test_a_claim_is_admitted_only_on_its_tray_for_its_domain(
+    real_kube, cluster, topology, ns_a, tenant_a, ns_b, tenant_b
+):
+    install_device_class(real_kube)
+    theirs = request_and_place(ns_b, tenant_b, name="b-train", num_nodes=2)
+    ours = request_and_place(ns_a, tenant_a, name="a-train", num_nodes=2)
+    members = {
+        d.pk: [m.node for m in d.members.select_related("node").order_by("index")]
+        for d in (theirs, ours)
+    }
+    for domain in (theirs, ours):
+        assert tasks.publish_domain(domain.pk) == "created"
+
+    def publish(nodes) -> None:
+        for node in nodes:
+            real_kube.put_node(node.hostname, gpu_labels())
+            publish_slice(cluster, node.hostname, clique="c.1")
+
+    # team-b's pod, while only team-b's trays publish a channel: the scheduler allocates its
+    # claim to one of them. Then team-a's trays publish theirs too.
+    publish(members[theirs.pk])
+    claim = scheduled_claim(real_kube, "b-worker", "team-b", theirs.resource_claim_template)
+    publish(members[ours.pk])
+    pool = claim["status"]["allocation"]["devices"]["results"][0]["pool"]
+    trays = {n.hostname: n for nodes in members.values() for n in nodes}
+    mine = trays[pool]
+    others = [n for host, n in trays.items() if host != pool]
+
+    # Another tray names that claim: refused, and it learns nothing of team-b's domain.
+    for node in others:
+        refused = ask(agent_of(node), claim)
+        assert refused.status_code == 403, refused.content
+        message = refused.json()["message"]
+        assert f"is not allocated to tray {node.hostname}" in message
+        assert "b-train" not in message and pool not in message
+
+    # The tray it was allocated to, claiming it for another namespace or another domain.
+    agent = agent_of(mine)
+    wrong_ns = ask(agent, claim, namespace="team-a")
+    assert wrong_ns.status_code == 403
+    assert "does not exist in the cluster" in wrong_ns.json()["message"]
+    wrong_domain = ask(agent, claim, domain=str(ours.uid))
+    assert wrong_domain.status_code == 403
+    assert "does not name ComputeDomain" in wrong_domain.json()["message"]
+    assert not DomainClaim.objects.exists()
+
+    # The truth, from the tray it was allocated to: admitted.
+    assert mine in members[theirs.pk]
+    admitted = ask(agent, claim)
+    assert admitted.status_code == 200, admitted.content
+    assert admitted.json()["domain_uid"] == str(theirs.uid)
+    assert DomainClaim.objects.filter(claim_uid=claim["metadata"]["uid"]).count() == 1
+
+
+def test_a_made_up_claim_cannot_join_another_tenants_following_domain(
+    real_kube, topology, ns_a, ns_b, tenant_b
+):
+    from domains.audit.events import Actor
+    from domains.computedomains.services import domain_request
+    from domains.computedomains.specs import DomainSpec
+
+    follow = domain_request(
+        actor=Actor.for_user(tenant_b), namespace=ns_b, spec=DomainSpec(name="wl", num_nodes=0)
+    )
+    tray = topology.nodes.order_by("slot").first()
+    forged = {
+        "metadata": {
+            "uid": "3f0c3c5e-5a4b-4a39-9d8e-6a0e4f3c2b1a",
+            "namespace": "team-b",
+            "name": "forged-channel",
+            "labels": {"portal.domains/domain-uid": str(follow.uid)},
+        }
+    }
+    refused = ask(agent_of(tray), forged)
+    assert refused.status_code == 403, refused.content
+    assert "does not exist in the cluster" in refused.json()["message"]
+    assert not follow.members.exists() and not DomainClaim.objects.exists()

@@ -56,7 +56,7 @@ from domains.foresight.maintenance import (
     windows_visible_to,
 )
 from domains.inventory import services as inventory
-from domains.inventory.models import Node, PowerShelf, Rack, SwitchTray
+from domains.inventory.models import Node, NodeState, PowerShelf, Rack, SwitchTray
 from portal.web.access import SignedInRequest, operator_required
 from portal.web.fabric import Visibility, draw_racks, fabric_view
 from portal.web.fleet import Filters, clique_options, fleet, heatmap_html
@@ -70,6 +70,7 @@ from portal.web.forms import (
     apply_error,
 )
 from portal.web.views.tenant import with_queue_positions
+from portal.web.views.trays import accept_racks
 
 MARK_DOWN_NOTE = "Tenants whose domain uses this tray read this reason, word for word."
 RACKS_PER_PAGE = 12
@@ -170,6 +171,7 @@ def node(request: SignedInRequest, hostname: str) -> HttpResponse:
         "events": events_visible_to(request.user).filter(node=tray)[:50],
         "actions": tray_actions_for(tray),
         "blast": blast_radius(tray_scope(tray)),
+        "accept_racks": accept_racks() if tray.state == NodeState.PENDING else [],
     }
     template = "operator/_node.html" if request.GET.get("partial") else "operator/node.html"
     return render(request, template, context)

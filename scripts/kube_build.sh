@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build upstream's control plane (etcd, kube-apiserver, kube-scheduler,
-# kube-controller-manager) from tools/kubeplane into a cache keyed by the
+# kube-controller-manager) and kubelet-dra (the kubelet's DRA side, from the
+# kubelet's own packages) from tools/kubeplane into a cache keyed by the
 # Kubernetes version and the module's content, and print the bin directory.
 # Nothing is built when the binaries are already there; Go's own build cache
 # makes a rebuild after a small change cheap. With --check it builds nothing
@@ -9,7 +10,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 module="$root/tools/kubeplane"
-binaries=(etcd kube-apiserver kube-scheduler kube-controller-manager)
+binaries=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet-dra)
 
 version="$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$module/go.mod")"
 digest="$(cd "$module" && cat go.mod go.sum $(find cmd -name '*.go' | sort) | sha256sum | cut -c1-12)"

@@ -1,0 +1,212 @@
+"""A pod's channel claim prepared by the node agent through the kubelet's own DRA code.
+
+Upstream's control plane (`cluster`), the real server and Celery worker publishing to it,
+node agents on emulated trays (each a DRA kubelet plugin publishing its tray's
+ResourceSlice), and `kubelet-dra`: the kubelet's plugin manager and DRA manager, built from
+upstream's packages, run for one Node. kube-scheduler allocates the pod's claim; the
+harness registers the agent's plugin through the registration directory and prepares the
+claim as a kubelet would. A restart of the harness wipes the Node's slices, as a kubelet's
+start does, and the agent publishes its slice again; after a reboot (tmpfs emptied, a new
+boot id) the pod's claim is prepared again with a fresh CDI spec.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from domains.audit.events import Actor
+from domains.computedomains.models import LIVE_PHASES, ComputeDomain, Phase
+from domains.inventory.models import Node
+from domains.tenancy.tokens import token_create
+from nodeagent.config import CHANNELS_DIR
+from nodeagent.dra import CDI_CLAIM_KIND, DRIVER_NAME
+from nodeagent.dra.slices import slice_name
+from tests import factories
+from tests.kube.chartobjects import install_device_class
+from tests.kube.cluster import Cluster, ClusterKube, kube_binaries, wait_for
+from tests.kube.conftest import gpu_labels
+from tests.support.agents import AgentFleet
+from tests.support.cdi import resolve
+from tests.support.kubelet_dra import KubeletDra
+from tests.support.processes import running, start_server, start_worker
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+IP_PREFIX = factories.tray_ip_prefix(29)  # this module's loopback range
+NAMESPACE = "e2e"
+
+
+@pytest.fixture(scope="module")
+def portal(django_db_setup, django_db_blocker, cluster: Cluster) -> Iterator[str]:
+    """The real server and worker, publishing to upstream's API server."""
+    env = {"KUBECONFIG": str(cluster.kubeconfig), "PORTAL_KUBE_ENABLED": "1"}
+    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", **env)
+    worker = start_worker(concurrency=4, **env)
+    with running(worker, server):
+        yield url
+
+
+@pytest.fixture
+def tenant_api(transactional_db, portal: str) -> Iterator[httpx.Client]:
+    ns = factories.make_namespace(NAMESPACE)
+    user = factories.make_user("kubelet-tenant")
+    factories.add_member(user, ns, "member")
+    _, raw = token_create(actor=Actor.for_user(user), user=user, name="kubelet")
+    with httpx.Client(
+        base_url=f"{portal}/api/v1/namespaces/{NAMESPACE}",
+        headers={"Authorization": f"Bearer {raw}"},
+        timeout=30,
+    ) as api:
+        yield api
+
+
+@pytest.fixture
+def kubelets() -> Iterator[Path]:
+    """Every tray's kubelet directory, under a short path (unix sockets: 107 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="kd-") as tmp:
+        yield Path(tmp)
+
+
+def pod_on(node: str, name: str, template: str) -> dict[str, Any]:
+    """A pod as NVIDIA's examples write it, kept to `node` by its hostname label."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [
+                {
+                    "name": "ctr",
+                    "image": "ubuntu:22.04",
+                    "command": ["sleep", "infinity"],
+                    "resources": {"claims": [{"name": "channel"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
+        },
+    }
+
+
+def claim_of(kube: ClusterKube, pod: dict[str, Any]) -> dict[str, Any] | None:
+    statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    names = [s["resourceClaimName"] for s in statuses if s.get("resourceClaimName")]
+    return kube.get("resourceclaims", names[0], NAMESPACE) if names else None
+
+
+def test_the_kubelets_own_dra_code_registers_the_agent_and_gets_a_pods_claim_prepared(
+    real_kube, cluster, portal, tenant_api, kubelets
+):
+    real_kube.put_namespace(NAMESPACE)
+    install_device_class(real_kube)
+    (rack,) = factories.make_racks("2", ip_prefix=IP_PREFIX)
+    nodes = list(Node.objects.filter(rack=rack).order_by("slot"))
+    for node in nodes:
+        real_kube.put_node(node.hostname, gpu_labels())
+    host = nodes[0].hostname
+
+    with AgentFleet(portal, nodes, kubelet_dir=kubelets, kubeconfig=cluster.kubeconfig) as fleet:
+        root = fleet.tray_root(host)
+        kubelet = KubeletDra(
+            kube_binaries(),
+            kubeconfig=cluster.kubeconfig,
+            node=host,
+            root=kubelets / host,
+            tmpfs=(root / "var/run/cdi", root / CHANNELS_DIR),
+            boot_id_file=root / "proc/sys/kernel/random/boot_id",
+        ).start()
+        try:
+            fleet.wait_joined()
+            wait_for(lambda: kubelet.registered(DRIVER_NAME), 30, "the plugin to register")
+            for node in nodes:
+                wait_for(
+                    lambda n=node: real_kube.get("resourceslices", slice_name(n.hostname)),
+                    20,
+                    f"{node.hostname}'s slice",
+                )
+            resp = tenant_api.post(
+                "/computedomains/", json={"metadata": {"name": "train"}, "spec": {"numNodes": 2}}
+            )
+            assert resp.status_code == 201, resp.text
+            domain = ComputeDomain.objects.get(
+                namespace__name=NAMESPACE, name="train", phase__in=LIVE_PHASES
+            )
+
+            def ready() -> bool:
+                domain.refresh_from_db()
+                return domain.phase == Phase.READY
+
+            wait_for(ready, 60, "domain Ready")
+            template = domain.resource_claim_template
+            wait_for(
+                lambda: real_kube.get("resourceclaimtemplates", template, NAMESPACE),
+                20,
+                "the claim template",
+            )
+
+            pod = real_kube.apply(pod_on(host, "worker-0", template))
+            uid = pod["metadata"]["uid"]
+            devices = wait_for(lambda: kubelet.prepared(uid), 30, "the pod's claim prepared")
+            claim = claim_of(real_kube, real_kube.get("pods", "worker-0", NAMESPACE) or {})
+            assert claim is not None
+            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            assert (result["driver"], result["pool"]) == (DRIVER_NAME, host)
+            claim_uid = claim["metadata"]["uid"]
+            assert devices == {"ctr": [f"{CDI_CLAIM_KIND}={claim_uid}"]}
+            assert kubelet.failures(uid) == []
+            assert resolve([root / "var/run/cdi", root / "etc/cdi"], devices["ctr"][0])
+
+            # A kubelet restart: its start deletes every slice of the Node (the driver's
+            # too); the agent sees its slice go and publishes it again.
+            before = real_kube.get("resourceslices", slice_name(host))
+            assert before is not None
+            kubelet.restart()
+
+            def republished() -> dict[str, Any] | None:
+                now = real_kube.get("resourceslices", slice_name(host))
+                gone = now is None or now["metadata"]["uid"] != before["metadata"]["uid"]
+                return now if gone and now is not None else None
+
+            wait_for(republished, 5, "the wiped slice published again")
+            assert any(
+                '"Deleted ResourceSlices"' in line and f"spec.nodeName={host}" in line
+                for line in kubelet.log().splitlines()
+            ), kubelet.log()[-3000:]
+            wait_for(lambda: kubelet.registered(DRIVER_NAME), 30, "the plugin to register again")
+            # The pod is still there. A kubelet keeps only the claim's devices in its
+            # checkpoint, not that it was prepared: it calls the plugin again, and (1.34)
+            # adds the answer's CDI ids to the checkpointed ones, so an id shows twice.
+            again = wait_for(lambda: kubelet.prepared(uid), 30, "the claim prepared again")
+            assert set(again["ctr"]) == set(devices["ctr"])
+
+            # A reboot: tmpfs emptied, a new boot id, agent and kubelet started again.
+            kubelet.stop()
+            fleet.kill_agents()
+            kubelet.start(reboot=True)
+            assert not list((root / "var/run/cdi").glob("*"))
+            fleet.start()
+            fleet.wait_joined()
+            after = wait_for(lambda: kubelet.prepared(uid), 60, "the claim prepared after a reboot")
+            assert set(after["ctr"]) == set(devices["ctr"])
+            assert resolve([root / "var/run/cdi", root / "etc/cdi"], devices["ctr"][0])
+
+            # The pod goes: its claim is unprepared through the plugin.
+            real_kube.delete("pods", "worker-0", NAMESPACE)
+            wait_for(
+                lambda: any(
+                    e["event"] == "unprepared" and e["uid"] == uid for e in kubelet.events()
+                ),
+                30,
+                "the claim unprepared",
+            )
+            assert not (root / "var/run/cdi").exists() or not any(
+                claim_uid in p.name for p in (root / "var/run/cdi").iterdir()
+            )
+        finally:
+            kubelet.stop()

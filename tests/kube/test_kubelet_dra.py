@@ -193,6 +193,11 @@ def test_the_kubelets_own_dra_code_registers_the_agent_and_gets_a_pods_claim_pre
             fleet.start()
             fleet.wait_joined()
             after = wait_for(lambda: kubelet.prepared(uid), 60, "the claim prepared after a reboot")
+            # The pod was seen before the plugin came back: refused at once, and tried again
+            # only after the kubelet's pod worker backoff (10 s, jitter up to 15 s).
+            refused, *_ = kubelet.attempts(uid)
+            assert "is not registered" in refused["error"]
+            assert kubelet.retry_gaps(uid)[0] >= 10, kubelet.events()
             assert set(after["ctr"]) == set(devices["ctr"])
             assert resolve([root / "var/run/cdi", root / "etc/cdi"], devices["ctr"][0])
 

@@ -12,14 +12,16 @@ unprepares them when the pod is gone, a failed pod tried again after the kubelet
 worker backoff (10-15 s). `restart(reboot=True)` first empties the `tmpfs` directories and
 writes a new boot id, as a reboot of the machine would.
 
-The program prints one JSON line per pod event (`prepared`, `prepareFailed`, `unprepared`)
-among its logs; `events()` reads them back.
+The program prints one JSON line per pod event (`prepared`, `prepareFailed`, `unprepared`),
+each with its time, among its logs; `events()` reads them back.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +111,16 @@ class KubeletDra:
             if event["event"] == "prepared" and event["uid"] == pod_uid:
                 return dict(event["cdiDevices"])
         return None
+
+    def attempts(self, pod_uid: str) -> list[dict[str, Any]]:
+        """This run's prepare attempts of the pod that ended, failed or not, oldest first."""
+        ended = ("prepared", "prepareFailed")
+        return [e for e in self.events() if e["event"] in ended and e["uid"] == pod_uid]
+
+    def retry_gaps(self, pod_uid: str) -> list[float]:
+        """Seconds from each attempt's end to the next's."""
+        times = [datetime.fromisoformat(e["time"]) for e in self.attempts(pod_uid)]
+        return [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
 
     def failures(self, pod_uid: str) -> list[str]:
         return [

@@ -9,7 +9,8 @@
 // It runs no containers. It prints one JSON line on stdout once it runs
 // ({"event":"started"}) and each time a pod's claims are prepared:
 // {"event":"prepared","namespace","pod","uid","cdiDevices":{container: [ids]}};
-// "unprepared", "prepareFailed" and "unprepareFailed" lines likewise.
+// "unprepared", "prepareFailed" and "unprepareFailed" lines likewise; each
+// line has its "time" (RFC 3339, UTC).
 //
 // --reboot, before anything starts, clears each --tmpfs directory (what a
 // reboot loses: /var/run/cdi and the like) and writes a new boot id into
@@ -318,6 +319,7 @@ func (w *worker) remember(uid types.UID, what string) bool {
 var emitMu sync.Mutex
 
 func emit(line map[string]any) {
+	line["time"] = time.Now().UTC().Format(time.RFC3339Nano)
 	data, _ := json.Marshal(line)
 	emitMu.Lock()
 	defer emitMu.Unlock()

@@ -81,3 +81,17 @@ def test_the_fleet_summary_counts_trays_with_no_heartbeat_as_not_ready(login, op
     assert page.inner_text('[data-band="gpus-not-ready"]') == "8"
     assert page.inner_text('[data-band="trays-free"]') == "16"
     assert page.inner_text('[data-band="not-ready"]') == "2"
+
+
+def test_the_tenant_is_told_what_a_down_tray_means_and_what_to_do(login, tenant_a, degraded):
+    domain, dead = degraded
+    page = login(tenant_a).page(f"/ns/team-a/domains/{domain.uid}/")
+    incident = page.locator("#domain-incident")
+    assert incident.get_attribute("role") == "alert"
+    text = incident.inner_text()
+    assert f"Tray {dead.hostname} is down" in text
+    assert 'declared it dead ("PSU fault")' in text
+    assert "1 other tray of it is still up but cannot reach it over NVLink" in text
+    assert "release this domain and request a new one" in text
+    page.click("#domain-incident a")  # the same request, ready to send under a new name
+    assert page.input_value("#id_num_nodes") == "2"

@@ -224,12 +224,16 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
     members = domain_peers(domain)
     manifests, manifests_note, replicas = _manifests(request, domain)
     ended = not domain.is_live
+    down = [] if ended else [m for m in members if m.active and m.node.state == "down"]
     context = {
         "namespace": namespace,
         "domain": domain,
         "ended": ended,
         "members": members,
         "active_members": sum(1 for m in members if m.active),
+        "down_members": down,
+        "others_up": sum(1 for m in members if m.active) - len(down),
+        "again_now": _request_again_url(namespace, domain) if down else "",
         "timeline": [_timeline(m, domain) for m in members],
         "matrix": _matrix(members),
         "channels": _channel_text(domain),

@@ -76,4 +76,5 @@ def test_quick_changes_log_no_aborted_preview_and_end_on_the_last_answer(login, 
     for mode in ("All", "Single") * 3:  # a change asks at once: the last answer still comes
         page.select_option("#id_allocation_mode", mode)
     page.wait_for_selector('#preview [data-preview="ok"] >> text=placed on 7 trays')
+    page.wait_for_load_state("networkidle")  # every queued answer in: none outlives the test
     assert not [e for e in errors if "sendAbort" in e or "abort" in e.lower()], errors

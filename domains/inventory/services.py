@@ -205,8 +205,7 @@ def node_accept(*, actor: Actor, node: Node, rack: str, slot: int, reason: str =
     locked = Node.objects.select_for_update().get(pk=node.pk)
     if locked.state != NodeState.PENDING:
         raise InvalidTransition(
-            f"{locked.hostname} is {locked.get_state_display().lower()}, not waiting for "
-            "acceptance"
+            f"{locked.hostname} is {locked.get_state_display().lower()}, not waiting for acceptance"
         )
     found = Rack.objects.filter(name=rack).first()
     if found is None:

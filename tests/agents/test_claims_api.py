@@ -141,8 +141,9 @@ def test_without_kubernetes_a_tray_joins_no_domain_on_its_word_alone(follow, spl
     tray = trays(split)[0]
     *_, refused = admit(tray, follow)
     assert refused.status_code == 409, refused.content
-    assert "may not join a domain that follows its workload on an unchecked claim" in (
-        refused.json()["message"]
+    assert (
+        "may not join a domain that follows its workload on an unchecked claim"
+        in (refused.json()["message"])
     )
     assert not follow.members.exists() and not DomainClaim.objects.exists()
 

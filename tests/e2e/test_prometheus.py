@@ -8,15 +8,11 @@ What it reads back through its HTTP API is what an operator's Prometheus would s
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from domain_portal import __version__
 from domains.computedomains.models import Phase
@@ -25,9 +21,7 @@ from tests import factories
 from tests.e2e.conftest import IP_PREFIX, METRICS_TOKEN, phase_of, request_domain
 from tests.observability.exposition import ALERTS, DASHBOARD
 from tests.support.agents import AgentFleet, wait_for
-from tests.support.processes import Proc, free_port, wait_until
-
-PROMETHEUS = shutil.which("prometheus")
+from tests.support.prometheus import PROMETHEUS, Prometheus, running_prometheus
 
 pytestmark = [
     pytest.mark.e2e,
@@ -46,28 +40,6 @@ SCRAPE_PROBLEMS = (
 )
 
 
-class Prometheus:
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.api = httpx.Client(base_url=f"{url}/api/v1", timeout=10)
-
-    def get(self, path: str, **params: str) -> Any:
-        body = self.api.get(path, params=params).json()
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        return self.get("/query", query=expr)["result"]
-
-    def scalar(self, expr: str) -> float | None:
-        result = self.query(expr)
-        return float(result[0]["value"][1]) if len(result) == 1 else None
-
-    def own_counters(self) -> dict[str, float]:
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
-
-
 @pytest.fixture
 def prometheus(portal: str, tmp_path: Path) -> Iterator[Prometheus]:
     token = tmp_path / "metrics-token"
@@ -83,33 +55,8 @@ def prometheus(portal: str, tmp_path: Path) -> Iterator[Prometheus]:
             }
         ],
     }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    proc = Proc(
-        "prometheus",
-        [
-            str(PROMETHEUS),
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if not proc.alive():
-            raise RuntimeError(f"prometheus exited:\n{proc.log()[-3000:]}")
-        try:
-            return httpx.get(f"{url}/-/ready", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(ready, timeout=30, what="prometheus")
-        yield Prometheus(url)
-    finally:
-        proc.stop()
+    with running_prometheus(config, tmp_path) as server:
+        yield server
 
 
 def test_prometheus_scrapes_the_portal_and_counts_a_formation(portal, tenant_api, prometheus):

@@ -67,13 +67,16 @@ def test_a_slice_with_two_devices_of_one_name_is_refused(real_kube, cluster):
     assert "duplicate" in caught.value.body.lower()
 
 
-def pod_with_claim(name: str, namespace: str, template: str) -> dict[str, Any]:
-    """A pod as NVIDIA's examples write it: a container and a claim from the template."""
+def pod_with_claim(name: str, namespace: str, template: str, *, node: str = "") -> dict[str, Any]:
+    """A pod as NVIDIA's examples write it: a container and a claim from the template (and,
+    given `node`, kept to that node by its hostname label)."""
+    selector = {"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
+            **selector,
             "containers": [
                 {
                     "name": "ctr",

@@ -29,8 +29,9 @@ from nodeagent.dra import CDI_CLAIM_KIND, DRIVER_NAME
 from nodeagent.dra.slices import slice_name
 from tests import factories
 from tests.kube.chartobjects import install_device_class
-from tests.kube.cluster import Cluster, ClusterKube, kube_binaries, wait_for
+from tests.kube.cluster import Cluster, kube_binaries, wait_for
 from tests.kube.conftest import gpu_labels
+from tests.kube.test_dra_cluster import claim_of, pod_with_claim
 from tests.support.agents import AgentFleet
 from tests.support.cdi import resolve
 from tests.support.kubelet_dra import KubeletDra
@@ -75,29 +76,7 @@ def kubelets() -> Iterator[Path]:
 
 def pod_on(node: str, name: str, template: str) -> dict[str, Any]:
     """A pod as NVIDIA's examples write it, kept to `node` by its hostname label."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [
-                {
-                    "name": "ctr",
-                    "image": "ubuntu:22.04",
-                    "command": ["sleep", "infinity"],
-                    "resources": {"claims": [{"name": "channel"}]},
-                }
-            ],
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
-        },
-    }
-
-
-def claim_of(kube: ClusterKube, pod: dict[str, Any]) -> dict[str, Any] | None:
-    statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
-    names = [s["resourceClaimName"] for s in statuses if s.get("resourceClaimName")]
-    return kube.get("resourceclaims", names[0], NAMESPACE) if names else None
+    return pod_with_claim(name, NAMESPACE, template, node=node)
 
 
 def test_the_kubelets_own_dra_code_registers_the_agent_and_gets_a_pods_claim_prepared(

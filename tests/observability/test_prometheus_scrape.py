@@ -6,23 +6,19 @@ two alerts, and stopping the web sets off PortalDown."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import yaml
 
 from domains.computedomains.models import ComputeDomain, Phase
 from tests import factories
 from tests.observability.conftest import METRICS_TOKEN, production_env
 from tests.observability.exposition import ALERTS
 from tests.support.agents import wait_for
-from tests.support.processes import Proc, free_port, running, start_server, wait_until
-
-PROMETHEUS = shutil.which("prometheus")
+from tests.support.processes import Proc, running, start_server
+from tests.support.prometheus import PROMETHEUS, Prometheus, running_prometheus
 
 pytestmark = [
     pytest.mark.e2e,
@@ -66,24 +62,6 @@ def service_monitor_job(target: str, token_file: Path) -> dict[str, Any]:
     }
 
 
-class Prometheus:
-    def __init__(self, url: str) -> None:
-        self.api = httpx.Client(base_url=f"{url}/api/v1", timeout=10)
-
-    def get(self, path: str, **params: str) -> Any:
-        body = self.api.get(path, params=params).json()
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        return self.get("/query", query=expr)["result"]
-
-    def alerts(self, name: str) -> list[dict[str, str]]:
-        return [
-            a["labels"] for a in self.get("/alerts")["alerts"] if a["labels"]["alertname"] == name
-        ]
-
-
 @pytest.fixture
 def web(transactional_db, static_root) -> Iterator[Proc]:
     proc, url = start_server(**production_env(static_root))
@@ -101,33 +79,8 @@ def prometheus(web, tmp_path: Path) -> Iterator[Prometheus]:
         "rule_files": [str(ALERTS)],
         "scrape_configs": [service_monitor_job(web.url.removeprefix("http://"), token)],
     }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    proc = Proc(
-        "prometheus",
-        [
-            str(PROMETHEUS),
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if not proc.alive():
-            raise RuntimeError(f"prometheus exited:\n{proc.log()[-3000:]}")
-        try:
-            return httpx.get(f"{url}/-/ready", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(ready, timeout=30, what="prometheus")
-        yield Prometheus(url)
-    finally:
-        proc.stop()
+    with running_prometheus(config, tmp_path) as server:
+        yield server
 
 
 def degraded(namespace: str, count: int) -> None:

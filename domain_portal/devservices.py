@@ -35,12 +35,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 DB_USER = "portal-db"  # the system user the server runs as when we are root
 DB_NAME = "portal"
 START_TIMEOUT_S = 60
+T = TypeVar("T")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -55,13 +57,16 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def wait_for(check: object, timeout_s: float, what: str) -> None:
+def wait_for(check: Callable[[], T], timeout_s: float, what: str, *, interval_s: float = 0.05) -> T:
+    """The first truthy answer of `check`, asked every `interval_s`; RuntimeError naming
+    `what` when none came within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if callable(check) and check():
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"{what} did not come up within {timeout_s:.0f} s")
+        found = check()
+        if found:
+            return found
+        time.sleep(interval_s)
+    raise RuntimeError(f"{what}: not within {timeout_s:.0f} s")
 
 
 def pg_bin_dir() -> Path:

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from domain_portal import devservices
 
 ROOT = Path(__file__).resolve().parents[1]
 PORT = 8000  # the README's address
@@ -42,19 +43,7 @@ def say(message: str) -> None:
 
 
 def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise SmokeFailed(f"{what}: not within {timeout_s:.0f} s")
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+    return devservices.wait_for(check, timeout_s, what, interval_s=0.5)
 
 
 def healthy() -> bool:
@@ -175,13 +164,13 @@ def stop(demo: subprocess.Popen[bytes], run: str, ports: list[int]) -> None:
     while marked_processes(run) and time.monotonic() < deadline:
         time.sleep(0.5)
     left = marked_processes(run)
-    still = [p for p in ports if listening(p)]
+    still = [p for p in ports if devservices.port_open(p)]
     if left or still:
         raise SmokeFailed(f"left behind: processes {left}, ports {still}")
 
 
 def main() -> int:
-    if listening(PORT):
+    if devservices.port_open(PORT):
         print(f"demo-smoke: port {PORT} is in use; stop what runs there first", file=sys.stderr)
         return 1
     run = uuid.uuid4().hex
@@ -203,7 +192,7 @@ def main() -> int:
         say(f"make demo up at {URL} (private services on ports {ports[1:]})")
         form_and_release(sign_in_as("alice", "demo"))
         stop(demo, run, ports)
-    except (SmokeFailed, httpx.HTTPError, OSError, KeyError) as exc:
+    except (SmokeFailed, RuntimeError, httpx.HTTPError, OSError, KeyError) as exc:
         print(f"demo-smoke FAILED: {exc}", file=sys.stderr)
         print(LOG.read_text(errors="replace")[-4000:], file=sys.stderr)
         if demo.poll() is None:

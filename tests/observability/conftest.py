@@ -3,14 +3,12 @@ static files collected as the image collects them."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import ROOT, process_env
+from tests.support.staticfiles import collected_static
 
 METRICS_TOKEN = "observability-metrics-token"
 
@@ -27,14 +25,6 @@ def production_env(static_root: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def static_root(tmp_path_factory) -> Path:
+def static_root() -> Path:
     """`collectstatic` as the image runs it: with DEBUG off the server starts only after it."""
-    root = tmp_path_factory.mktemp("static")
-    subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"],
-        cwd=ROOT,
-        env=process_env(**production_env(root)),
-        check=True,
-        timeout=300,
-    )
-    return root
+    return Path(collected_static())

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 from django.test import Client
 
 from tests.support.processes import ROOT
+from tests.support.staticfiles import collected_static
 
 PRODUCTION_ENV = {
     "DEBUG": "0",
@@ -44,9 +44,9 @@ def test_the_server_refuses_to_start_with_debug_off_and_nothing_collected(tmp_pa
 
 
 @pytest.fixture
-def collected(tmp_path, settings):
+def collected(settings):
     """DEBUG off, the production storage, and `collectstatic` run as make demo runs it."""
-    root = tmp_path / "static"
+    root = Path(collected_static())
     settings.DEBUG = False
     settings.STATIC_ROOT = root
     settings.WHITENOISE_USE_FINDERS = False
@@ -54,7 +54,6 @@ def collected(tmp_path, settings):
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
     }
-    call_command("collectstatic", "--no-input", "-v", "0")
     return root
 
 

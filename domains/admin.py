@@ -16,8 +16,8 @@ from django.http import HttpRequest
 _M = TypeVar("_M", bound=Model)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin[_M]):
-    """Look, never add, edit or delete: the services own these rows."""
+class _NoWrites:
+    """No add, change or delete permission, whoever asks."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -29,16 +29,11 @@ class ReadOnlyAdmin(admin.ModelAdmin[_M]):
         return False
 
 
-class ReadOnlyInline(admin.TabularInline[_M, Any]):
+class ReadOnlyAdmin(_NoWrites, admin.ModelAdmin[_M]):
+    """Look, never add, edit or delete: the services own these rows."""
+
+
+class ReadOnlyInline(_NoWrites, admin.TabularInline[_M, Any]):
     """Rows shown inside another's page, never edited there."""
 
     extra = 0
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

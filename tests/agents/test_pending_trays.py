@@ -8,6 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from domains.agents.models import JoinToken
+from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import Phase
 from domains.inventory.models import Node, NodeState
@@ -65,8 +66,6 @@ def test_a_tray_the_inventory_does_not_know_joins_pending_and_is_never_placed(ra
 
     # Every known tray cordoned: a one-tray domain has only the rogue tray to go to.
     operator = factories.make_user("op", staff=True)
-    from domains.audit.events import Actor
-
     for node in rack.nodes.all():
         node_cordon(actor=Actor.for_user(operator), node=node, reason="test")
     namespace = factories.make_namespace("team-a", max_gpus=72, max_nodes=18)
@@ -106,8 +105,6 @@ def test_an_operator_accepts_it_into_a_free_compute_slot_of_a_known_rack(rack):
 
 
 def test_marking_a_pending_tray_down_and_up_leaves_it_waiting_for_acceptance(rack):
-    from domains.audit.events import Actor
-
     join(rogue_facts(rack))
     actor = Actor.for_user(factories.make_user("op", staff=True))
     rogue = Node.objects.get(hostname="gb-r01-t99")

@@ -26,8 +26,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from domains.errors import DATABASE_AWAY
-from domains.errors import database_away as _database_away
+from domains.errors import DATABASE_AWAY, database_away
 from portal.receipts.models import WriteReceipt
 
 log = logging.getLogger(__name__)
@@ -56,10 +55,6 @@ _PAGE = """<!doctype html>
 <p>{message} Nothing you submitted was lost or half-done.</p>
 </body></html>
 """
-
-
-def database_away(exc: BaseException | None) -> bool:
-    return _database_away(exc)
 
 
 def unavailable_body() -> dict[str, Any]:

@@ -19,9 +19,9 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from domains.errors import DomainError
+from domains.errors import DomainError, database_away
 from portal.api.parsers import PayloadTooLarge
-from portal.outage import RETRY_AFTER_S, database_away, unavailable, unavailable_body
+from portal.outage import RETRY_AFTER_S, unavailable, unavailable_body
 
 # Stable codes for DRF's exceptions (clients branch on these, never on messages).
 _CODES: dict[type[exceptions.APIException], str] = {

@@ -20,7 +20,9 @@ No shared secret is involved, and a leaked token is worth one tray for at most i
 Reviews are cached in the process for `AGENT_TOKEN_CACHE_S` (never past the token's own
 expiry), keyed by the token's SHA-256, at most `CACHE_SIZE` of them: a rack whose agents all
 join again costs the API server one review per token. The checks above are made on every
-join, cached review or not; a deleted pod's token is accepted for at most that long.
+join, cached review or not. A deleted pod's token is accepted for at most that long plus
+the API server's own TokenReview cache (about 10 s for a success): the two windows add up,
+so lower `AGENT_TOKEN_CACHE_S` where a revoked pod must lose its tray sooner.
 """
 
 from __future__ import annotations

@@ -345,6 +345,72 @@ def forged_service_account_token(url: str, operator: str) -> tuple[str, bool]:
     )
 
 
+def rogue_tray(url: str, join_token: str, operator: str) -> tuple[str, bool]:
+    """A machine nobody racked, holding the fleet's join token, joins under a made-up name:
+    it may wait for an operator, never be offered to tenants."""
+    hostname = f"rogue-{uuid.uuid4().hex[:8]}"
+    with httpx.Client(base_url=url, timeout=30) as client:
+        body = {"join_token": join_token, "hostname": hostname, "ip": "127.0.250.1"}
+        joined = hit(client.post("/api/v1/agent/join/", json=body))
+        nodes = hit(
+            client.get("/api/v1/nodes/?limit=1000", headers={"Authorization": f"Bearer {operator}"})
+        ).json()["results"]
+    state = next((n.get("state") for n in nodes if n["hostname"] == hostname), None)
+    return (
+        f"an unknown tray joins ({joined.status_code}) and waits as {state!r}",
+        joined.status_code >= 400 or state == "pending",
+    )
+
+
+def token_family(url: str, tenant: str) -> list[tuple[str, bool]]:
+    """Tokens minted with a token: capped at the parent's expiry, revoked with it."""
+    findings = []
+    with httpx.Client(base_url=url, timeout=30) as client:
+        parent = hit(
+            client.post(
+                "/api/v1/tokens/",
+                json={"name": "attack-parent", "expiresInDays": 1},
+                headers={"Authorization": f"Bearer {tenant}"},
+            )
+        ).json()
+        child = hit(
+            client.post(
+                "/api/v1/tokens/",
+                json={"name": "attack-child", "expiresInDays": 365},
+                headers={"Authorization": f"Bearer {parent['token']}"},
+            )
+        ).json()
+        findings.append(
+            (
+                "a child token asking for a year expires with its one-day parent",
+                child.get("expiresAt") is not None and child["expiresAt"] <= parent["expiresAt"],
+            )
+        )
+        hit(
+            client.delete(
+                f"/api/v1/tokens/{parent['id']}/", headers={"Authorization": f"Bearer {tenant}"}
+            )
+        )
+        after = hit(
+            client.get("/api/v1/namespaces/", headers={"Authorization": f"Bearer {child['token']}"})
+        )
+    findings.append(
+        (f"the child of a revoked token is refused: {after.status_code}", after.status_code == 401)
+    )
+    return findings
+
+
+def oversized_heads(url: str) -> list[tuple[str, bool]]:
+    """A request line or headers far past any real client's are refused before Django."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        long_url = hit(client.get("/api/v1/racks/?q=" + "a" * 20_000), bad_input=True)
+        fat = hit(client.get("/api/v1/racks/", headers={"X-Pad": "b" * 70_000}), bad_input=True)
+    return [
+        (f"a 20 kB request line: {long_url.status_code}", long_url.status_code == 414),
+        (f"70 kB of headers: {fat.status_code}", fat.status_code == 431),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000")
@@ -362,10 +428,13 @@ def main() -> None:
     violations = isolation(url, tokens["alice"], tokens["bob"])
     print("quota race …")
     overruns = quota_race(url, tokens["bob"])
-    print("sign-in, tokens, join token …")
+    print("sign-in, tokens, join token, rogue tray, token family, oversized heads …")
     findings = sign_in_attacks(url, args.password, tokens["alice"])
     findings.append(takeover(url, args.join_token, tokens["operator"]))
     findings.append(forged_service_account_token(url, tokens["operator"]))
+    findings.append(rogue_tray(url, args.join_token, tokens["operator"]))
+    findings.extend(token_family(url, tokens["alice"]))
+    findings.extend(oversized_heads(url))
     print()
     print(f"requests tried        {COUNT['requests']}")
     print(f"bad inputs tried      {COUNT['bad inputs']}")

@@ -19,8 +19,8 @@ On a Kubernetes cluster the agent is also the DRA driver of its tray, and two mo
 - `DELETE nodes/<id>/claims/<claim uid>/`: the claim was unprepared here; the last claim of
   a domain that follows its workload takes the tray out of it.
 
-This module is the single statement of that contract. It is stdlib only, so the portal's
-`domains/` may import its types, and the agent owns it. The agent validates every desired
+This module is the single statement of that contract. It is stdlib only and belongs to
+neither side: the agent and the portal both import it. The agent validates every desired
 state it fetches against `DESIRED_STATE_SCHEMA` before acting on it; the portal's tests
 validate what the portal serves and what the agent sends against the same schemas.
 """

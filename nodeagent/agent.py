@@ -21,6 +21,14 @@ import time
 from collections.abc import MutableMapping
 from typing import Any
 
+from agentwire.messages import (
+    ChannelSpec,
+    DesiredDomain,
+    DesiredState,
+    PeerStatus,
+    StatusReport,
+    Step,
+)
 from nodeagent import imex
 from nodeagent.channels import ChannelError, Channels, cdi_spec, channel_numbers, remove_cdi
 from nodeagent.client import MalformedDocument, Nudger, PortalClient, PortalError, Unauthorized
@@ -32,14 +40,6 @@ from nodeagent.fabric import channel_major
 from nodeagent.facts import FactsKeeper
 from nodeagent.files import read_json, remove, write_atomic
 from nodeagent.host import foreign_daemons
-from nodeagent.protocol import (
-    ChannelSpec,
-    DesiredDomain,
-    DesiredState,
-    PeerStatus,
-    StatusReport,
-    Step,
-)
 from nodeagent.runner import RunnerDaemon
 
 logger = logging.getLogger("nodeagent")

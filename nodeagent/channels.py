@@ -24,9 +24,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from agentwire.messages import ChannelSpec
 from nodeagent.config import CDI_KIND, CHANNEL_MODE, CHANNELS_DIR
 from nodeagent.files import remove, write_atomic
-from nodeagent.protocol import ChannelSpec
 
 CDI_VERSION = "0.6.0"
 PROBE_MODE = 0o600

@@ -4,7 +4,7 @@
 The websocket carries one kind of message, "your desired state changed"; the agent then
 fetches the desired state over HTTP. Losing the socket costs only latency (the poll stays).
 
-Every desired state is checked against the contract's JSON Schema (`nodeagent.protocol`)
+Every desired state is checked against the contract's JSON Schema (`agentwire.messages`)
 before the agent acts on it: a document it does not understand is refused with an error
 naming the field, and the tray keeps what it has (a malformed "domain" must never read as
 "no domain" and tear a running job down).
@@ -26,7 +26,7 @@ from websockets.exceptions import WebSocketException
 from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
-from nodeagent.protocol import (
+from agentwire.messages import (
     DESIRED_STATE_SCHEMA,
     ClaimAdmission,
     ClaimRequest,

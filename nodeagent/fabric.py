@@ -26,8 +26,8 @@ from typing import Any
 
 import pynvml
 
+from agentwire.messages import Condition, ConditionType, GpuFacts
 from nodeagent.driver import NVML_LIBRARY, DriverRoot
-from nodeagent.protocol import Condition, ConditionType, GpuFacts
 
 CHANNEL_DEVICE_NAME = "nvidia-caps-imex-channels"
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"

@@ -15,11 +15,11 @@ import shutil
 import time
 from typing import Any
 
+from agentwire.messages import Condition, ConditionType, NodeFacts
 from nodeagent.config import AGENT_VERSION, AgentConfig
 from nodeagent.driver import BINARY_DIRS, DriverRoot
 from nodeagent.fabric import Facts, probe
 from nodeagent.host import host_service_condition
-from nodeagent.protocol import Condition, ConditionType, NodeFacts
 
 Log = logging.Logger | logging.LoggerAdapter[Any]
 

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentwire.messages import Condition, ConditionType
 from nodeagent.config import Paths
-from nodeagent.protocol import Condition, ConditionType
 
 UNIT = "nvidia-imex.service"
 DAEMON_NAME = "nvidia-imex"

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentwire.messages import PeerStatus
 from nodeagent.config import IMEX_GRACE_TIME_S, IMEX_LOG_LEVEL, Paths
 from nodeagent.files import remove, write_atomic
 from nodeagent.host import live_processes
-from nodeagent.protocol import PeerStatus
 
 Log = logging.Logger | logging.LoggerAdapter[Any]
 

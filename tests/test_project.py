@@ -60,6 +60,7 @@ def test_the_licence_is_apache_2():
 def test_the_agent_and_the_chart_carry_spdx_headers():
     files = [
         *ROOT.glob("nodeagent/**/*.py"),
+        *ROOT.glob("agentwire/*.py"),
         *ROOT.glob("nodeagent/emulator/bin/*"),
         ROOT / "domain_portal/__init__.py",
         *(ROOT / "deploy/helm/domain-portal/templates").iterdir(),

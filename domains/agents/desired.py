@@ -3,8 +3,8 @@
 Built from the lifecycle's rows (DomainMember, ChannelAllocation) in one read: fetching it
 twice changes nothing. The peer list is the domain's members in index order, identical on
 every member (line i of every nodes file is member i).
-Its shape is the contract's `DesiredState` (nodeagent/protocol.py, a stdlib-only module the
-agent owns), and the agent checks every document against that contract's JSON Schema.
+Its shape is the contract's `DesiredState` (agentwire/messages.py, which both sides
+import), and the agent checks every document against that contract's JSON Schema.
 
 Every member of a domain fetches it after every nudge (placement, release) and on its poll:
 18 fetches at once for a rack. Through the ORM that was four queries and ~4 ms of the web's
@@ -21,6 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from agentwire.messages import ChannelSpec, DesiredDomain, DesiredState
 from domains.computedomains.models import AllocationMode, ComputeDomain, DomainMember
 from domains.computedomains.models import ChannelAllocation as Channel
 from domains.computedomains.selectors import RUNNING_PHASES, peers_settling
@@ -28,7 +29,6 @@ from domains.inventory.models import Node
 from domains.security import hash_token
 from domains.sqlnames import column, table
 from domains.tenancy.models import Namespace
-from nodeagent.protocol import ChannelSpec, DesiredDomain, DesiredState
 
 
 def desired_state_for(node: Node) -> DesiredState:

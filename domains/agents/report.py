@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # A report's `step`: the contract's own definition, one for both sides.
-from nodeagent.protocol import Step as Step
+from agentwire.messages import Step as Step
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from agentwire.messages import ConditionType
 from domains.agents.models import JoinToken
 from domains.agents.report import AgentReport, PeerStatus, Step
 from domains.agents.selectors import usable_join_token
@@ -52,7 +53,6 @@ from domains.inventory.services import (
 )
 from domains.security import generate_token, hash_token
 from domains.sqlnames import column, table
-from nodeagent.protocol import ConditionType
 
 log = logging.getLogger(__name__)
 

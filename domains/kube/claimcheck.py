@@ -24,12 +24,12 @@ from typing import Any, cast
 from django.conf import settings
 from kubernetes.client.exceptions import ApiException
 
+from agentwire.dra import DRIVER_NAME
 from domains.computedomains.claims import Admission, ClaimRef, claim_admit
 from domains.errors import PermissionDenied, Unavailable
 from domains.inventory.models import Node
 from domains.kube.client import KubeUnavailable, api_client, call, is_not_found, kube_enabled
 from domains.kube.dra import GROUP, ClaimTemplates
-from nodeagent.dra import DRIVER_NAME
 
 
 def claim_admit_checked(*, node: Node, claim: ClaimRef, domain_uid: str) -> Admission:

@@ -24,9 +24,9 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from agentwire.dra import CONFIG_API_VERSION, CONFIG_KIND, DEVICE_CLASS, DRIVER_NAME
 from domains.computedomains.models import ComputeDomain
 from domains.kube.client import KubeRejected, call, is_not_found
-from nodeagent.dra import CONFIG_API_VERSION, CONFIG_KIND, DEVICE_CLASS, DRIVER_NAME
 
 GROUP = "resource.k8s.io"
 VERSIONS = ("v1", "v1beta1")

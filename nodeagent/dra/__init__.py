@@ -14,13 +14,23 @@ runtime puts into the containers. The pieces:
 - `slices`: the tray's ResourceSlice;
 - `claims`: prepare and unprepare, with the per-claim CDI spec and the on-disk checkpoint.
 
-The driver name and the device class are the portal's own, never NVIDIA's: NVIDIA's GPU
-driver may run beside it (its GPUs stay its own).
+The names it publishes are the contract's (`agentwire.dra`).
 """
 
-DRIVER_NAME = "imex-channel.portal.domains"
-DEVICE_CLASS = "compute-domain-channel.portal.domains"
-DEVICE_NAME = "channel"  # the one device each tray publishes
-CONFIG_API_VERSION = "portal.domains/v1"
-CONFIG_KIND = "ComputeDomainChannelConfig"
-CDI_CLAIM_KIND = f"{DRIVER_NAME}/claim"
+from agentwire.dra import (
+    CDI_CLAIM_KIND,
+    CONFIG_API_VERSION,
+    CONFIG_KIND,
+    DEVICE_CLASS,
+    DEVICE_NAME,
+    DRIVER_NAME,
+)
+
+__all__ = [
+    "CDI_CLAIM_KIND",
+    "CONFIG_API_VERSION",
+    "CONFIG_KIND",
+    "DEVICE_CLASS",
+    "DEVICE_NAME",
+    "DRIVER_NAME",
+]

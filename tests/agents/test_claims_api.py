@@ -9,9 +9,9 @@ import jsonschema
 import pytest
 from rest_framework.test import APIClient
 
+from agentwire.messages import CLAIM_ADMISSION_SCHEMA, CLAIM_REQUEST_SCHEMA
 from domains.audit.models import Event
 from domains.computedomains.models import DomainClaim
-from nodeagent.protocol import CLAIM_ADMISSION_SCHEMA, CLAIM_REQUEST_SCHEMA
 from tests import factories
 from tests.agents.test_agent_api import join, rack  # noqa: F401  (the fixture)
 from tests.support.lifecycle import request_and_place

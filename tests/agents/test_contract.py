@@ -1,4 +1,4 @@
-"""The agent ↔ portal contract (nodeagent/protocol.py): what the portal serves and what the
+"""The agent ↔ portal contract (agentwire/messages.py): what the portal serves and what the
 agent sends both follow the same JSON Schemas, and the agent refuses what does not."""
 
 from __future__ import annotations
@@ -7,6 +7,13 @@ import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 from rest_framework.test import APIClient
 
+from agentwire.messages import (
+    DESIRED_STATE_SCHEMA,
+    JOIN_REQUEST_SCHEMA,
+    NODE_FACTS_SCHEMA,
+    STATUS_REPORT_SCHEMA,
+    Step,
+)
 from domains.agents.desired import desired_state_for
 from domains.agents.models import JoinToken
 from domains.agents.report import Step as PortalStep
@@ -22,13 +29,6 @@ from nodeagent.agent import Agent
 from nodeagent.client import MalformedDocument, check_desired
 from nodeagent.config import AgentConfig
 from nodeagent.emulator.tray import GpuFacts, TrayFacts, prepare_tray
-from nodeagent.protocol import (
-    DESIRED_STATE_SCHEMA,
-    JOIN_REQUEST_SCHEMA,
-    NODE_FACTS_SCHEMA,
-    STATUS_REPORT_SCHEMA,
-    Step,
-)
 from tests import factories
 from tests.support.lifecycle import all_ready
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from agentwire.messages import ConditionType
 from domains.agents.models import JoinToken
 from domains.audit.events import Actor
 from domains.audit.models import Event
@@ -15,7 +16,6 @@ from domains.inventory.models import Node, NodeCondition, NodeSource
 from domains.placement.model import TrayStatus
 from domains.security import hash_token
 from domains.tenancy.tokens import token_create
-from nodeagent.protocol import ConditionType
 from tests import factories
 
 pytestmark = pytest.mark.django_db

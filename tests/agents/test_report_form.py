@@ -11,9 +11,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentwire.messages import DOMAIN_STATES, PEER_STATUSES
 from domains.agents.report import AgentReport, Step
 from domains.agents.services import _stored
-from nodeagent.protocol import DOMAIN_STATES, PEER_STATUSES
 from portal.api.agent.serializers import ReportSerializer, canonical_report
 
 UID = "0b7e3c4e-8d6a-4f1e-9a55-3f7f0d2c9e11"

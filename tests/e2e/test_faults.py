@@ -7,12 +7,12 @@ import signal
 import pytest
 from django.utils import timezone
 
+from agentwire.messages import Step
 from domains.audit.models import Event
 from domains.computedomains.models import DomainMember, Phase
 from domains.inventory.models import Node
 from nodeagent import imex
 from nodeagent.config import Paths
-from nodeagent.protocol import Step
 from tests import factories
 from tests.e2e.conftest import IP_PREFIX, phase_of, release_domain, request_domain, verbs
 from tests.support.agents import AgentFleet, wait_for

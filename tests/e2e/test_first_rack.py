@@ -24,6 +24,7 @@ import jsonschema
 import pytest
 from django.test import Client
 
+from agentwire.messages import STATUS_REPORT_SCHEMA, ConditionType
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.fabric import topology_snapshot
@@ -32,7 +33,6 @@ from domains.inventory.models import Node, NodeCondition
 from domains.placement.model import TrayStatus
 from domains.tenancy.tokens import token_create
 from nodeagent.emulator.tray import daemon_starts, set_faults
-from nodeagent.protocol import STATUS_REPORT_SCHEMA, ConditionType
 from tests import factories
 from tests.e2e.conftest import phase_of, release_domain, request_domain, verbs
 from tests.support.agents import wait_for

@@ -58,7 +58,7 @@ def test_the_agents_dependencies_are_closed_under_what_each_one_requires():
 
 def third_party_imports() -> set[str]:
     found: set[str] = set()
-    for path in (ROOT / "nodeagent").rglob("*.py"):
+    for path in [*(ROOT / "nodeagent").rglob("*.py"), *(ROOT / "agentwire").rglob("*.py")]:
         if "emulator" in path.parts or path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
@@ -66,7 +66,7 @@ def third_party_imports() -> set[str]:
                 found |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found.add(node.module.split(".")[0])
-    own = {"nodeagent", "domain_portal", "google"}  # google: protobuf's namespace
+    own = {"nodeagent", "agentwire", "domain_portal", "google"}  # google: protobuf's namespace
     return found - set(sys.stdlib_module_names) - own
 
 

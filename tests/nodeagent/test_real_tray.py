@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from agentwire.messages import ConditionType
 from nodeagent import imex
 from nodeagent.channels import Channels, cdi_spec
 from nodeagent.config import Paths
@@ -21,7 +22,6 @@ from nodeagent.emulator.tray import GpuFacts, TrayFacts, prepare_tray
 from nodeagent.fabric import Gpu, fabric_verdict, probe
 from nodeagent.files import write_atomic
 from nodeagent.host import enabled_links, foreign_daemons, host_service_condition
-from nodeagent.protocol import ConditionType
 
 CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
 STANDIN_SOURCE = Path(__file__).resolve().parents[1] / "support/nvml_standin.c"

@@ -7,10 +7,10 @@ from typing import Any
 
 from rest_framework import serializers
 
+from agentwire.messages import DOMAIN_STATES, FABRIC_STATES, PEER_STATUSES
 from domains.agents.report import AgentReport, PeerStatus, Step
 from domains.agents.services import GpuFacts, NodeFacts
 from domains.inventory.services import ConditionFacts
-from nodeagent.protocol import DOMAIN_STATES, FABRIC_STATES, PEER_STATUSES
 from portal.api.serializers.common import StrictSerializer
 
 
@@ -28,7 +28,7 @@ class ConditionSerializer(StrictSerializer):
 
 
 class FactsSerializer(StrictSerializer):
-    """A tray's facts (nodeagent.protocol.NodeFacts)."""
+    """A tray's facts (agentwire.messages.NodeFacts)."""
 
     hostname = serializers.RegexField(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
     ip = serializers.IPAddressField(required=False, allow_blank=True, default="")
@@ -222,7 +222,7 @@ class ClaimRefSerializer(serializers.Serializer):
 
 
 class ClaimRequestSerializer(serializers.Serializer):
-    """A DRA claim the tray's agent is about to prepare (nodeagent.protocol.ClaimRequest)."""
+    """A DRA claim the tray's agent is about to prepare (agentwire.messages.ClaimRequest)."""
 
     claim = ClaimRefSerializer()
     domain_uid = serializers.UUIDField(
@@ -231,7 +231,7 @@ class ClaimRequestSerializer(serializers.Serializer):
 
 
 class ClaimAdmissionSerializer(serializers.Serializer):
-    """The portal's answer (nodeagent.protocol.ClaimAdmission)."""
+    """The portal's answer (agentwire.messages.ClaimAdmission)."""
 
     domain_uid = serializers.UUIDField(format="hex_verbose")
     domain_name = serializers.CharField(help_text="<namespace>/<name>")

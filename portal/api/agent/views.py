@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agentwire.messages import ClaimAdmission
 from domains.agents.desired import desired_state_for
 from domains.agents.services import (
     agent_access_denied,
@@ -28,7 +29,6 @@ from domains.computedomains.claims import ClaimRef, claim_release
 from domains.inventory.models import Node
 from domains.kube.claimcheck import claim_admit_checked
 from domains.kube.tokenreview import agent_token_verify
-from nodeagent.protocol import ClaimAdmission
 from portal.api.agent.auth import IsNodeAgent, NodeTokenAuthentication
 from portal.api.agent.serializers import (
     ClaimAdmissionSerializer,

@@ -15,9 +15,9 @@ from django.core.management import CommandError, call_command
 from django.test import RequestFactory
 from django.urls import reverse
 
+from domains.agents.joining import agent_join
 from domains.agents.jointokens import join_token_create, join_token_revoke, join_tokens_list
 from domains.agents.models import JoinToken
-from domains.agents.services import agent_join
 from domains.audit.events import SYSTEM, Actor
 from domains.audit.models import Event
 from domains.computedomains.models import Phase

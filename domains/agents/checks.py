@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 
-from domains.agents.services import DEMO_JOIN_TOKEN
+from domains.agents.joining import DEMO_JOIN_TOKEN
 
 
 @checks.register(checks.Tags.security, deploy=True)

@@ -21,7 +21,7 @@ from django.core.cache import cache
 from django.dispatch import receiver
 
 from domains import signals
-from domains.agents.services import reports_fold
+from domains.agents.fold import reports_fold
 from domains.agents.tasks import fold_key, fold_reports, release_fold
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import contextlib
 from celery import shared_task
 from django.core.cache import cache
 
-from domains.agents.services import reports_fold
+from domains.agents.fold import reports_fold
 from domains.errors import TransientError
 
 

@@ -7,9 +7,10 @@ from django.conf import settings
 from django.test import override_settings
 from rest_framework.test import APIClient
 
+from domains.agents.heartbeats import agent_heartbeat
+from domains.agents.joining import agent_join
 from domains.agents.models import JoinToken
 from domains.agents.report import AgentReport, Step
-from domains.agents.services import agent_heartbeat, agent_join
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import AllocationMode, DomainMember, MemberState, Phase

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 
-from domains.agents.services import agent_join
+from domains.agents.joining import agent_join
 from domains.inventory.models import Node
 from portal.api.agent.fastpath import MAX_BODY, AgentFastPath
 from tests import factories

@@ -7,8 +7,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from domains.agents.fold import reports_fold
+from domains.agents.heartbeats import agent_heartbeat
+from domains.agents.joining import agent_join
 from domains.agents.report import AgentReport, Step
-from domains.agents.services import agent_heartbeat, agent_join, reports_fold
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain, DomainMember, MemberState, Phase

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentwire.messages import DOMAIN_STATES, PEER_STATUSES
+from domains.agents.heartbeats import stored_report
 from domains.agents.report import AgentReport, Step
-from domains.agents.services import _stored
 from portal.api.agent.serializers import ReportSerializer, canonical_report
 
 UID = "0b7e3c4e-8d6a-4f1e-9a55-3f7f0d2c9e11"
@@ -123,6 +123,6 @@ def test_the_stored_report_is_asdict_of_it():
     report = canonical_report(agent_report())
     assert report is not None
     at = datetime(2026, 11, 23, tzinfo=UTC)
-    assert _stored(report, at) == dataclasses.asdict(report) | {"received_at": at.isoformat()}
+    assert stored_report(report, at) == dataclasses.asdict(report) | {"received_at": at.isoformat()}
     bare = AgentReport(domain_uid=None, generation_applied=0, step=Step.IDLE)
-    assert _stored(bare, at) == dataclasses.asdict(bare) | {"received_at": at.isoformat()}
+    assert stored_report(bare, at) == dataclasses.asdict(bare) | {"received_at": at.isoformat()}

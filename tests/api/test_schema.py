@@ -25,7 +25,7 @@ from schemathesis import GenerationMode
 from schemathesis import checks as st_checks
 from schemathesis.config import SchemathesisConfig
 
-from domains.agents.services import agent_join
+from domains.agents.joining import agent_join
 from domains.audit.events import SYSTEM
 from domains.inventory.models import Node
 from domains.tenancy.tokens import token_create

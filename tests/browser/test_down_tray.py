@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from domains.agents.services import agent_report
+from domains.agents.heartbeats import agent_report
 from domains.audit.events import Actor
 from domains.inventory.models import Node
 from domains.inventory.services import node_mark_down

@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from domains.agents.fold import agent_member_report
 from domains.agents.report import AgentReport, Step
-from domains.agents.services import agent_member_report
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.fabric import fabric_read, topology_snapshot

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from domains.agents.heartbeats import agent_report
 from domains.agents.report import AgentReport, Step
-from domains.agents.services import agent_report
 from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.computedomains.selectors import desired_member, member_should_run

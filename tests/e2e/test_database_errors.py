@@ -22,7 +22,7 @@ from tests.support.services import PrivatePostgres
 pytestmark = [pytest.mark.e2e]
 
 SEED = """
-from domains.agents.services import agent_join
+from domains.agents.joining import agent_join
 from tests import factories
 from tests.support.agents import ensure_join_token, node_facts
 rack = factories.make_racks("2", ip_prefix=factories.tray_ip_prefix(13))[0]

@@ -9,7 +9,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from domains import signals
-from domains.agents.services import agent_join
+from domains.agents.joining import agent_join
 from domains.inventory.models import Node
 from tests import factories
 from tests.e2e.conftest import IP_PREFIX

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from domains.agents.services import agent_join
+from domains.agents.joining import agent_join
 from domains.computedomains.models import DomainClaim
 from domains.kube import tasks
 from tests.kube.chartobjects import install_device_class, publish_slice

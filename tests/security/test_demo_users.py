@@ -8,8 +8,8 @@ import httpx
 import pytest
 from rest_framework.test import APIClient
 
+from domains.agents.joining import DEMO_JOIN_TOKEN
 from domains.agents.models import JoinToken
-from domains.agents.services import DEMO_JOIN_TOKEN
 from domains.security import hash_token
 from domains.tenancy.seed import DEMO_PASSWORD, build_demo_tenants
 from tests import factories

@@ -16,7 +16,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from domains.agents.services import agent_join
+from domains.agents.joining import agent_join
 from domains.inventory.models import Node
 from tests.support.agents import ensure_join_token, node_facts
 from tests.support.processes import running, start_server

@@ -32,9 +32,9 @@ from typing import Any
 
 import httpx
 
+from domains.agents.facts import NodeFacts
 from domains.agents.fleet import fleet_spec
 from domains.agents.models import JoinToken
-from domains.agents.services import NodeFacts
 from domains.inventory.models import Node
 from domains.security import hash_token
 from nodeagent.config import Paths

@@ -13,8 +13,8 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
+from domains.agents.fold import agent_member_report
 from domains.agents.report import AgentReport, PeerStatus, Step
-from domains.agents.services import agent_member_report
 from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain
 from domains.computedomains.placing import domain_place

@@ -40,8 +40,8 @@ def test_a_domain_that_follows_its_workload_shows_it_waiting_then_joins_and_leav
 
 
 def test_the_tray_page_shows_the_daemons_last_log_lines_when_it_exited(client, operator, topology):
+    from domains.agents.heartbeats import agent_report
     from domains.agents.report import AgentReport, Step
-    from domains.agents.services import agent_report
 
     node = topology.nodes.get(slot=1)
     error = (

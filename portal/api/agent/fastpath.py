@@ -32,8 +32,8 @@ from django.http.request import split_domain_port, validate_host
 from rest_framework.utils.encoders import JSONEncoder
 
 from domains.agents.desired import desired_state
+from domains.agents.heartbeats import agent_heartbeat, agent_report
 from domains.agents.selectors import node_for_token
-from domains.agents.services import agent_heartbeat, agent_report
 from domains.context import request_id_scope
 from domains.errors import DATABASE_AWAY, database_away
 from portal.api.agent.auth import token_from_header

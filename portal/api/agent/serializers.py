@@ -8,8 +8,8 @@ from typing import Any
 from rest_framework import serializers
 
 from agentwire.messages import DOMAIN_STATES, FABRIC_STATES, PEER_STATUSES
+from domains.agents.facts import GpuFacts, NodeFacts
 from domains.agents.report import AgentReport, PeerStatus, Step
-from domains.agents.services import GpuFacts, NodeFacts
 from domains.inventory.services import ConditionFacts
 from portal.api.serializers.common import StrictSerializer
 

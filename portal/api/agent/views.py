@@ -19,12 +19,9 @@ from rest_framework.views import APIView
 
 from agentwire.messages import ClaimAdmission
 from domains.agents.desired import desired_state_for
-from domains.agents.services import (
-    agent_access_denied,
-    agent_facts_update,
-    agent_join,
-    agent_report,
-)
+from domains.agents.facts import agent_facts_update
+from domains.agents.heartbeats import agent_report
+from domains.agents.joining import agent_access_denied, agent_join
 from domains.computedomains.claims import ClaimRef, claim_release
 from domains.inventory.models import Node
 from domains.kube.claimcheck import claim_admit_checked

@@ -15,7 +15,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from domains.agents.services import node_allow_rejoin
+from domains.agents.joining import node_allow_rejoin
 from domains.computedomains.fabric import (
     cliques_with_occupancy,
     nodes_with_holders,

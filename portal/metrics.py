@@ -4,8 +4,9 @@ Every figure comes from rows (the source of truth) when Prometheus asks, so any 
 web processes answer the same and nothing is lost on a restart. The histograms and the
 counts of ended domains are counted at the transitions, in the transaction that makes each
 (`domains.computedomains.tallies`), so a scrape reads a fixed number of rows however long
-the history; they only grow, as Prometheus expects. Live domains, quotas, trays and
-channels are counted from their rows, which the history does not grow.
+the history; they only grow, as Prometheus expects (`portal_domains_ended_total`). Live
+domains (`portal_domains`), quotas, trays and channels are counted from their rows, which
+the history does not grow; `portal.metrics_info` names each live domain, tray and GPU.
 prometheus-client's custom collectors render the families (the text format or
 OpenMetrics, whichever the scraper asks for), so every family has its HELP and TYPE and
 its samples in one group.
@@ -42,11 +43,17 @@ from prometheus_client.utils import floatToGoString
 
 from domain_portal import __version__
 from domains.computedomains import tallies
-from domains.computedomains.models import LIVE_PHASES, ChannelAllocation, ComputeDomain, Phase
+from domains.computedomains.models import (
+    LIVE_PHASES,
+    TERMINAL_PHASES,
+    ChannelAllocation,
+    ComputeDomain,
+)
 from domains.computedomains.selectors import usage_by_namespace
 from domains.inventory.models import Clique, Node, NodeState
 from domains.tenancy.models import Namespace, Quota
 from domains.tenancy.selectors import is_operator
+from portal.metrics_info import InfoCollector
 
 QUOTA_RESOURCES = (("gpus", "max_gpus"), ("nodes", "max_nodes"), ("domains", "max_domains"))
 STEPS = ("admitted", "placed", "tray_ready", "ready")
@@ -68,7 +75,7 @@ class DomainCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         namespaces = dict(Namespace.objects.order_by("name").values_list("id", "name"))
-        yield self._phases(namespaces)
+        yield from self._phases(namespaces)
         yield self._failures(namespaces)
         formation = HistogramMetricFamily(
             "portal_domain_formation_seconds", "Time from a domain's request to Ready."
@@ -94,23 +101,39 @@ class DomainCollector(Collector):
         yield release
 
     @staticmethod
-    def _phases(namespaces: dict[int, str]) -> Metric:
-        family = GaugeMetricFamily(
+    def _phases(namespaces: dict[int, str]) -> Iterator[Metric]:
+        live = GaugeMetricFamily(
             "portal_domains",
-            "ComputeDomains by namespace and phase (Released and Failed keep every domain "
-            "that ever ended so).",
+            "Live ComputeDomains by tenant namespace and phase (portal_domain_info names them).",
             labels=["tenant_namespace", "phase"],
         )
-        live = ComputeDomain.objects.filter(phase__in=LIVE_PHASES).order_by()
-        rows = live.values_list("namespace_id", "phase").annotate(n=Count("id"))
+        rows = (
+            ComputeDomain.objects.filter(phase__in=LIVE_PHASES)
+            .order_by()
+            .values_list("namespace_id", "phase")
+            .annotate(n=Count("id"))
+        )
         counts = {(ns, phase): n for ns, phase, n in rows}
-        for label, n in tallies.counters(tallies.ENDED).items():
-            ns, _, phase = label.partition(":")
-            counts[(int(ns), phase)] = n
         for ns_id, name in namespaces.items():
-            for phase in Phase.values:
-                family.add_metric([name, phase], counts.get((ns_id, phase), 0))
-        return family
+            for phase in LIVE_PHASES:
+                live.add_metric([name, phase], counts.get((ns_id, phase), 0))
+        yield live
+        # Released and Failed only grow: a counter, so that `increase()` reads them and a
+        # live phase's gauge never mixes with every domain that ever ended.
+        ended = CounterMetricFamily(
+            "portal_domains_ended",
+            "ComputeDomains that ended, by tenant namespace and final phase (Released, or "
+            "Failed including an admin's denial).",
+            labels=["tenant_namespace", "phase"],
+        )
+        tallied: dict[tuple[int, str], int] = {}
+        for label, n in tallies.counters(tallies.ENDED).items():
+            ns, _, final = label.partition(":")
+            tallied[(int(ns), final)] = n
+        for ns_id, name in namespaces.items():
+            for phase in TERMINAL_PHASES:
+                ended.add_metric([name, phase], tallied.get((ns_id, phase), 0))
+        yield ended
 
     @staticmethod
     def _failures(namespaces: dict[int, str]) -> Metric:
@@ -279,6 +302,7 @@ def registry() -> CollectorRegistry:
         DomainCollector(),
         QuotaCollector(),
         FleetCollector(),
+        InfoCollector(),
         QueueCollector([settings.CELERY_TASK_DEFAULT_QUEUE]),
     ):
         reg.register(collector)

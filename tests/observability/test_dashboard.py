@@ -7,10 +7,12 @@ import re
 from typing import Any
 
 import pytest
+import yaml
 from django.test import Client
 
 from tests.observability.exposition import (
     DASHBOARD,
+    RULE_TESTS,
     families,
     metric_names,
     sample_names,
@@ -57,7 +59,13 @@ def test_the_dashboard_is_grafana_json_with_a_datasource_variable():
 def test_the_dashboard_covers_fleet_formation_quotas_and_agents():
     board = dashboard()
     rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
-    assert rows == ["Fleet", "Formation latency", "Quotas and channels", "Agents"]
+    assert rows == [
+        "Fleet",
+        "Formation latency",
+        "Quotas and channels",
+        "Agents",
+        "Domains and GPUs",
+    ]
     used = set().union(*(metric_names(e) for e in expressions(board)))
     assert {
         "portal_domains",
@@ -67,6 +75,9 @@ def test_the_dashboard_covers_fleet_formation_quotas_and_agents():
         "portal_quota_limit",
         "portal_node_heartbeat_age_seconds",
         "portal_agents",
+        "portal_gpu_info",
+        "portal_tray_info",
+        "portal_tray_condition",
     } <= used
 
 
@@ -79,3 +90,35 @@ def test_every_expression_reads_metrics_that_metrics_exposes(operator, ns_a, top
         used = metric_names(expr)
         assert used, expr
         assert used <= exposed, f"{expr}: {used - exposed} not in /metrics"
+
+
+def test_a_cluster_variable_filters_every_series_of_the_portal():
+    board = dashboard()
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    cluster = variables["cluster"]
+    assert cluster["definition"] == "label_values(portal_build_info, cluster)"
+    assert cluster["includeAll"] and cluster["allValue"] == ".*"  # matches no label at all
+    assert 'cluster=~"$cluster"' in variables["namespace"]["definition"]
+    for expr in expressions(board):
+        selectors = re.findall(r"\b(?:portal_[a-z0-9_]+|DCGM_[A-Z0-9_]+)(\{[^}]*\})?", expr)
+        assert selectors, expr
+        assert all('cluster=~"$cluster"' in s for s in selectors), expr
+
+
+def test_the_gpu_utilisation_panel_is_the_dcgm_join_that_promtool_tests():
+    """The panel's expression, its variables set to All, is the one alerts_test.yaml
+    evaluates against DCGM's and the portal's series from two web pods."""
+    (panel,) = [p for p in panels(dashboard()) if p["title"] == "GPU utilisation per domain (DCGM)"]
+    (target,) = panel["targets"]
+    tested = [
+        case["expr"]
+        for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+        for case in test.get("promql_expr_test", [])
+    ]
+
+    def normal(expr: str) -> str:
+        return " ".join(expr.replace("( ", "(").replace(" )", ")").split())
+
+    as_all = target["expr"].replace("$cluster", ".*").replace("$namespace", ".*")
+    assert normal(as_all) in {normal(e) for e in tested}
+    assert "on (UUID) group_left (domain, tenant_namespace)" in target["expr"]

@@ -23,9 +23,9 @@ from domains.audit.models import Event
 from domains.computedomains import tallies
 from domains.computedomains.models import ComputeDomain, DomainMember, Phase
 from domains.computedomains.phases import domain_fail
-from domains.computedomains.services import domain_deny, domain_request
+from domains.computedomains.services import domain_deny, domain_release, domain_request
 from domains.computedomains.specs import DomainSpec
-from domains.inventory.models import Node, NodeState
+from domains.inventory.models import Gpu, Node, NodeCondition, NodeState
 from domains.tenancy.services import quota_set
 from tests import factories
 from tests.observability.exposition import PROMTOOL, families, needs_promtool, scrape, value
@@ -96,6 +96,11 @@ def test_every_family_is_one_group_with_help_and_a_type(staff, ns_a, ns_b, topol
         "portal_build_info",
         "portal_domains",
         "portal_domains_failed",
+        "portal_domains_ended",
+        "portal_domain_info",
+        "portal_tray_info",
+        "portal_gpu_info",
+        "portal_tray_condition",
         "portal_domain_formation_seconds",
         "portal_domain_formation_step_seconds",
         "portal_domain_release_seconds",
@@ -233,7 +238,13 @@ def test_failures_count_per_namespace_and_denials_are_not_failures(
     found = families(scrape(staff))
     assert value(found, "portal_domains_failed_total", tenant_namespace="team-a") == 1
     assert value(found, "portal_domains_failed_total", tenant_namespace="team-b") == 0
-    assert value(found, "portal_domains", tenant_namespace="team-a", phase="Failed") == 2
+    assert (
+        value(found, "portal_domains_ended_total", tenant_namespace="team-a", phase="Failed") == 2
+    )
+    assert (
+        value(found, "portal_domains_ended_total", tenant_namespace="team-b", phase="Failed") == 0
+    )
+    assert not [s for s in found["portal_domains"].samples if s.labels["phase"] == "Failed"]
 
 
 def test_silent_agents_channels_and_agent_versions(staff, ns_a, topology, settings):
@@ -286,3 +297,94 @@ def test_responses_carry_a_request_id(db):
     response = Client().get("/healthz", HTTP_X_REQUEST_ID="abc-123")
     assert response["X-Request-ID"] == "abc-123"
     assert len(Client().get("/healthz")["X-Request-ID"]) == 16
+
+
+def test_info_series_name_each_live_domain_its_trays_and_their_gpus(staff, ns_a, topology):
+    domain = form(ns_a, factories.make_user(), "train", 2)
+    members = list(DomainMember.objects.filter(domain=domain).select_related("node"))
+    found = families(scrape(staff))
+    assert (
+        value(
+            found,
+            "portal_domain_info",
+            domain="train",
+            tenant_namespace="team-a",
+            uid=str(domain.uid),
+            phase="Ready",
+        )
+        == 1
+    )
+    trays = {s.labels["node"]: s.labels for s in found["portal_tray_info"].samples}
+    assert len(trays) == 18
+    for member in members:
+        labels = trays[member.node.hostname]
+        assert (labels["domain"], labels["tenant_namespace"]) == ("train", "team-a")
+        assert (labels["member_state"], labels["state"]) == ("ready", "ready")
+        assert labels["rack"] == topology.name and labels["clique"].endswith(".0")
+    free = [t for t in trays.values() if not t["domain"]]
+    assert len(free) == 16 and all(t["member_state"] == "" for t in free)
+    gpus = [s.labels for s in found["portal_gpu_info"].samples]
+    assert len(gpus) == 18 * 4
+    held = {g["UUID"] for g in gpus if g["domain"] == "train"}
+    assert held == {g.uuid for m in members for g in Gpu.objects.filter(node=m.node)} and all(
+        g["tenant_namespace"] == "team-a" for g in gpus if g["domain"]
+    )
+
+
+def test_a_degraded_domain_names_the_tray_that_is_not_ready(staff, ns_a, topology):
+    domain = form(ns_a, factories.make_user(), "wobbly", 3)
+    member = DomainMember.objects.filter(domain=domain).select_related("node").first()
+    report(member.node, domain, Step.CONFIGURING, message="daemon restarted")
+    found = families(scrape(staff))
+    (info,) = found["portal_domain_info"].samples
+    assert info.labels["phase"] == "Degraded"
+    not_ready = [
+        s.labels["node"]
+        for s in found["portal_tray_info"].samples
+        if s.labels["domain"] == "wobbly" and s.labels["member_state"] != "ready"
+    ]
+    assert not_ready == [member.node.hostname]
+
+
+def test_a_released_domain_leaves_the_live_series_and_counts_as_ended(staff, ns_a, topology):
+    user = factories.make_user()
+    domain = form(ns_a, user, "short", 2)
+    domain_release(actor=Actor.for_user(user), domain=domain)
+    lifecycle.all_clean(domain)
+    assert ComputeDomain.objects.get(pk=domain.pk).phase == Phase.RELEASED
+    found = families(scrape(staff))
+    assert not found["portal_domain_info"].samples
+    assert not [s for s in found["portal_tray_info"].samples if s.labels["domain"]]
+    assert (
+        value(found, "portal_domains_ended_total", tenant_namespace="team-a", phase="Released") == 1
+    )
+    assert value(found, "portal_domains", tenant_namespace="team-a", phase="Ready") == 0
+
+
+def test_tray_conditions_are_series_an_alert_can_name(staff, topology):
+    node = Node.objects.order_by("hostname").first()
+    NodeCondition.objects.create(
+        node=node, type="FabricNotRegistered", blocking=True, message="x", since=timezone.now()
+    )
+    found = families(scrape(staff))
+    assert (
+        value(
+            found,
+            "portal_tray_condition",
+            node=node.hostname,
+            type="FabricNotRegistered",
+            blocking="true",
+        )
+        == 1
+    )
+
+
+def test_a_scrape_costs_the_same_queries_with_twice_the_racks(staff, ns_a, topology):
+    form(ns_a, factories.make_user(), "d0", 2)
+    with CaptureQueriesContext(connection) as one:
+        scrape(staff)
+    factories.make_racks("18", first_rack=2, ip_prefix=factories.tray_ip_prefix(1))
+    with CaptureQueriesContext(connection) as two:
+        text = scrape(staff)
+    assert len(two) == len(one)
+    assert len(families(text)["portal_gpu_info"].samples) == 2 * 18 * 4

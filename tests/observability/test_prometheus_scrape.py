@@ -115,14 +115,18 @@ def test_a_production_portal_is_scraped_as_a_service_monitor_scrapes_it(promethe
     }
     assert not any("exported_namespace" in s["metric"] for s in series)
 
-    # Two tenants: two PortalDomainDegraded alerts (pending for their 5 minutes), each
-    # naming its tenant.
-    def two_pending() -> list[dict[str, str]]:
+    # Three degraded domains in two tenants: three PortalDomainDegraded alerts (pending for
+    # their 5 minutes), each naming its domain and tenant; both tenants have a "degraded-0".
+    def three_pending() -> list[dict[str, str]]:
         found = prometheus.alerts("PortalDomainDegraded")
-        return found if len(found) == 2 else []
+        return found if len(found) == 3 else []
 
-    alerts = wait_for(two_pending, 30, "two PortalDomainDegraded alerts")
-    assert sorted(a["tenant_namespace"] for a in alerts) == ["team-a", "team-b"]
+    alerts = wait_for(three_pending, 30, "three PortalDomainDegraded alerts")
+    assert sorted((a["tenant_namespace"], a["domain"]) for a in alerts) == [
+        ("team-a", "degraded-0"),
+        ("team-b", "degraded-0"),
+        ("team-b", "degraded-1"),
+    ]
     assert prometheus.alerts("PortalDown") == []
 
     web.stop()  # every web pod gone: the scrape fails, every portal series goes stale

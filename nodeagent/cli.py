@@ -61,6 +61,17 @@ def grace_time(value: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nodeagent", description="Domain Portal node agent")
+    _portal_arguments(p)
+    _driver_arguments(p)
+    _imex_arguments(p)
+    _tray_arguments(p)
+    _kubernetes_arguments(p)
+    _loop_arguments(p)
+    return p
+
+
+def _portal_arguments(p: argparse.ArgumentParser) -> None:
+    """The portal and the credential the agent joins with."""
     p.add_argument("--version", action="version", version=f"%(prog)s {AGENT_VERSION}")
     p.add_argument("--portal", required=True, help="Portal base URL, e.g. https://portal:8000")
     p.add_argument(
@@ -75,6 +86,10 @@ def parser() -> argparse.ArgumentParser:
         help="Kubernetes: join with this projected service-account token (audience: the "
         "portal's; re-read at every join) instead of a join token",
     )
+
+
+def _driver_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the driver and the IMEX binaries are, and who runs nvidia-imex."""
     p.add_argument(
         "--root", type=Path, default=Path("/"), help="Root for /dev, /proc, /etc/cdi, /var/lib"
     )
@@ -93,6 +108,10 @@ def parser() -> argparse.ArgumentParser:
         help="nvidia-imex is run by `python -m nodeagent.runner` (same --root), not by the "
         "agent: required where the agent's restart takes its children with it (a container)",
     )
+
+
+def _imex_arguments(p: argparse.ArgumentParser) -> None:
+    """IMEX's own settings and the channel device nodes."""
     p.add_argument(
         "--imex-grace-time",
         type=grace_time,
@@ -118,6 +137,10 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="Group (name or gid) of the channel device nodes; default root's",
     )
+
+
+def _tray_arguments(p: argparse.ArgumentParser) -> None:
+    """The tray's identity and the agent's health endpoint; the emulator's stand-ins."""
     p.add_argument("--hostname", default="", help="Tray hostname (default: this host's)")
     p.add_argument(
         "--ip",
@@ -137,6 +160,10 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Emulator only, where mknod is refused: channel 'devices' as regular files",
     )
+
+
+def _kubernetes_arguments(p: argparse.ArgumentParser) -> None:
+    """Kubernetes: the DRA kubelet plugin."""
     p.add_argument(
         "--kubelet-dir",
         type=Path,
@@ -151,10 +178,13 @@ def parser() -> argparse.ArgumentParser:
         help="With --kubelet-dir: kubeconfig for the API server (default $KUBECONFIG, else the "
         "pod's service account)",
     )
+
+
+def _loop_arguments(p: argparse.ArgumentParser) -> None:
+    """The loop's cadence and logging."""
     p.add_argument("--poll-interval", type=float, default=5.0, help="Fallback poll (s)")
     p.add_argument("--heartbeat-interval", type=float, default=10.0)
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
-    return p
 
 
 def config_from(args: argparse.Namespace) -> AgentConfig:

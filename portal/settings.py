@@ -15,11 +15,11 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
 import django_stubs_ext
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.environ import database_from_env, env_bool, env_int, env_list
 from portal.settings_types import PortalSettings
 
 # Lets generic classes be subscripted at run time as they are in annotations
@@ -28,21 +28,6 @@ django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
-
-
-def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_list(name: str, default: str = "") -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
-
-
-def env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
 
 
 DEBUG = env_bool("DEBUG")
@@ -124,39 +109,7 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/portal"),
-        conn_max_age=env_int("DB_CONN_MAX_AGE", 60),
-        conn_health_checks=True,
-    )
-}
-if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
-    # Raw SQL (the desired-state document, heartbeats, tallies) and the advisory locks of
-    # placement are PostgreSQL's; another engine would fail at the first agent call.
-    raise ImproperlyConfigured(
-        f"DATABASE_URL must name a PostgreSQL database (got {DATABASES['default']['ENGINE']})"
-    )
-if env_int("DB_POOL_MAX", 8) > 0:
-    # Under ASGI every request runs its sync part on a fresh thread, so per-thread persistent
-    # connections pile up until PostgreSQL refuses clients ("too many clients already" in
-    # bench/agent_load.py). A per-process pool bounds them; requests wait for a free one.
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    # The pool's health check on checkout (portal/postgres/pool.py): a look at the socket,
-    # and an empty query only when the server has said something or the connection sat idle
-    # for seconds. Without it the first request on each pooled connection after a PostgreSQL
-    # restart or failover fails ("terminating connection due to administrator command"); the
-    # pool only drops connections that come back broken. On by default
-    # (docs/reliability.md); DB_POOL_CHECK=0 turns it off.
-    DATABASES["default"]["ENGINE"] = "portal.postgres"  # Django's, with that check
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env_bool("DB_POOL_CHECK", True)
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": 1,
-        "max_size": env_int("DB_POOL_MAX", 8),
-        # How long a request waits for a connection before answering 503 (PostgreSQL away
-        # or every connection busy).
-        "timeout": env_int("DB_POOL_TIMEOUT", 30),
-    }
+DATABASES = {"default": database_from_env()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

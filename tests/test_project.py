@@ -6,8 +6,10 @@ in any `make test` run."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import tomllib
+from types import ModuleType
 
 import pytest
 from packaging.requirements import Requirement
@@ -74,3 +76,40 @@ def test_the_agent_and_the_chart_carry_spdx_headers():
         if "__pycache__" not in f.parts and SPDX not in "".join(f.read_text().splitlines(True)[:3])
     ]
     assert missing == []
+
+
+def size_limits() -> ModuleType:
+    """scripts/check_limits.py, which CI runs (`make lint`)."""
+    spec = importlib.util.spec_from_file_location("check_limits", ROOT / "scripts/check_limits.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_app_module_is_over_450_lines_and_no_function_over_60():
+    assert size_limits().breaches() == []
+
+
+def test_the_size_check_names_a_long_module_and_a_long_function(tmp_path):
+    limits = size_limits()
+    long_function = "def f():\n" + "    x = 1\n" * 60
+    (tmp_path / "domains").mkdir()
+    (tmp_path / "domains/long.py").write_text(long_function + "\n\ny = 2\n" * 200)
+    (tmp_path / "domains/migrations").mkdir()
+    (tmp_path / "domains/migrations/0001_initial.py").write_text("x = 1\n" * 500)
+    assert limits.breaches(tmp_path) == [
+        "domains/long.py: 661 lines (at most 450)",
+        "domains/long.py:1 f: 61 lines (at most 60)",
+    ]
+
+
+def test_ruff_holds_app_code_to_complexity_15():
+    lint = PYPROJECT["tool"]["ruff"]["lint"]
+    assert "C90" in lint["select"] and lint["mccabe"]["max-complexity"] == 15
+    assert not any(
+        rule.startswith("C90")
+        for path, rules in lint["per-file-ignores"].items()
+        if not path.startswith(("tests/", "bench/"))
+        for rule in rules
+    )

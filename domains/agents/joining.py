@@ -58,6 +58,19 @@ def _check_join_token(raw: str) -> None:
         raise PermissionDenied("The join token is used up.", field="join_token")
 
 
+def _check_credential(facts: NodeFacts, *, join_token: str, bound_node: str) -> str:
+    """The join's credential, checked; returns its name for the join's event."""
+    if not bound_node:
+        _check_join_token(join_token)
+        return "join token"
+    if bound_node != facts.hostname:
+        raise PermissionDenied(
+            f"An agent joins only as the node it runs on, not as {facts.hostname}.",
+            field="hostname",
+        )
+    return "service account token"
+
+
 @transaction.atomic
 def agent_join(*, facts: NodeFacts, join_token: str = "", bound_node: str = "") -> tuple[Node, str]:
     """Register (or re-register) a tray and issue its node token; returns (node, raw token).
@@ -73,15 +86,7 @@ def agent_join(*, facts: NodeFacts, join_token: str = "", bound_node: str = "") 
     looks alive or serves a domain (its state directory was lost, its node token replaced);
     it can never register another, and identity changes still need an operator.
     """
-    credential = "service account token" if bound_node else "join token"
-    if bound_node:
-        if bound_node != facts.hostname:
-            raise PermissionDenied(
-                f"An agent joins only as the node it runs on, not as {facts.hostname}.",
-                field="hostname",
-            )
-    else:
-        _check_join_token(join_token)
+    credential = _check_credential(facts, join_token=join_token, bound_node=bound_node)
     node = (
         Node.objects.select_for_update(of=("self",))
         .filter(hostname=facts.hostname)

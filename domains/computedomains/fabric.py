@@ -95,21 +95,24 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
         trays.setdefault(clique_id, []).append(
             Tray(node_id, hostname, slot or 0, ip or "", gpus, status, windows.get(node_id, ()))
         )
+    return Topology(_clique_views(trays))
+
+
+def _clique_views(trays: dict[int, list[Tray]]) -> tuple[CliqueView, ...]:
+    """The cliques that have trays, in the racks' order, each with its trays."""
     cliques = Clique.objects.order_by(
         "rack__position", "rack__name", "cluster_uuid", "clique_id"
     ).values_list("id", "cluster_uuid", "clique_id", "name", "rack__name")
-    return Topology(
-        tuple(
-            CliqueView(
-                clique_id=pk,
-                label=f"{cluster_uuid}.{number}",
-                name=name or f"{cluster_uuid}.{number}",
-                rack=rack or "",
-                trays=tuple(trays[pk]),
-            )
-            for pk, cluster_uuid, number, name, rack in cliques
-            if pk in trays
+    return tuple(
+        CliqueView(
+            clique_id=pk,
+            label=f"{cluster_uuid}.{number}",
+            name=name or f"{cluster_uuid}.{number}",
+            rack=rack or "",
+            trays=tuple(trays[pk]),
         )
+        for pk, cluster_uuid, number, name, rack in cliques
+        if pk in trays
     )
 
 

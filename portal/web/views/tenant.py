@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -20,7 +20,6 @@ from domains.computedomains import services
 from domains.computedomains.fabric import placement_targets
 from domains.computedomains.models import LIVE_PHASES, ComputeDomain, Phase
 from domains.computedomains.selectors import (
-    domain_channels,
     domain_peers,
     domains_visible_to,
     queued_domains,
@@ -39,6 +38,7 @@ from portal.web.access import (
     visible_namespace,
 )
 from portal.web.fabric import fabric_view
+from portal.web.formation import channel_text, member_timeline, peer_matrix, teardown_summary
 from portal.web.forms import (
     GPUS_PER_TRAY,
     DomainRequestForm,
@@ -50,14 +50,6 @@ from portal.web.forms import (
 MANIFEST_KINDS = ("deployment", "job", "mpijob")
 MANIFEST_TITLES = {"deployment": "Deployment", "job": "Job", "mpijob": "MPIJob"}
 QUOTA_LABELS = {"gpus": "GPUs", "nodes": "Trays", "domains": "Domains"}
-TIMELINE = (
-    ("assigned", "Assigned"),
-    ("configuring", "Configuring"),
-    ("waiting_peers", "Waiting for peers"),
-    ("ready", "Ready"),
-)
-# The step of TIMELINE a member in this state is at (absent: past them all, or ended).
-CURRENT_STEP = {"assigned": 0, "configuring": 1, "waiting_peers": 2}
 
 
 @login_required
@@ -234,10 +226,10 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "down_members": down,
         "others_up": sum(1 for m in members if m.active) - len(down),
         "again_now": _request_again_url(namespace, domain) if down else "",
-        "timeline": [_timeline(m, domain) for m in members],
-        "matrix": _matrix(members),
-        "channels": _channel_text(domain),
-        "teardown": _teardown(domain, members) if ended else None,
+        "timeline": [member_timeline(m, domain) for m in members],
+        "matrix": peer_matrix(members),
+        "channels": channel_text(domain),
+        "teardown": teardown_summary(domain, members) if ended else None,
         "racks": _racks_of(request, members) if not ended else [],
         "again": _request_again_url(namespace, domain) if ended else "",
         "events": domain.events.all()[:50],
@@ -351,51 +343,6 @@ def extend(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
     return redirect("tenant:domain", namespace.name, domain.uid)
 
 
-def _timeline(member, domain: ComputeDomain) -> dict:
-    """One tray's steps: (label, time reached or None, done). A step passed too quickly to
-    be reported on its own (Ready came straight after Assigned) is done all the same."""
-    stamps = {
-        "assigned": member.assigned_at,
-        "configuring": member.configuring_at,
-        "waiting_peers": member.waiting_peers_at,
-        "ready": member.ready_at,
-    }
-    # A tray that recovers goes through the steps again, and each stamp is the last time
-    # it entered that step: steps beyond where it is now are not done in this round, and
-    # a stamp older than the step before it is from an earlier round (done, time unknown).
-    now_at = CURRENT_STEP.get(member.state, len(TIMELINE) - 1)
-    steps: list[tuple[str, datetime | None, bool]] = []
-    later_reached = False
-    for i, (key, label) in reversed(list(enumerate(TIMELINE))):
-        stamp = stamps[key] if i <= now_at else None
-        reached = stamp is not None or later_reached
-        later_reached = later_reached or reached
-        steps.insert(0, (label, stamp, reached))
-    last = None
-    for i, (label, at, reached) in enumerate(steps):
-        if at is not None and last is not None and at < last:
-            steps[i] = (label, None, reached)
-        elif at is not None:
-            last = at
-    if member.released_at or not domain.is_live:
-        steps.append(("Released", member.released_at, member.released_at is not None))
-    return {"member": member, "steps": steps}
-
-
-def _teardown(domain: ComputeDomain, members) -> dict:
-    """What the end of a domain took down, from its members' last reports and the ledger."""
-    released = [m for m in members if m.released_at is not None]
-    declared = [m for m in released if "declared down" in (m.message or "")]
-    channels = list(domain.channels.order_by("channel").values_list("channel", flat=True))
-    return {
-        "trays": len(members),
-        "clean": len(released) - len(declared),
-        "declared_down": [m.node.hostname for m in declared],
-        "channels": channels,
-        "all_mode": domain.allocation_mode == "All",
-    }
-
-
 def _racks_of(request: SignedInRequest, members) -> list:
     """The racks holding the domain's trays, drawn with its trays outlined."""
     held = [m for m in members if m.active]
@@ -426,39 +373,3 @@ def _request_again_url(namespace, domain: ComputeDomain) -> str:
     if domain.lifetime:
         query["lifetime_hours"] = int(domain.lifetime.total_seconds() // 3600) or 1
     return f"{reverse('tenant:request', args=[namespace.name])}?{urlencode(query)}"
-
-
-PEER_WORDS = {
-    "CONNECTED": "C",
-    "NEVER_CONNECTED": "N",
-    "RECOVERING": "R",
-    "DISCONNECTED": "D",
-    "INVALID": "I",
-    "VERSION_MISMATCH": "!V!",
-    "NODE_MAP_MISMATCH": "!M!",
-}
-
-
-def _matrix(members) -> list[dict]:
-    """Rows: each member; cells: how it sees every peer (its own cell is "self")."""
-    rows = []
-    for m in members:
-        cells = []
-        for peer in members:
-            if peer.index == m.index:
-                cells.append(("self", "-"))
-                continue
-            status = (m.connections or {}).get(str(peer.index)) or ""
-            cells.append((status or "unknown", PEER_WORDS.get(status, "·")))
-        rows.append({"member": m, "cells": cells})
-    return rows
-
-
-def _channel_text(domain: ComputeDomain) -> str:
-    channels = domain_channels(domain) if domain.is_live else []
-    if not channels:
-        return ""
-    # Numbers, not a count: "channel 3" is /dev/nvidia-caps-imex-channels/channel3.
-    if len(channels) > 8:
-        return f"channels {channels[0]} to {channels[-1]} ({len(channels)} channels)"
-    return ("channel " if len(channels) == 1 else "channels ") + ", ".join(map(str, channels))

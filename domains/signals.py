@@ -1,7 +1,7 @@
 """What the business announces, and who listens.
 
-Services send these through `domains.audit.announce`, which defers each send until the
-surrounding transaction commits, so nobody hears of a change that rolled back (the one
+Services send these through the `announce_*` functions below, which defer each send until
+the surrounding transaction commits, so nobody hears of a change that rolled back (the one
 exception, `node_marked_down`, says so below). Listeners: `portal.realtime` turns the
 first four (and new in-app notifications) into websocket messages; `domains.kube`
 publishes changed domains; `domains.computedomains` queues placement and lets go of trays
@@ -12,7 +12,14 @@ a change is about, or None.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
 from django.dispatch import Signal
+
+if TYPE_CHECKING:  # for annotations only: every app imports this module, not the reverse
+    from domains.computedomains.models import ComputeDomain
 
 # kwargs: domain_uid (str), namespace_id (int), phase (str)
 domain_changed = Signal()
@@ -39,3 +46,59 @@ notification_created = Signal()
 # Sent INSIDE the transaction that marks a tray down (not after commit), so what listeners
 # change is part of it. kwargs: node_id (int), message (str, why)
 node_marked_down = Signal()
+
+# --- announcing, after commit ---------------------------------------------------------------
+# A listener that fails (the broker or the Channels layer away: Redis down) is logged and does
+# not fail the caller: the change is committed, and whatever the listener would have started
+# is picked up later by the periodic passes that read the database (docs/reliability.md).
+
+
+def send_logged(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
+    """Send to every listener; one that raises is logged (by Django's `send_robust`, with its
+    traceback, on the `django.dispatch` logger), never raised to the caller."""
+    signal.send_robust(sender=sender, **kwargs)
+
+
+def after_commit(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
+    """`send_logged` once the surrounding transaction commits (at once outside one)."""
+    transaction.on_commit(lambda: send_logged(signal, sender, **kwargs))
+
+
+def announce_domain(domain: ComputeDomain) -> None:
+    """This domain's status changed."""
+    sender, uid, ns_id, phase = type(domain), str(domain.uid), domain.namespace_id, domain.phase
+    after_commit(domain_changed, sender, domain_uid=uid, namespace_id=ns_id, phase=phase)
+
+
+def announce_nodes(node_ids: Iterable[int]) -> None:
+    """These trays changed (state, membership)."""
+    ids = sorted(set(node_ids))
+    if ids:
+        after_commit(node_changed, node_ids=ids)
+
+
+def announce_desired_state(node_ids: Iterable[int]) -> None:
+    """These trays' agents must fetch their desired state now."""
+    ids = sorted(set(node_ids))
+    if ids:
+        after_commit(desired_state_changed, node_ids=ids)
+
+
+def announce_member_reports(domain_id: int) -> None:
+    """Reports that change members of this domain were recorded on their trays: fold them."""
+    transaction.on_commit(lambda: member_reports_pending.send(sender=None, domain_id=domain_id))
+
+
+def announce_peers_changed(domain_id: int) -> None:
+    """This domain's members changed: its trays must learn the new peer list (batched)."""
+    after_commit(peers_changed, domain_id=domain_id)
+
+
+def announce_placement_wanted(domain_id: int) -> None:
+    """This domain was admitted and waits to be placed."""
+    after_commit(placement_wanted, domain_id=domain_id)
+
+
+def announce_capacity_freed() -> None:
+    """Trays or channels came free (or back into the pool): queued domains may fit now."""
+    after_commit(capacity_freed)

@@ -8,10 +8,6 @@ from dataclasses import dataclass, field
 from django.db import transaction
 
 from agentwire.messages import ConditionType
-from domains.audit.announce import (
-    announce_capacity_freed,
-    announce_nodes,
-)
 from domains.audit.events import CONTROLLER, Actor, record_event
 from domains.errors import Conflict
 from domains.inventory.models import Clique, Gpu, Node, NodeCondition, NodeSource, NodeState
@@ -20,6 +16,10 @@ from domains.inventory.services import (
     ConditionFacts,
     node_conditions_set,
     node_cordon,
+)
+from domains.signals import (
+    announce_capacity_freed,
+    announce_nodes,
 )
 
 

@@ -20,10 +20,6 @@ from django.utils import timezone
 
 from domains.agents.fold import agent_member_report, member_report
 from domains.agents.report import AgentReport, PeerStatus
-from domains.audit.announce import (
-    announce_member_reports,
-    announce_nodes,
-)
 from domains.audit.events import Actor, record_event
 from domains.computedomains.members import (
     REPORTED_FIELDS,
@@ -33,6 +29,10 @@ from domains.computedomains.members import (
 from domains.computedomains.models import ComputeDomain, DomainMember
 from domains.inventory.models import Node, NodeState
 from domains.security import hash_token
+from domains.signals import (
+    announce_member_reports,
+    announce_nodes,
+)
 from domains.sqlnames import column, table
 
 # Node states an agent's heartbeat brings back to `ready`; cordoned/draining trays and

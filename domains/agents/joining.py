@@ -16,13 +16,13 @@ from domains.agents.facts import UNSETTLED, NodeFacts, apply_facts, sync_gpus
 from domains.agents.heartbeats import RECOVERABLE
 from domains.agents.models import JoinToken
 from domains.agents.selectors import usable_join_token
-from domains.audit.announce import announce_nodes
 from domains.audit.events import Actor, record_event
 from domains.computedomains.models import DomainMember
 from domains.errors import Conflict, PermissionDenied
 from domains.inventory.models import Node, NodeSource, NodeState
 from domains.inventory.services import node_conditions_set
 from domains.security import generate_token, hash_token
+from domains.signals import announce_nodes
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from django.contrib.auth.models import User
 from django.db import models
 
 from domains import signals
-from domains.audit.announce import after_commit
 from domains.audit.models import ActorKind, Event
 from domains.context import get_request_id
+from domains.signals import after_commit
 
 if TYPE_CHECKING:  # names for annotations only: every app imports this module, not the reverse
     from domains.computedomains.models import ComputeDomain

@@ -21,12 +21,6 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from domains.audit.announce import (
-    announce_desired_state,
-    announce_domain,
-    announce_nodes,
-    announce_peers_changed,
-)
 from domains.audit.events import CONTROLLER, Actor, record_event
 from domains.computedomains import admission
 from domains.computedomains.models import (
@@ -49,6 +43,12 @@ from domains.computedomains.phases import (
 from domains.computedomains.selectors import RUNNING_PHASES, quota_usage
 from domains.errors import Conflict, NotFound, QuotaExceeded
 from domains.inventory.models import Node, NodeCondition, NodeState
+from domains.signals import (
+    announce_desired_state,
+    announce_domain,
+    announce_nodes,
+    announce_peers_changed,
+)
 from domains.tenancy.models import Namespace, Quota
 
 DAEMON_READY = "READY"  # the `nvidia-imex-ctl -q` word of a daemon that serves

@@ -20,7 +20,6 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
 
-from domains.audit.announce import announce_domain, announce_nodes
 from domains.audit.events import Actor, new_event, record_events
 from domains.computedomains.models import (
     ComputeDomain,
@@ -30,6 +29,7 @@ from domains.computedomains.models import (
 )
 from domains.computedomains.phases import aggregate, lock_domain, release_member
 from domains.computedomains.selectors import RUNNING_PHASES
+from domains.signals import announce_domain, announce_nodes
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,6 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from domains.audit.announce import (
-    announce_capacity_freed,
-    announce_desired_state,
-    announce_domain,
-    announce_nodes,
-)
 from domains.audit.events import CONTROLLER, Actor, record_event
 from domains.computedomains import tallies
 from domains.computedomains.models import (
@@ -34,6 +28,12 @@ from domains.computedomains.models import (
     Phase,
 )
 from domains.context import get_request_id, request_id_scope
+from domains.signals import (
+    announce_capacity_freed,
+    announce_desired_state,
+    announce_domain,
+    announce_nodes,
+)
 
 # A domain that follows its workload and holds no tray (yet, or any more): Admitted, with
 # this reason and message (the UI says "waiting for workload").

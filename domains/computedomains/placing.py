@@ -25,7 +25,6 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from domains.audit.announce import announce_desired_state, announce_domain, announce_nodes
 from domains.audit.events import CONTROLLER, record_event
 from domains.computedomains import tallies
 from domains.computedomains.admission import lease_end
@@ -44,6 +43,7 @@ from domains.errors import TransientError
 from domains.placement.algorithm import place
 from domains.placement.model import Placement, PlacementRequest, Rejection
 from domains.placement.simulation import Fabric
+from domains.signals import announce_desired_state, announce_domain, announce_nodes
 
 log = logging.getLogger(__name__)
 

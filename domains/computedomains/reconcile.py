@@ -16,7 +16,6 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from domains.audit.announce import announce_domain
 from domains.audit.events import CONTROLLER, record_event
 from domains.computedomains.claims import drop_stuck_joiners
 from domains.computedomains.members import member_fail
@@ -32,6 +31,7 @@ from domains.computedomains.placing import domains_place_queued
 from domains.computedomains.selectors import RUNNING_PHASES
 from domains.computedomains.services import domain_release
 from domains.inventory.models import NodeState
+from domains.signals import announce_domain
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,6 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from domains.audit.announce import (
-    announce_desired_state,
-    announce_domain,
-    announce_nodes,
-    announce_placement_wanted,
-)
 from domains.audit.events import CONTROLLER, Actor, new_event, record_event, record_events
 from domains.computedomains import admission, tallies
 from domains.computedomains.fabric import topology_snapshot
@@ -56,6 +50,12 @@ from domains.errors import (
 from domains.inventory.models import MaintenanceWindow, NodeState
 from domains.placement.algorithm import place
 from domains.placement.model import Rejection
+from domains.signals import (
+    announce_desired_state,
+    announce_domain,
+    announce_nodes,
+    announce_placement_wanted,
+)
 from domains.tenancy.models import Namespace
 
 # Phases whose members hold trays: releasing them needs the agents' confirmation.

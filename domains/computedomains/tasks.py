@@ -17,12 +17,12 @@ from typing import Any
 from celery import shared_task
 from django.core.cache import cache
 
-from domains.audit.announce import announce_desired_state
 from domains.computedomains import reconcile as controller
 from domains.computedomains.models import DomainMember, Phase
 from domains.computedomains.placing import domains_place_burst, domains_place_queued
 from domains.computedomains.selectors import peers_key, peers_nudge_wait
 from domains.errors import DATABASE_AWAY, TransientError
+from domains.signals import announce_desired_state
 
 log = logging.getLogger(__name__)
 

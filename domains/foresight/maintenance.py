@@ -17,7 +17,6 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from domains.audit.announce import announce_capacity_freed, announce_nodes
 from domains.audit.events import Actor, record_event
 from domains.computedomains.models import ComputeDomain
 from domains.errors import InvalidInput, InvalidTransition, NotFound
@@ -29,6 +28,7 @@ from domains.inventory.models import (
     Node,
     Rack,
 )
+from domains.signals import announce_capacity_freed, announce_nodes
 from domains.tenancy.selectors import Viewer, visible_namespace_ids
 
 REASON_MAX = 300

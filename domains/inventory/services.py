@@ -18,7 +18,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from domains import signals
-from domains.audit.announce import announce_capacity_freed, announce_nodes
 from domains.audit.events import Actor, record_event
 from domains.errors import InvalidInput, InvalidTransition
 from domains.inventory.models import (
@@ -31,6 +30,7 @@ from domains.inventory.models import (
     Rack,
     SwitchTray,
 )
+from domains.signals import announce_capacity_freed, announce_nodes
 
 REASON_MAX = 300
 

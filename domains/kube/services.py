@@ -19,7 +19,6 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from domains.audit.announce import announce_nodes
 from domains.audit.events import KUBERNETES, record_event
 from domains.computedomains.models import ComputeDomain, DomainMember, DomainSource
 from domains.computedomains.services import domain_release, domain_request
@@ -29,6 +28,7 @@ from domains.inventory.models import Clique, Node, NodeSource, NodeState, Rack
 from domains.inventory.services import node_cordon, node_mark_down, node_uncordon
 from domains.kube.crd import UID_ANNOTATION
 from domains.kube.models import PublishedDomain, RefusedComputeDomain
+from domains.signals import announce_nodes
 from domains.tenancy.models import Namespace, NamespaceSource
 from domains.tenancy.services import namespace_create
 

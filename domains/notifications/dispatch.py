@@ -21,12 +21,12 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from domains import signals
-from domains.audit.announce import after_commit
 from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.foresight.maintenance import affected_domains
 from domains.inventory.models import MaintenanceWindow
 from domains.notifications.models import Channel, Kind, Notification, Status, Subscription
+from domains.signals import after_commit
 from domains.tenancy.models import Namespace
 from domains.tenancy.selectors import can_view_namespace
 

@@ -29,6 +29,7 @@ AGENT = frozenset(
         "protobuf",
         "kubernetes",
         "urllib3",  # the DRA plugin's Kubernetes calls use it directly
+        "prometheus-client",  # the agent's /metrics (nodeagent/metrics.py); no dependencies
     }
 )
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==")

@@ -13,9 +13,7 @@ import contextlib
 import json
 import logging
 import math
-import os
 import random
-import signal
 import threading
 import time
 from collections.abc import MutableMapping
@@ -29,7 +27,7 @@ from agentwire.messages import (
     StatusReport,
     Step,
 )
-from nodeagent import imex
+from nodeagent import imex, metrics
 from nodeagent.channels import ChannelError, Channels, cdi_spec, channel_numbers, remove_cdi
 from nodeagent.client import MalformedDocument, Nudger, PortalClient, PortalError, Unauthorized
 from nodeagent.config import AgentConfig
@@ -50,10 +48,9 @@ MISMATCHES = {"NODE_MAP_MISMATCH": "node map", "VERSION_MISMATCH": "version"}
 # Retries back off, but stay well under the portal's heartbeat staleness (30 s by default):
 # a cycle that fails for a local reason must not make a healthy member look lost.
 MAX_BACKOFF_S = 10.0
-# nvidia-imex processes at most one SIGUSR1 every 5 s, counted from when it handled the last
-# one (NVIDIA's IMEX guide, "Signal handling"); the agent spaces its own by a little more, so
-# a busy moment cannot make one too early.
-USR1_SPACING_S = 5.5
+# nvidia-imex processes at most one SIGUSR1 every 5 s (NVIDIA's IMEX guide, "Signal
+# handling"); the agent asks for them spaced by a little more (see imex.USR1_SPACING_S).
+USR1_SPACING_S = imex.USR1_SPACING_S
 # Joins come in bursts (a workload's pods are scheduled together). A SIGUSR1 sent at the
 # first new name would spend the daemon's one re-resolve per 5 s on a partial peer list, and
 # the rest would wait 5 s: while the portal says the membership is still `settling`, the
@@ -173,7 +170,7 @@ class Agent:
         try:
             while not self.stop_event.is_set():
                 try:
-                    delay = self.cycle()
+                    delay = metrics.timed(self.cycle)
                     backoff = 0.5
                 except FatalError:
                     raise
@@ -216,6 +213,7 @@ class Agent:
             self.dra.drop_stale_claims()
         want = self.fetch_desired(now)["domain"]
         report, delay = self.apply(want) if want else self.release()
+        metrics.observed(report)
         self.send_report(report)
         return delay
 
@@ -361,14 +359,13 @@ class Agent:
         )
 
     def re_resolve(self) -> None:
-        """SIGUSR1: the daemon re-reads the hosts file (processed at most every 5 s, so the
-        agent spaces them; one that came too soon would be ignored and the change missed)."""
-        pid = self.daemon.pid
-        if pid is None:
+        """Have the daemon re-read its hosts file: its parent sends it SIGUSR1 (processed at
+        most every 5 s, so the agent spaces them; one that came too soon would be ignored
+        and the change missed). The agent never signals a daemon of another PID namespace."""
+        if self.daemon.pid is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGUSR1)
-            self.log.info("IMEX peers changed; nvidia-imex told to re-resolve (SIGUSR1)")
+        self.daemon.resolve()
+        self.log.info("IMEX peers changed; nvidia-imex told to re-resolve (SIGUSR1)")
         self.usr1_at, self.resolve_due, self.resolve_since = time.monotonic(), 0.0, 0.0
 
     def resolve_later(self, *, gained: bool, settling: bool) -> None:
@@ -414,6 +411,7 @@ class Agent:
         self.start_poll = self.cfg.start_poll_interval
         if code is None:
             return ""
+        metrics.daemon_restarted()
         return f"nvidia-imex exited ({imex.describe_exit(code)}); restarted it" + tail
 
     def daemon_log_tail(self) -> str:
@@ -461,7 +459,7 @@ class Agent:
                 )
             nodes = imex.render_names()
             mapping = {p["index"]: p["ip"] for p in peers}
-            imex.write_hosts(self.paths.hosts, mapping)
+            self.daemon.set_peers(mapping)  # into the hosts file the daemon reads
             gained = any(self.hosts_map.get(i) != ip for i, ip in mapping.items())
             self.hosts_map = mapping
             if self.daemon.running():
@@ -648,7 +646,7 @@ class Agent:
         self.channels.remove_all()
         remove_cdi(self.paths.cdi_spec)
         imex.remove_config(self.paths)
-        imex.remove_hosts(self.paths.hosts)
+        self.daemon.set_peers({})
 
     def save_applied(self, want: DesiredDomain) -> None:
         self.applied = {

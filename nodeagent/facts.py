@@ -20,6 +20,8 @@ from nodeagent.config import AGENT_VERSION, AgentConfig
 from nodeagent.driver import BINARY_DIRS, DriverRoot
 from nodeagent.fabric import Facts, probe
 from nodeagent.host import host_service_condition
+from nodeagent.metrics import runner_condition
+from nodeagent.runner import status_path
 
 Log = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -89,6 +91,9 @@ class FactsKeeper:
         found = list(self.facts.conditions) if self.facts else []
         if self.host_condition is not None:
             found.append(self.host_condition)
+        runner = runner_condition(status_path(self.paths)) if self.cfg.imex_runner else None
+        if runner is not None:
+            found.append(runner)
         missing = self.missing_binary()
         if missing:
             kind = ConditionType.IMEX_BINARY_MISSING

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Liveness and readiness over HTTP for the Helm DaemonSet's probes (`--health-addr`).
+"""Liveness, readiness and metrics over HTTP for the Helm DaemonSet (`--health-addr`).
 
 `/healthz`: every hosted loop has cycled recently. `/readyz`: every tray has joined and its
-last report reached the portal. Both return JSON describing each tray.
+last report reached the portal. Both return JSON describing each tray. `/metrics`: the
+agent's own figures (`nodeagent.metrics`), in the text format or OpenMetrics, whichever the
+scraper asks for.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from prometheus_client.exposition import choose_encoder
+
+from nodeagent.metrics import REGISTRY
 
 
 def parse_addr(value: str) -> tuple[str, int]:
@@ -46,6 +52,10 @@ class HealthServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                if self.path == "/metrics":
+                    encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+                    self.answer(200, content_type, encoder(REGISTRY))
+                    return
                 key = {"/healthz": "alive", "/readyz": "ready"}.get(self.path)
                 if key is None:
                     self.send_error(404)
@@ -53,8 +63,11 @@ class HealthServer:
                 trays = probe()
                 ok = bool(trays) and all(t[key] for t in trays)
                 body = json.dumps({"ok": ok, "trays": trays}).encode()
-                self.send_response(200 if ok else 503)
-                self.send_header("Content-Type", "application/json")
+                self.answer(200 if ok else 503, "application/json", body)
+
+            def answer(self, status: int, content_type: str, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

@@ -16,11 +16,26 @@ memory limit that could kill it, and nothing in it that changes with the agent.
 The agent drives it through two files in `<root>/var/lib/domain-portal/runner/` (a host
 directory both pods mount at the same path), level-triggered like the agent itself:
 
-- `request.json`, written by the agent: `{"run": bool, "instance": int, "config": path}`.
-  The runner keeps a daemon for `instance` running while `run` is true, and starts one
-  when the instance it runs is not the requested one (stopping the old one first).
+- `request.json`, written by the agent: `{"run": bool, "instance": int, "config": path,
+  "peers": {slot: IP}, "peers_generation": int, "resolve": int}`. The runner keeps a
+  daemon for `instance` running while `run` is true, and starts one when the instance it
+  runs is not the requested one (stopping the old one first).
 - `status.json`, written by the runner: `{"instance", "pid", "running", "exit_code",
-  "starts", "runner_pid", "updated_at"}`, refreshed at least every HEARTBEAT_S.
+  "starts", "runner_pid", "version", "peers_generation", "resolved", "updated_at"}`,
+  refreshed at least every HEARTBEAT_S. `pid` is the daemon's pid in the runner's own PID
+  namespace: a number for reading, never one to signal from another pod.
+
+The peers of a domain that follows its workload are the runner's business, as they are
+the compute-domain daemon's in NVIDIA's driver: the nodes file lists stable names, and
+`peers` maps the current members' slots to their IPs. The runner writes them into its OWN
+`/etc/hosts` (`--hosts-file`; in its pod, the kubelet's bind mount of the pod's copy,
+which is what its `nvidia-imex` resolves names through: written in place, never renamed
+onto), before it starts a daemon, and reports the generation it wrote as
+`peers_generation`. `resolve` is a counter: when the agent raises it, the runner sends
+SIGUSR1 to its own child (spaced by USR1_SPACING_S: the daemon ignores a second one within
+5 s) and reports the value as `resolved`. A daemon started after the change reads the
+names at its start and needs none. Neither the agent's hosts file nor a pid of another
+PID namespace is ever involved.
 
 A daemon that exits on its own stays exited, with its exit status in `status.json`: the
 agent reports it and decides to restart by asking for a new instance. Stopping is always a
@@ -39,10 +54,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nodeagent.config import Paths, split_command
+from nodeagent import imex
+from nodeagent.config import AGENT_VERSION, Paths, split_command
 from nodeagent.driver import DriverRoot
 from nodeagent.files import read_json, write_atomic
 from nodeagent.imex import Log, describe_exit
@@ -69,11 +86,23 @@ def _dump(doc: dict[str, Any]) -> str:
 class Runner:
     """The runner process: one child, as the request says."""
 
-    def __init__(self, paths: Paths, argv: list[str], env: dict[str, str], stop_timeout: float):
+    def __init__(
+        self,
+        paths: Paths,
+        argv: list[str],
+        env: dict[str, str],
+        stop_timeout: float,
+        hosts_file: Path = Path("/etc/hosts"),
+    ):
         self.paths = paths
         self.argv = argv
         self.env = env
         self.stop_timeout = stop_timeout
+        self.hosts_file = hosts_file  # the one this runner's daemon resolves names through
+        # -1: not written by this process yet (a new pod's hosts file is the kubelet's copy)
+        self.peers_generation = -1
+        self.resolved = 0  # the agent's last `resolve` this runner acted on
+        self.usr1_at = -imex.USR1_SPACING_S
         self.stop_event = threading.Event()
         self.child: subprocess.Popen[bytes] | None = None
         self.instance = 0  # of the child (running or exited); 0: none started here
@@ -106,9 +135,40 @@ class Runner:
         if self.instance and self.instance != wanted:
             self.stop_child()
             self.instance = 0
+        self.apply_peers(request)  # before a start: the new daemon reads them at once
         if wanted and self.instance != wanted:
             self.start_child(wanted, str(request.get("config") or self.paths.imex_config))
+            self.resolved = int(request.get("resolve", 0))  # it resolves every name at start
+        self.signal_resolve(int(request.get("resolve", 0)))
         self.write_status()
+
+    def apply_peers(self, request: dict[str, Any]) -> None:
+        """Write the requested peer names into this runner's own hosts file (in place)."""
+        generation = int(request.get("peers_generation", 0))
+        if generation == self.peers_generation:
+            return
+        try:
+            peers = {int(slot): str(ip) for slot, ip in (request.get("peers") or {}).items()}
+        except (AttributeError, TypeError, ValueError):
+            log.error("request.json: peers must map slot numbers to IPs: %r", request["peers"])
+            return
+        if imex.write_hosts(self.hosts_file, peers):
+            log.info("peers (generation %s) written to %s", generation, self.hosts_file)
+        self.peers_generation = generation
+
+    def signal_resolve(self, wanted: int) -> None:
+        """SIGUSR1 to our own child for each rise of the agent's `resolve`, spaced."""
+        if wanted == self.resolved:
+            return
+        if self.child is None or self.child.poll() is not None:
+            self.resolved = wanted  # the next daemon resolves every name at its start
+            return
+        now = time.monotonic()
+        if now < self.usr1_at + imex.USR1_SPACING_S:
+            return  # it would be ignored as too soon: sent once the window is over
+        self.child.send_signal(signal.SIGUSR1)
+        self.usr1_at, self.resolved = now, wanted
+        log.info("IMEX peers changed; nvidia-imex pid %s told to re-resolve", self.child.pid)
 
     def start_child(self, instance: int, config: str) -> None:
         self.instance, self.exit_code = instance, None
@@ -146,6 +206,9 @@ class Runner:
             "exit_code": self.exit_code,
             "starts": self.starts,
             "runner_pid": os.getpid(),
+            "version": AGENT_VERSION,  # an old runner kept by OnDelete shows as a condition
+            "peers_generation": max(self.peers_generation, 0),
+            "resolved": self.resolved,
         }
         now = time.time()
         if doc == self.written and now - self.written_at < HEARTBEAT_S:
@@ -174,8 +237,9 @@ class RunnerDaemon:
     def _fresh(self, status: dict[str, Any]) -> bool:
         return time.time() - float(status.get("updated_at", 0)) < STALE_S
 
-    def _write(self, *, run: bool, instance: int) -> None:
-        doc = {"run": run, "instance": instance, "config": str(self.paths.imex_config)}
+    def _write(self, **changes: Any) -> None:
+        """Change some fields of the request, keeping the others (the peers above all)."""
+        doc = self._request() | changes | {"config": str(self.paths.imex_config)}
         write_atomic(request_path(self.paths), _dump(doc), durable=False)
 
     def adopt(self) -> bool:
@@ -227,7 +291,29 @@ class RunnerDaemon:
                 f"the IMEX runner has not answered for {max(waited, STALE_S):.0f} s "
                 f"({status_path(self.paths)}): is its pod running on this tray?"
             )
+        if request.get("peers") and "peers_generation" not in status and taken:
+            return (
+                f"the IMEX runner (version {status.get('version', 'unknown')}) does not write "
+                "the peers of a domain that follows its workload into its hosts file: delete "
+                "its pod while the tray is idle so that the current one replaces it"
+            )
         return ""
+
+    def set_peers(self, peers: Mapping[int, str]) -> None:
+        request = self._request()
+        wanted = {str(slot): ip for slot, ip in sorted(peers.items())}
+        if (request.get("peers") or {}) == wanted:
+            return
+        generation = int(request.get("peers_generation", 0)) + 1
+        self._write(peers=wanted, peers_generation=generation)
+
+    def peers_applied(self) -> bool:
+        """Whether the runner has written the peer list last asked for."""
+        wanted = self._request().get("peers_generation", 0)
+        return bool(self._status().get("peers_generation", -1) == wanted)
+
+    def resolve(self) -> None:
+        self._write(resolve=int(self._request().get("resolve", 0)) + 1)
 
     def stop(self, timeout: float) -> None:
         request = self._request()
@@ -250,6 +336,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--driver-root", type=Path, default=Path("/"), help="The NVIDIA driver root")
     p.add_argument("--imex-bin", default="", help="nvidia-imex (default: the driver root's)")
     p.add_argument("--stop-timeout", type=float, default=10.0, help="SIGTERM → SIGKILL (s)")
+    p.add_argument(
+        "--hosts-file",
+        type=Path,
+        default=Path("/etc/hosts"),
+        help="The hosts file this runner's nvidia-imex resolves peer names through: its pod's "
+        "own /etc/hosts (written in place)",
+    )
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
     return p
 
@@ -268,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         driver.command("nvidia-imex", split_command(args.imex_bin)),
         driver.environment(paths.driver_libs),
         args.stop_timeout,
+        args.hosts_file,
     )
     # The pod going away (uninstall, an operator's OnDelete update) stops the daemon
     # gracefully, so that its peers clean up at once instead of waiting for it.

@@ -22,6 +22,7 @@ from nodeagent.dra.claims import BOOT_ID_FILE, PREPARE_WAIT_S, ClaimDriver, Refu
 from nodeagent.dra.kubeapi import KubeError, ResourceApi, api_client
 from nodeagent.dra.server import ClaimRef, PluginServer
 from nodeagent.dra.slices import SliceFacts, SlicePublisher
+from nodeagent.metrics import MeteredDriver
 
 log = logging.getLogger("nodeagent.dra")
 
@@ -74,7 +75,7 @@ class DraPlugin:
             boot_id_file=config.boot_id_file,
         )
         self.server = PluginServer(
-            self.driver,
+            MeteredDriver(self.driver),  # each prepare timed, its errors counted
             registry_dir=config.kubelet_dir / "plugins_registry",
             plugin_dir=config.kubelet_dir / "plugins" / DRIVER_NAME,
         )

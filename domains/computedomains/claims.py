@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -38,14 +39,13 @@ from domains.computedomains.phases import (
     aggregate,
     lock_domain,
     release_member,
-    set_phase,
+    transition,
 )
 from domains.computedomains.selectors import RUNNING_PHASES, quota_usage
 from domains.errors import Conflict, NotFound, QuotaExceeded
 from domains.inventory.models import Node, NodeCondition, NodeState
 from domains.signals import (
     announce_desired_state,
-    announce_domain,
     announce_nodes,
     announce_peers_changed,
 )
@@ -226,23 +226,24 @@ def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
     now = timezone.now()
     deadline = now + settings.PORTAL["FORMATION_DEADLINE"]
     message = f"{node.hostname} joining as #{index} for {claim}"
-    set_phase(
+    transition(
         domain,
         (Phase.ADMITTED, *RUNNING_PHASES),
         Phase.FORMING,
+        verb="member.joined",
+        actor=Actor.for_agent(node),
+        says=message,
+        node=node,
+        details=lambda domain: {
+            "index": index,
+            "claim_uid": claim.uid,
+            "generation": domain.generation,
+        },
         bump=True,
         placed_at=domain.placed_at or now,
         formation_deadline=deadline,
         reason="Forming",
         message=message,
-    )
-    record_event(
-        actor=Actor.for_agent(node),
-        verb="member.joined",
-        obj=domain,
-        node=node,
-        message=message,
-        details={"index": index, "claim_uid": claim.uid, "generation": domain.generation},
     )
     _announce_membership(domain, [node.pk])
     return member
@@ -309,31 +310,29 @@ def _leave(domain: ComputeDomain, node: Node) -> None:
         return
     release_member(member, message="left: the last pod holding its claim is gone")
     remaining = list(domain.members.filter(active=True).values_list("node_id", flat=True))
-    now = timezone.now()
-    if remaining:
-        set_phase(domain, RUNNING_PHASES, domain.phase, bump=True)
-        aggregate(domain)
-    else:
+    fields: dict[str, Any] = {}
+    if not remaining:  # back to waiting for its workload
         ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True).update(
-            released_at=now
+            released_at=timezone.now()
         )
-        set_phase(
-            domain,
-            RUNNING_PHASES,
-            Phase.ADMITTED,
-            bump=True,
-            reason=WAITING_FOR_WORKLOAD,
-            message=WAITING_MESSAGE,
-            formation_deadline=None,
-        )
-    record_event(
-        actor=CONTROLLER,
+        fields = {
+            "reason": WAITING_FOR_WORKLOAD,
+            "message": WAITING_MESSAGE,
+            "formation_deadline": None,
+        }
+    transition(
+        domain,
+        RUNNING_PHASES,
+        domain.phase if remaining else Phase.ADMITTED,
         verb="member.left",
-        obj=domain,
+        says=f"{node.hostname} #{member.index} left; {len(remaining)} tray(s) remain",
         node=node,
-        message=f"{node.hostname} #{member.index} left; {len(remaining)} tray(s) remain",
-        details={"index": member.index, "generation": domain.generation},
+        details=lambda domain: {"index": member.index, "generation": domain.generation},
+        bump=True,
+        **fields,
     )
+    if remaining:
+        aggregate(domain)
     _announce_membership(domain, [node.pk])
 
 
@@ -368,10 +367,11 @@ def drop_stuck_joiners(*, domain_id: int, now: datetime | None = None) -> int:
         deadline = settings.PORTAL["FORMATION_DEADLINE"]
         for member in sorted(stuck, key=lambda m: m.index):
             _drop(domain, member, deadline, now)
-        set_phase(
+        transition(  # the members' events, recorded by _drop, tell the change
             domain,
             Phase.FORMING,
             Phase.FORMING,
+            verb=None,
             bump=True,
             formation_deadline=now + deadline,
             reason="Forming",
@@ -409,8 +409,8 @@ def _drop(domain: ComputeDomain, member: DomainMember, deadline: timedelta, now:
 
 def _announce_membership(domain: ComputeDomain, changed: list[int]) -> None:
     """The joining (or leaving) tray hears at once: a pod waits for it. The other members
-    learn the new peer list a moment later, once per burst (`peers_changed`)."""
-    announce_domain(domain)
+    learn the new peer list a moment later, once per burst (`peers_changed`). The domain
+    itself was announced by its transition."""
     announce_nodes(changed)
     announce_desired_state(changed)
     announce_peers_changed(domain.pk)

@@ -1,5 +1,6 @@
-"""A domain's phase: compare-and-set, the domain lock, the members' states folded into the
-phase, and the two ends (Released, Failed).
+"""A domain's phase: `transition`, the one way it changes (compare-and-set, its event, its
+tally, its announcement), the domain lock, the members' states folded into the phase, and
+the two ends (Released, Failed).
 
 Concurrency, in short: every phase change is compare-and-set
 (`filter(phase=old).update(...)`), and every aggregation first locks its domain row, so two
@@ -9,7 +10,7 @@ agents reporting "ready" at once cannot both miss the moment the last member bec
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -28,12 +29,16 @@ from domains.computedomains.models import (
     Phase,
 )
 from domains.context import get_request_id, request_id_scope
+from domains.inventory.models import Node
 from domains.signals import (
     announce_capacity_freed,
     announce_desired_state,
     announce_domain,
     announce_nodes,
 )
+
+# An event's details, or a function of the domain that gives them once it changed.
+Details = dict[str, Any] | Callable[[ComputeDomain], dict[str, Any]] | None
 
 # A domain that follows its workload and holds no tray (yet, or any more): Admitted, with
 # this reason and message (the UI says "waiting for workload").
@@ -47,13 +52,47 @@ WAITING_MESSAGE = (
 FAILABLE_PHASES = (Phase.PENDING, Phase.ADMITTED, Phase.FORMING)
 
 
-def set_phase(
+def transition(
     domain: ComputeDomain,
     old: str | Iterable[str],
     new: str,
     *,
+    verb: str | None,
+    actor: Actor = CONTROLLER,
+    says: str = "",
+    details: Details = None,
+    node: Node | None = None,
+    members: list[DomainMember] | None = None,
     bump: bool = False,
     **fields: Any,
+) -> bool:
+    """The one way a domain's phase changes: compare-and-set from `old` to `new` (with
+    `fields`; `bump`: a new generation, so the agents fetch again), then, if it won, its
+    event (`verb` by `actor`, saying `says`, about `node`), its tally and its announcement.
+    False: another worker changed the phase first, and nothing was written.
+
+    `details` may be a function of the domain, for what only the change tells (the bumped
+    generation). `verb` None: the change's events are its members', which the caller
+    records. `members`: the members as the caller holds them, for the formation's figures.
+    """
+    if not _compare_and_set(domain, old, new, bump=bump, **fields):
+        return False
+    if verb is not None:
+        record_event(
+            actor=actor,
+            verb=verb,
+            obj=domain,
+            node=node,
+            message=says,
+            details=details(domain) if callable(details) else details,
+        )
+    _tally(domain, verb, members)
+    announce_domain(domain)
+    return True
+
+
+def _compare_and_set(
+    domain: ComputeDomain, old: str | Iterable[str], new: str, *, bump: bool, **fields: Any
 ) -> bool:
     """Compare-and-set the phase; on success `domain` mirrors the row. False: lost the race."""
     olds = [old] if isinstance(old, str) else list(old)
@@ -70,11 +109,32 @@ def set_phase(
             setattr(domain, name, value)
     if bump:
         domain.refresh_from_db(fields=["generation"])
-    if new in TERMINAL_PHASES:
-        tallies.count(tallies.ENDED, label=f"{domain.namespace_id}:{new}")
-        if new == Phase.FAILED and domain.reason != "Denied":  # a denial is not a failure
-            tallies.count(tallies.FAILED, label=str(domain.namespace_id))
     return True
+
+
+def _tally(domain: ComputeDomain, verb: str | None, members: list[DomainMember] | None) -> None:
+    """The figures (tallies.py) a transition adds to, by the event that names it."""
+    if verb == "domain.approved":
+        tally_admitted(domain)
+    elif verb == "domain.placed":
+        seconds = tallies.seconds_between(domain.admitted_at, domain.placed_at)
+        tallies.observe(tallies.FORMATION_STEP, [seconds], label="placed")
+    elif verb == "domain.ready":
+        _tally_formation(domain, members or [])
+    elif verb == "domain.released":
+        seconds = tallies.seconds_between(domain.release_requested_at, domain.released_at)
+        tallies.observe(tallies.RELEASE, [seconds])
+    if domain.phase in TERMINAL_PHASES:
+        tallies.count(tallies.ENDED, label=f"{domain.namespace_id}:{domain.phase}")
+        if domain.phase == Phase.FAILED and domain.reason != "Denied":  # not a failure
+            tallies.count(tallies.FAILED, label=str(domain.namespace_id))
+
+
+def tally_admitted(domain: ComputeDomain) -> None:
+    """Request → Admitted, once: when an admin approves, or at once for a request below
+    the approval threshold (which is created Admitted)."""
+    seconds = tallies.seconds_between(domain.created_at, domain.admitted_at)
+    tallies.observe(tallies.FORMATION_STEP, [seconds], label="admitted")
 
 
 def lock_domain(domain_id: int) -> ComputeDomain | None:
@@ -126,9 +186,15 @@ def aggregate(domain: ComputeDomain, *, members: list[DomainMember] | None = Non
         return _aggregate_forming(domain, members, not_ready)
     if domain.phase == Phase.READY and not_ready:
         message = _not_ready_message(not_ready)
-        if set_phase(domain, Phase.READY, Phase.DEGRADED, reason="MemberNotReady", message=message):
-            _phase_event(domain, "domain.degraded", message, not_ready)
-            return True
+        return _phase_change(
+            domain,
+            Phase.READY,
+            Phase.DEGRADED,
+            "domain.degraded",
+            message,
+            not_ready,
+            reason="MemberNotReady",
+        )
     elif domain.phase == Phase.DEGRADED:
         return _aggregate_degraded(domain, members, not_ready)
     return False
@@ -141,19 +207,19 @@ def _aggregate_forming(
         now = timezone.now()
         message = f"all {len(members)} members ready"
         expires = now + domain.lifetime if domain.lifetime else None
-        if set_phase(
+        return transition(
             domain,
             Phase.FORMING,
             Phase.READY,
+            verb="domain.ready",
+            says=message,
+            details={"phase": Phase.READY, "nodes": []},
+            members=members,
             reason="",
             message=message,
             ready_at=now,
             lease_expires_at=expires,
-        ):
-            _phase_event(domain, "domain.ready", message, [])
-            _tally_formation(domain, members)
-            return True
-        return False
+        )
     failed = [m for m in not_ready if m.state == MemberState.FAILED]
     if failed:
         return _update_message(domain, "MemberFailed", _not_ready_message(failed))
@@ -183,10 +249,7 @@ def _aggregate_degraded(
     if not_ready:
         return _update_message(domain, "MemberNotReady", _not_ready_message(not_ready))
     message = f"recovered: all {len(members)} members ready"
-    if set_phase(domain, Phase.DEGRADED, Phase.READY, reason="", message=message):
-        _phase_event(domain, "domain.recovered", message, [])
-        return True
-    return False
+    return _phase_change(domain, Phase.DEGRADED, Phase.READY, "domain.recovered", message, [])
 
 
 def _not_ready_message(members: list[DomainMember]) -> str:
@@ -214,17 +277,27 @@ def _update_message(domain: ComputeDomain, reason: str, message: str) -> bool:
     return True
 
 
-def _phase_event(
-    domain: ComputeDomain, verb: str, message: str, members: list[DomainMember]
-) -> None:
-    record_event(
-        actor=CONTROLLER,
+def _phase_change(
+    domain: ComputeDomain,
+    old: str,
+    new: str,
+    verb: str,
+    message: str,
+    members: list[DomainMember],
+    *,
+    reason: str = "",
+) -> bool:
+    """A change the members' states called for, naming the trays that did."""
+    return transition(
+        domain,
+        old,
+        new,
         verb=verb,
-        obj=domain,
+        says=message,
+        details={"phase": new, "nodes": [m.node.hostname for m in members]},
+        reason=reason,
         message=message,
-        details={"phase": domain.phase, "nodes": [m.node.hostname for m in members]},
     )
-    announce_domain(domain)
 
 
 # --- the end of a domain ----------------------------------------------------------------------
@@ -248,25 +321,22 @@ def finish_release(domain: ComputeDomain) -> bool:
     if domain.members.filter(active=True).exists():
         return False
     now = timezone.now()
-    if not set_phase(
+    message = "every tray is clean or declared down; trays and channels are back in the pool"
+    if not transition(
         domain,
         Phase.RELEASING,
         Phase.RELEASED,
+        verb="domain.released",
+        says=message,
         released_at=now,
         reason="Released",
-        message="every tray is clean or declared down; trays and channels are back in the pool",
+        message=message,
     ):
         return False
     ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True).update(
         released_at=now
     )
-    node_ids = list(domain.members.values_list("node_id", flat=True))
-    record_event(actor=CONTROLLER, verb="domain.released", obj=domain, message=domain.message)
-    tallies.observe(
-        tallies.RELEASE, [tallies.seconds_between(domain.release_requested_at, domain.released_at)]
-    )
-    announce_domain(domain)
-    announce_nodes(node_ids)
+    announce_nodes(domain.members.values_list("node_id", flat=True))
     announce_capacity_freed()
     return True
 
@@ -298,24 +368,26 @@ def _fail(
     domain: ComputeDomain, reason: str, message: str, actor: Actor, details: dict[str, Any]
 ) -> ComputeDomain | None:
     now = timezone.now()
-    if not set_phase(
+    node_ids = list(domain.members.filter(active=True).values_list("node_id", flat=True))
+    if not transition(
         domain,
         FAILABLE_PHASES,
         Phase.FAILED,
+        verb="domain.failed",
+        actor=actor,
+        says=message,
+        details=details,
         bump=True,
         failed_at=now,
         reason=reason,
         message=message,
     ):
         return None
-    node_ids = list(domain.members.filter(active=True).values_list("node_id", flat=True))
     domain.members.filter(active=True).update(active=False, released_at=now)
     domain.members.exclude(state=MemberState.READY).update(state=MemberState.FAILED)
     ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True).update(
         released_at=now
     )
-    record_event(actor=actor, verb="domain.failed", obj=domain, message=message, details=details)
-    announce_domain(domain)
     announce_nodes(node_ids)
     announce_desired_state(node_ids)
     if node_ids:

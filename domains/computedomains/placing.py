@@ -26,7 +26,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from domains.audit.events import CONTROLLER, record_event
-from domains.computedomains import tallies
 from domains.computedomains.admission import lease_end
 from domains.computedomains.fabric import topology_snapshot
 from domains.computedomains.models import (
@@ -37,7 +36,7 @@ from domains.computedomains.models import (
     Phase,
     PlacementConstraint,
 )
-from domains.computedomains.phases import request_id_from, set_phase
+from domains.computedomains.phases import request_id_from, transition
 from domains.computedomains.selectors import queued_domains
 from domains.errors import TransientError
 from domains.placement.algorithm import place
@@ -190,37 +189,27 @@ def _form(domain: ComputeDomain, placement: Placement, channels: list[int]) -> N
     )
     now = timezone.now()
     message = f"placed on {placement.describe()}; waiting for the agents to form IMEX"
-    set_phase(
+    transition(
         domain,
         Phase.ADMITTED,
         Phase.FORMING,
-        bump=True,
-        placed_at=now,
-        formation_deadline=now + settings.PORTAL["FORMATION_DEADLINE"],
-        reason="Forming",
-        message=message,
-    )
-    record_event(
-        actor=CONTROLLER,
         verb="domain.placed",
-        obj=domain,
-        message=message,
-        details={
+        says=message,
+        details=lambda domain: {
             "clique": placement.clique_label,
             "rack": placement.rack,
             "nodes": placement.hostnames,
             "channels": channels if domain.allocation_mode == AllocationMode.SINGLE else "All",
             "generation": domain.generation,
         },
+        bump=True,
+        placed_at=now,
+        formation_deadline=now + settings.PORTAL["FORMATION_DEADLINE"],
+        reason="Forming",
+        message=message,
     )
-    announce_domain(domain)
     announce_nodes(placement.node_ids)
     announce_desired_state(placement.node_ids)
-    tallies.observe(
-        tallies.FORMATION_STEP,
-        [tallies.seconds_between(domain.admitted_at, domain.placed_at)],
-        label="placed",
-    )
 
 
 def _mark_unschedulable(domain: ComputeDomain, reasons: Iterable[str]) -> None:

@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from domains.audit.events import CONTROLLER, Actor, new_event, record_event, record_events
-from domains.computedomains import admission, tallies
+from domains.computedomains import admission
 from domains.computedomains.fabric import topology_snapshot
 from domains.computedomains.forecast import spec_forecast
 from domains.computedomains.models import (
@@ -35,7 +35,8 @@ from domains.computedomains.phases import (
     finish_release,
     lock_domain,
     release_member,
-    set_phase,
+    tally_admitted,
+    transition,
 )
 from domains.computedomains.selectors import quota_usage
 from domains.computedomains.specs import DomainSpec, DryRunResult
@@ -154,14 +155,9 @@ def _create(
         ]
     )
     if not approval:
-        _tally_admitted(domain)
+        tally_admitted(domain)
     announce_domain(domain)
     return domain
-
-
-def _tally_admitted(domain: ComputeDomain) -> None:
-    seconds = tallies.seconds_between(domain.created_at, domain.admitted_at)
-    tallies.observe(tallies.FORMATION_STEP, [seconds], label="admitted")
 
 
 def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
@@ -252,10 +248,12 @@ def domain_approve(*, actor: Actor, domain: ComputeDomain) -> ComputeDomain:
     """An admin lets a request above the threshold go on to placement."""
     with transaction.atomic():
         locked = _locked(domain)
-        if locked.approval_state != ApprovalState.PENDING or not set_phase(
+        if locked.approval_state != ApprovalState.PENDING or not transition(
             locked,
             Phase.PENDING,
             Phase.ADMITTED,
+            verb="domain.approved",
+            actor=actor,
             approval_state=ApprovalState.APPROVED,
             approved_by=actor.saved_user,
             admitted_at=timezone.now(),
@@ -263,9 +261,6 @@ def domain_approve(*, actor: Actor, domain: ComputeDomain) -> ComputeDomain:
             message=f"approved by {actor.name}; waiting for placement",
         ):
             raise InvalidTransition(f"{locked} is {locked.phase}, not waiting for approval")
-        record_event(actor=actor, verb="domain.approved", obj=locked)
-        _tally_admitted(locked)
-        announce_domain(locked)
         announce_placement_wanted(locked.pk)
         return locked
 
@@ -275,18 +270,19 @@ def domain_deny(*, actor: Actor, domain: ComputeDomain, reason: str = "") -> Com
     with transaction.atomic():
         locked = _locked(domain)
         message = f"denied by {actor.name}" + (f": {reason}" if reason else "")
-        if locked.approval_state != ApprovalState.PENDING or not set_phase(
+        if locked.approval_state != ApprovalState.PENDING or not transition(
             locked,
             Phase.PENDING,
             Phase.FAILED,
+            verb="domain.denied",
+            actor=actor,
+            says=message,
             approval_state=ApprovalState.DENIED,
             failed_at=timezone.now(),
             reason="Denied",
             message=message,
         ):
             raise InvalidTransition(f"{locked} is {locked.phase}, not waiting for approval")
-        record_event(actor=actor, verb="domain.denied", obj=locked, message=message)
-        announce_domain(locked)
         return locked
 
 
@@ -301,28 +297,32 @@ def domain_release(*, actor: Actor, domain: ComputeDomain, reason: str = "") -> 
         message = f"release requested by {actor.name}" + (f": {reason}" if reason else "")
         now = timezone.now()
         if locked.phase in QUEUED_PHASES:
-            if set_phase(
+            transition(  # it held nothing to wait for
                 locked,
                 QUEUED_PHASES,
                 Phase.RELEASED,
+                verb="domain.released",
+                actor=actor,
+                says=message,
                 release_requested_at=now,
                 released_at=now,
                 reason="Released",
                 message=message,
-            ):
-                record_event(actor=actor, verb="domain.released", obj=locked, message=message)
-                tallies.observe(tallies.RELEASE, [0.0])  # it held nothing to wait for
-                announce_domain(locked)
+            )
         elif locked.phase in HOLDING_PHASES:
             _begin_release(locked, actor, message, now)
         return locked
 
 
 def _begin_release(locked: ComputeDomain, actor: Actor, message: str, now: datetime) -> None:
-    if not set_phase(
+    if not transition(
         locked,
         HOLDING_PHASES,
         Phase.RELEASING,
+        verb="domain.release_requested",
+        actor=actor,
+        says=message,
+        details=lambda domain: {"generation": domain.generation},
         bump=True,
         release_requested_at=now,
         reason="Releasing",
@@ -337,14 +337,6 @@ def _begin_release(locked: ComputeDomain, actor: Actor, message: str, now: datet
         if member.node.state == NodeState.DOWN:
             release_member(member, message="node declared down by an operator", now=now)
     node_ids = [m.node_id for m in members]
-    record_event(
-        actor=actor,
-        verb="domain.release_requested",
-        obj=locked,
-        message=message,
-        details={"generation": locked.generation},
-    )
-    announce_domain(locked)
     announce_nodes(node_ids)
     announce_desired_state(node_ids)
     finish_release(locked)  # nothing to wait for when every member is already down

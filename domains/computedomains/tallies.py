@@ -9,15 +9,16 @@ count; an observation adds 1 to the count of every bucket at or above it in one 
 and its value to their `total` (the +Inf row's total is the histogram's sum). A counter
 is one +Inf row. Each figure only grows, as Prometheus expects of counters and histograms.
 
-What is observed, and where:
-  formation_seconds        request → Ready                   phases.aggregate (Forming → Ready)
-  formation_step_seconds   admitted: request → admitted      services (request, approval)
-                           placed: admitted → placed         placing._form
+What is observed, and where (every phase change goes through `phases.transition`, which
+adds its figures by the event that names it):
+  formation_seconds        request → Ready                   domain.ready
+  formation_step_seconds   admitted: request → admitted      services (request), domain.approved
+                           placed: admitted → placed         domain.placed
                            tray_ready: placed → each tray's last ready report, and
-                           ready: the last tray's → Ready    phases.aggregate (Forming → Ready)
-  release_seconds          release requested → Released      phases.finish_release, services
-  domains_ended            by namespace and phase            phases.set_phase (→ Released, Failed)
-  domains_failed           by namespace, denials left out    phases.set_phase (→ Failed)
+                           ready: the last tray's → Ready    domain.ready
+  release_seconds          release requested → Released      domain.released
+  domains_ended            by namespace and phase            any change to Released or Failed
+  domains_failed           by namespace, denials left out    any change to Failed
 """
 
 from __future__ import annotations

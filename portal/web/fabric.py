@@ -16,7 +16,8 @@ from datetime import datetime
 from django.urls import reverse
 
 from domains.computedomains.fabric import FabricRead, GpuCell, Holder, fabric_read
-from domains.inventory.models import Node, NodeState
+from domains.inventory.models import Node, NodeState, Rack
+from domains.inventory.parts import Part, WindowMark
 from domains.placement.model import CliqueSummary, TrayStatus
 from domains.tenancy.selectors import Viewer, is_operator, namespaces_visible_to
 
@@ -57,6 +58,7 @@ class DomainTag:
     url: str = ""
     uid: str = ""
     phase: str = ""
+    domain_id: int = 0  # tells two domains' outlines apart on the Fleet's elevations
 
 
 ANONYMOUS = DomainTag(label="in use", colour="#d4d4d8")
@@ -99,6 +101,12 @@ class RackView:
     trays: dict[int, TrayView] = field(default_factory=dict)  # slot → tray
     cliques: list[CliqueSummary] = field(default_factory=list)
     url: str = ""
+    pk: int = 0
+    kind: str = ""
+    # The Fleet's elevations also draw these (`portal.web.elevation`).
+    parts: list[Part] = field(default_factory=list)
+    windows: list[WindowMark] = field(default_factory=list)
+    matches: frozenset[int] | None = None  # trays matching the Fleet's filters; None: all
 
     @property
     def free(self) -> int:
@@ -154,7 +162,7 @@ def draw_racks(
     """The read's racks (or the named ones among them) as this viewer sees them: no query."""
     wanted_racks = None if rack_names is None else set(rack_names)
     racks = {
-        r.pk: _rack_view(r.name, r.location, r.compute_slots, r.switch_slots, visibility, links)
+        r.pk: _rack_view(r, visibility, links)
         for r in read.racks
         if wanted_racks is None or r.name in wanted_racks
     }
@@ -198,11 +206,17 @@ def _counting_held_down(summary: CliqueSummary, trays: Iterable[TrayView]) -> Cl
     )
 
 
-def _rack_view(
-    name: str, location: str, compute: int, switch: int, visibility: Visibility, links: bool
-) -> RackView:
-    url = reverse("operator:rack", args=[name]) if visibility.operator and links else ""
-    return RackView(name, location, compute, switch, url=url)
+def _rack_view(rack: Rack, visibility: Visibility, links: bool) -> RackView:
+    url = reverse("operator:rack", args=[rack.name]) if visibility.operator and links else ""
+    return RackView(
+        rack.name,
+        rack.location,
+        rack.compute_slots,
+        rack.switch_slots,
+        url=url,
+        pk=rack.pk,
+        kind=rack.kind,
+    )
 
 
 def _tray_view(
@@ -244,4 +258,5 @@ def _tag(holder: Holder, visibility: Visibility, links: bool) -> DomainTag:
         url=url,
         uid=holder.uid,
         phase=holder.phase,
+        domain_id=holder.domain_id,
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.urls import reverse
 from django.utils.html import escape
@@ -22,14 +23,17 @@ from domains.computedomains.fabric import fleet_holders, topology_snapshot
 from domains.computedomains.models import Phase
 from domains.computedomains.selectors import domain_phase_counts
 from domains.inventory.models import Node, NodeState, Rack
+from domains.inventory.parts import parts_of_racks, windows_on_racks
 from domains.placement.algorithm import clique_summaries
 from domains.placement.model import CliqueSummary, Topology, TrayStatus
+from portal.web.fabric import RackView
 
 # What the state filter offers: a word each, and the tray statuses it covers.
 STATE_FILTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "free": ("free", (TrayStatus.FREE,)),
     "in_use": ("in use", (TrayStatus.IN_USE,)),
-    "cordoned": ("cordoned or draining", (TrayStatus.CORDONED, TrayStatus.DRAINING)),
+    "cordoned": ("cordoned", (TrayStatus.CORDONED,)),
+    "draining": ("draining", (TrayStatus.DRAINING,)),
     "down": ("down", (TrayStatus.DOWN,)),
     "not_ready": (
         "not ready (no heartbeat, condition, no address)",
@@ -48,7 +52,7 @@ FLAGGED = (NodeState.CORDONED, NodeState.DRAINING, NodeState.DOWN)
 USE_WORDS: dict[str, str] = {TrayStatus.IN_USE: "used", TrayStatus.FREE: "free"}
 FLAG_WORDS: dict[str, str] = {
     NodeState.CORDONED: "cordoned",
-    NodeState.DRAINING: "cordoned",
+    NodeState.DRAINING: "draining",
     NodeState.DOWN: "down",
 }
 # Trays nobody flagged that placement still cannot use (no heartbeat, a blocking condition,
@@ -119,10 +123,16 @@ class Fleet:
     namespaces: list[str]
     cliques: list[tuple[str, str]]  # (label, name) for the clique filter
     matches: list[FleetTray]  # trays matching the filters (hostname search results)
+    filters_active: bool = False
 
     @property
     def shown(self) -> list[RackTile]:
         return [t for t in self.tiles if t.match]
+
+    @property
+    def matching_ids(self) -> frozenset[int] | None:
+        """The trays matching the filters, to pick out on the elevations; None: no filter."""
+        return frozenset(t.node_id for t in self.matches) if self.filters_active else None
 
 
 def fleet(filters: Filters) -> Fleet:
@@ -166,7 +176,23 @@ def fleet(filters: Filters) -> Fleet:
         namespaces=sorted(set(holders.values())),
         cliques=[(c.label, c.name) for c in topology.cliques],
         matches=matches,
+        filters_active=filters.active,
     )
+
+
+def dress_racks(racks: list[RackView], fleet: Fleet, *, now: datetime) -> None:
+    """Give the page's racks what their elevations draw besides trays: switch trays and
+    power shelves, maintenance windows and which trays match the filters (three queries
+    whatever the number of racks; none without racks)."""
+    if not racks:
+        return
+    ids = [r.pk for r in racks]
+    parts, windows = parts_of_racks(ids), windows_on_racks(ids, now)
+    matches = fleet.matching_ids
+    for rack in racks:
+        rack.parts = parts.get(rack.pk, [])
+        rack.windows = windows.get(rack.pk, [])
+        rack.matches = matches
 
 
 def _clique_ids(topology: Topology, wanted: str) -> set[int] | None:

@@ -44,7 +44,7 @@ def test_the_fabric_overview_costs_the_same_queries_for_one_rack_and_three(
     three = _queries(client, url)
     assert one == three
     page = client.get(url).content.decode()
-    assert page.count('<svg class="rack"') == 3
+    assert page.count('<svg class="el"') == 3
 
 
 def test_the_tenant_request_preview_costs_the_same_queries_for_one_rack_and_three(

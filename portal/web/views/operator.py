@@ -12,6 +12,7 @@ from django.db.models import Count, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -38,6 +39,7 @@ from domains.computedomains.trays import (
     tray_actions_for,
     trays_act,
 )
+from domains.computedomains.trends import fleet_trends
 from domains.errors import DomainError
 from domains.foresight.blast import (
     blast_radius,
@@ -59,7 +61,7 @@ from domains.inventory import services as inventory
 from domains.inventory.models import Node, NodeState, PowerShelf, Rack, SwitchTray
 from portal.web.access import SignedInRequest, operator_required
 from portal.web.fabric import Visibility, draw_racks, fabric_view
-from portal.web.fleet import Filters, clique_options, fleet, heatmap_html
+from portal.web.fleet import Filters, clique_options, dress_racks, fleet, heatmap_html
 from portal.web.forms import (
     DomainFilterForm,
     FleetFilterForm,
@@ -80,8 +82,9 @@ SEARCH_RESULTS = 50
 
 @operator_required
 def fabric(request: SignedInRequest) -> HttpResponse:
-    """The fleet: a summary band, filters, every rack as a heat-map tile and a page of rack
-    drawings; `?partial=1` for live refresh. The same queries for 2 racks or 1,000."""
+    """The fleet: filters in one toolbar, a summary, the last day's trends, every rack as a
+    heat-map tile and a page of full rack elevations; `?partial=1` for live refresh. The
+    same queries for 2 racks or 1,000."""
     form = FleetFilterForm(request.GET or None)
     filters = form.filters() if form.is_valid() else Filters()
     the_fleet = fleet(filters)
@@ -97,6 +100,8 @@ def fabric(request: SignedInRequest) -> HttpResponse:
         else None
     )
     racks = draw_racks(read, Visibility.of(request.user)) if read else []
+    now = timezone.now()
+    dress_racks(racks, the_fleet, now=now)
     query = request.GET.copy()
     query.pop("page", None)
     query.pop("partial", None)
@@ -105,6 +110,9 @@ def fabric(request: SignedInRequest) -> HttpResponse:
         "filters": filters,
         "fleet": the_fleet,
         "band": the_fleet.band,
+        # Every rack as a tile when the elevations take more than one page or a filter
+        # picks racks out; otherwise the elevations already show every rack.
+        "show_heatmap": filters.active or len(the_fleet.tiles) > RACKS_PER_PAGE,
         "heatmap": heatmap_html(the_fleet, filters),
         "clique_options": clique_options(the_fleet),
         "racks": racks,
@@ -113,6 +121,8 @@ def fabric(request: SignedInRequest) -> HttpResponse:
         "matches": the_fleet.matches[:SEARCH_RESULTS] if filters.active else [],
         "bulk_ok": filters.active and 0 < len(the_fleet.matches) <= BULK_LIMIT,
         "unracked": unracked_trays(),
+        "trends": fleet_trends(now=now),
+        "now": now,
     }
     template = "operator/_fabric.html" if request.GET.get("partial") else "operator/fabric.html"
     return render(request, template, context)

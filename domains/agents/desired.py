@@ -27,7 +27,7 @@ from domains.computedomains.models import ChannelAllocation as Channel
 from domains.computedomains.selectors import RUNNING_PHASES, peers_settling
 from domains.inventory.models import Node
 from domains.security import hash_token
-from domains.sqlnames import column, table
+from domains.sqlnames import column, statement
 from domains.tenancy.models import Namespace
 
 
@@ -109,25 +109,27 @@ def _channels(mode: str, ledger: list[int]) -> ChannelSpec:
 # The tray, the membership that holds it (one at most: member_one_live_domain_per_node) and
 # its domain; while the domain runs, its peers (active members in index order, with their
 # trays' hostnames), its open channels and, for a domain that follows its workload, how many
-# trays its clique has. Column and table names come from the models (`_desired_sql`).
+# trays its clique has. Column and table names come from the models (`statement`).
 _DESIRED_SQL = """
-SELECT n.{n_id}, n.{n_host}, m.{m_index}, d.{d_id}, d.{d_uid}, d.{d_name}, ns.{ns_name},
-       d.{d_generation}, d.{d_request}, d.{d_phase}, d.{d_mode}, d.{d_num},
-       CASE WHEN d.{d_phase} IN ({running}) THEN (
-           SELECT json_agg(json_build_array(p.{m_index}, p.{m_ip}, pn.{n_host})
-                           ORDER BY p.{m_index})
-           FROM {member} p JOIN {node} pn ON pn.{n_id} = p.{m_node}
-           WHERE p.{m_domain} = d.{d_id} AND p.{m_active}) END,
-       CASE WHEN d.{d_phase} IN ({running}) THEN (
-           SELECT array_agg(c.{c_channel} ORDER BY c.{c_channel}) FROM {channel} c
-           WHERE c.{c_domain} = d.{d_id} AND c.{c_released} IS NULL) END,
-       CASE WHEN d.{d_num} = 0 THEN (
-           SELECT count(*) FROM {node} s WHERE s.{n_clique} = m.{m_clique}) END
+SELECT n.{node.id}, n.{node.hostname}, m.{member.index}, d.{domain.id}, d.{domain.uid},
+       d.{domain.name}, ns.{namespace.name}, d.{domain.generation}, d.{domain.request_id},
+       d.{domain.phase}, d.{domain.allocation_mode}, d.{domain.num_nodes},
+       CASE WHEN d.{domain.phase} IN ({running}) THEN (
+           SELECT json_agg(json_build_array(p.{member.index}, p.{member.ip_address},
+                                            pn.{node.hostname})
+                           ORDER BY p.{member.index})
+           FROM {member} p JOIN {node} pn ON pn.{node.id} = p.{member.node}
+           WHERE p.{member.domain} = d.{domain.id} AND p.{member.active}) END,
+       CASE WHEN d.{domain.phase} IN ({running}) THEN (
+           SELECT array_agg(c.{channel.channel} ORDER BY c.{channel.channel}) FROM {channel} c
+           WHERE c.{channel.domain} = d.{domain.id} AND c.{channel.released_at} IS NULL) END,
+       CASE WHEN d.{domain.num_nodes} = 0 THEN (
+           SELECT count(*) FROM {node} s WHERE s.{node.clique} = m.{member.clique}) END
 FROM {node} n
-LEFT JOIN {member} m ON m.{m_node} = n.{n_id} AND m.{m_active}
-LEFT JOIN {domain} d ON d.{d_id} = m.{m_domain}
-LEFT JOIN {namespace} ns ON ns.{ns_id} = d.{d_namespace}
-WHERE n.{n_id} = %s{auth}
+LEFT JOIN {member} m ON m.{member.node} = n.{node.id} AND m.{member.active}
+LEFT JOIN {domain} d ON d.{domain.id} = m.{member.domain}
+LEFT JOIN {namespace} ns ON ns.{namespace.id} = d.{domain.namespace}
+WHERE n.{node.id} = %s{auth}
 LIMIT 1
 """
 
@@ -136,35 +138,13 @@ LIMIT 1
 def _desired_sql(with_token: bool) -> str:
     """_DESIRED_SQL with the models' table and column names, quoted; values stay %s."""
     auth = f" AND n.{column(Node, 'agent_token_hash')} = %s AND NOT n.{column(Node, 'gone')}"
-    return _DESIRED_SQL.format(
-        node=table(Node),
-        n_id=column(Node, "id"),
-        n_host=column(Node, "hostname"),
-        n_clique=column(Node, "clique"),
-        member=table(DomainMember),
-        m_index=column(DomainMember, "index"),
-        m_ip=column(DomainMember, "ip_address"),
-        m_node=column(DomainMember, "node"),
-        m_domain=column(DomainMember, "domain"),
-        m_active=column(DomainMember, "active"),
-        m_clique=column(DomainMember, "clique"),
-        domain=table(ComputeDomain),
-        d_id=column(ComputeDomain, "id"),
-        d_uid=column(ComputeDomain, "uid"),
-        d_name=column(ComputeDomain, "name"),
-        d_generation=column(ComputeDomain, "generation"),
-        d_request=column(ComputeDomain, "request_id"),
-        d_phase=column(ComputeDomain, "phase"),
-        d_mode=column(ComputeDomain, "allocation_mode"),
-        d_num=column(ComputeDomain, "num_nodes"),
-        d_namespace=column(ComputeDomain, "namespace"),
-        namespace=table(Namespace),
-        ns_id=column(Namespace, "id"),
-        ns_name=column(Namespace, "name"),
-        channel=table(Channel),
-        c_channel=column(Channel, "channel"),
-        c_domain=column(Channel, "domain"),
-        c_released=column(Channel, "released_at"),
+    return statement(
+        _DESIRED_SQL,
+        node=Node,
+        member=DomainMember,
+        domain=ComputeDomain,
+        namespace=Namespace,
+        channel=Channel,
         running=", ".join(["%s"] * len(RUNNING_PHASES)),
         auth=auth if with_token else "",
     )

@@ -33,7 +33,7 @@ from domains.signals import (
     announce_member_reports,
     announce_nodes,
 )
-from domains.sqlnames import column, table
+from domains.sqlnames import column, statement
 
 # Node states an agent's heartbeat brings back to `ready`; cordoned/draining trays and
 # trays an operator marked down stay as they are.
@@ -89,39 +89,28 @@ def agent_heartbeat(*, node_id: int, token: str, report: AgentReport) -> bool:
 
 
 _HEARTBEAT_SQL = (
-    "UPDATE {node} SET {beat} = %s, {report} = %s, {daemon} = %s"
-    " FROM (SELECT {id}, {daemon} FROM {node} WHERE {id} = %s FOR UPDATE) AS old"
-    " LEFT JOIN {member} AS m ON m.{member_node} = old.{id} AND m.{active}"
-    " LEFT JOIN {domain} AS d ON d.{domain_id} = m.{member_domain}"
-    " WHERE {node}.{id} = old.{id} AND {node}.{token} = %s AND NOT {node}.{gone}"
-    " AND {node}.{state} NOT IN ({recoverable})"
-    " RETURNING old.{daemon}, m.{member_domain}, d.{uid}, d.{phase}, d.{generation}, {reported}"
+    "UPDATE {node} SET {node.last_heartbeat} = %s, {node.agent_report} = %s,"
+    " {node.daemon_state} = %s"
+    " FROM (SELECT {node.id}, {node.daemon_state} FROM {node} WHERE {node.id} = %s FOR UPDATE)"
+    " AS old"
+    " LEFT JOIN {member} AS m ON m.{member.node} = old.{node.id} AND m.{member.active}"
+    " LEFT JOIN {domain} AS d ON d.{domain.id} = m.{member.domain}"
+    " WHERE {node}.{node.id} = old.{node.id} AND {node}.{node.agent_token_hash} = %s"
+    " AND NOT {node}.{node.gone} AND {node}.{node.state} NOT IN ({recoverable})"
+    " RETURNING old.{node.daemon_state}, m.{member.domain}, d.{domain.uid}, d.{domain.phase},"
+    " d.{domain.generation}, {reported}"
 )
 
 
 @functools.cache
 def _heartbeat_sql() -> str:
     """_HEARTBEAT_SQL with the models' table and column names, quoted; values stay %s."""
-
-    return _HEARTBEAT_SQL.format(
-        node=table(Node),
-        beat=column(Node, "last_heartbeat"),
-        report=column(Node, "agent_report"),
-        id=column(Node, "id"),
-        token=column(Node, "agent_token_hash"),
-        gone=column(Node, "gone"),
-        daemon=column(Node, "daemon_state"),
-        state=column(Node, "state"),
+    return statement(
+        _HEARTBEAT_SQL,
+        node=Node,
+        member=DomainMember,
+        domain=ComputeDomain,
         recoverable=", ".join(["%s"] * len(RECOVERABLE)),
-        member=table(DomainMember),
-        member_node=column(DomainMember, "node"),
-        member_domain=column(DomainMember, "domain"),
-        active=column(DomainMember, "active"),
-        domain=table(ComputeDomain),
-        domain_id=column(ComputeDomain, "id"),
-        uid=column(ComputeDomain, "uid"),
-        phase=column(ComputeDomain, "phase"),
-        generation=column(ComputeDomain, "generation"),
         reported=", ".join(f"m.{column(DomainMember, name)}" for name in REPORTED_FIELDS),
     )
 

@@ -57,6 +57,7 @@ class ConditionType:
     HOST_IMEX_SERVICE = "HostImexService"  # the host's own nvidia-imex is enabled or running
     IMEX_CHANNELS_MISSING = "ImexChannelsMissing"  # no nvidia-caps-imex-channels major
     IMEX_BINARY_MISSING = "ImexBinaryMissing"  # no nvidia-imex under the driver root
+    IMEX_MGMT_MISSING = "ImexManagementMissing"  # no fabric-imex-mgmt capability to open
 
 
 FABRIC_STATES = ("NOT_SUPPORTED", "NOT_STARTED", "IN_PROGRESS", "COMPLETED", "FAILED")

@@ -33,7 +33,7 @@ from nodeagent.client import MalformedDocument, Nudger, PortalClient, PortalErro
 from nodeagent.config import AgentConfig
 from nodeagent.dra.claims import Serving
 from nodeagent.dra.plugin import DraPlugin, PluginConfig
-from nodeagent.driver import DriverRoot
+from nodeagent.driver import CapabilityError, DriverRoot, ensure_imex_mgmt
 from nodeagent.fabric import channel_major
 from nodeagent.facts import FactsKeeper
 from nodeagent.files import read_json, remove, write_atomic
@@ -429,7 +429,16 @@ class Agent:
                 f"not starting nvidia-imex: another one runs on this tray (pid {running[0][0]}); "
                 "disable the host's nvidia-imex.service"
             )
-        return self.facts.missing_binary()
+        return self.facts.missing_binary() or self.imex_mgmt_device()
+
+    def imex_mgmt_device(self) -> str:
+        """nvidia-imex opens the driver's fabric-imex-mgmt capability device: made here if
+        missing (the IMEX runner makes it too, in its own /dev); what stops it, or ""."""
+        try:
+            ensure_imex_mgmt(self.paths.root, emulated_files=self.cfg.emulated_channel_files)
+        except CapabilityError as exc:
+            return str(exc)
+        return ""
 
     def apply_files(self, want: DesiredDomain) -> tuple[list[int], str]:
         """IMEX config + nodes file, channel devices, CDI spec → (channels present, error)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,3 +109,96 @@ def link_driver_libraries(source: Path, link_dir: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(link)
         os.symlink(target, link)
+
+
+# --- the IMEX management capability -------------------------------------------------------
+# nvidia-imex talks to the driver through a capability device, as NVIDIA's DRA driver sets it
+# up for its compute-domain daemon: the kernel module advertises the capability's minor in
+# /proc/driver/nvidia/capabilities/fabric-imex-mgmt (`DeviceFileMinor: 4323`,
+# `DeviceFileMode: 256`, `DeviceFileModify: 1`), the char major is the `nvidia-caps` line of
+# /proc/devices, and the node is /dev/nvidia-caps/nvidia-cap<minor>. The driver creates no
+# node by default: whoever starts the daemon makes it.
+IMEX_MGMT_CAPABILITY = Path("proc/driver/nvidia/capabilities/fabric-imex-mgmt")
+CAPS_DEVICE_NAME = "nvidia-caps"
+CAPS_DIR = Path("dev/nvidia-caps")
+
+
+class CapabilityError(RuntimeError):
+    """The IMEX management capability cannot be found or its device made; says why."""
+
+
+@dataclass(frozen=True)
+class Capability:
+    major: int
+    minor: int
+    mode: int  # of the device node (DeviceFileMode)
+
+    def node(self, root: Path) -> Path:
+        return root / CAPS_DIR / f"nvidia-cap{self.minor}"
+
+
+def char_major(proc_devices: Path, name: str) -> int | None:
+    """The major of `name` among the character devices of /proc/devices, or None."""
+    try:
+        text = proc_devices.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    chars = text.split("Block devices:", 1)[0]
+    for line in chars.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[1] == name and fields[0].isdigit():
+            return int(fields[0])
+    return None
+
+
+def imex_mgmt(root: Path) -> Capability:
+    """The fabric-imex-mgmt capability as the tray's /proc (under `root`) advertises it."""
+    path = root / IMEX_MGMT_CAPABILITY
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CapabilityError(
+            f"no IMEX management capability ({path}: {exc.strerror or exc}): nvidia-imex "
+            "cannot run without it; load an NVIDIA kernel module with IMEX support"
+        ) from None
+    values = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in text.splitlines())}
+    minor, mode = values.get("DeviceFileMinor", ""), values.get("DeviceFileMode", "")
+    if not minor.isdigit() or not mode.isdigit():
+        raise CapabilityError(f"{path} names no DeviceFileMinor and DeviceFileMode: {text[:200]!r}")
+    major = char_major(root / "proc/devices", CAPS_DEVICE_NAME)
+    if major is None:
+        raise CapabilityError(
+            f"no '{CAPS_DEVICE_NAME}' in the character devices of {root / 'proc/devices'}: "
+            "the NVIDIA kernel module does not provide capability devices"
+        )
+    return Capability(major=major, minor=int(minor), mode=int(mode) & 0o777)
+
+
+def ensure_imex_mgmt(root: Path, *, emulated_files: bool = False) -> Path:
+    """Make /dev/nvidia-caps/nvidia-cap<minor> (under `root`) if it is missing or wrong;
+    returns its path. `emulated_files`: a regular file saying `major:minor` (the emulator
+    where mknod is refused), as the channels do."""
+    cap = imex_mgmt(root)
+    path = cap.node(root)
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if os.path.isfile(path) and emulated_files:
+            if path.read_text().strip() == f"{cap.major}:{cap.minor}":
+                return path
+        elif stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(cap.major, cap.minor):
+            return path
+        path.unlink()
+    try:
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if emulated_files:
+            path.write_text(f"{cap.major}:{cap.minor}\n")
+            os.chmod(path, cap.mode)
+        else:
+            os.mknod(path, stat.S_IFCHR | cap.mode, os.makedev(cap.major, cap.minor))
+            os.chmod(path, cap.mode)  # mknod's mode is cut by the umask
+    except OSError as exc:
+        raise CapabilityError(f"cannot create the IMEX management device {path}: {exc}") from exc
+    return path

@@ -27,7 +27,7 @@ from typing import Any
 import pynvml
 
 from agentwire.messages import Condition, ConditionType, GpuFacts
-from nodeagent.driver import NVML_LIBRARY, DriverRoot
+from nodeagent.driver import NVML_LIBRARY, CapabilityError, DriverRoot, imex_mgmt
 
 CHANNEL_DEVICE_NAME = "nvidia-caps-imex-channels"
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
@@ -276,6 +276,10 @@ def probe(
                 "NVIDIA kernel module is not loaded, or too old for IMEX channels.",
             )
         )
+    try:
+        imex_mgmt(proc_devices.parent.parent)  # <root>/proc/devices → <root>
+    except CapabilityError as exc:
+        conditions.append(_condition(ConditionType.IMEX_MGMT_MISSING, str(exc)))
     return Facts(
         hostname=hostname or socket.gethostname(),
         ip=ip,

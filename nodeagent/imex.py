@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from agentwire.messages import PeerStatus
 from nodeagent.config import IMEX_GRACE_TIME_S, IMEX_LOG_LEVEL, Paths
-from nodeagent.files import remove, write_atomic
+from nodeagent.files import remove, write_atomic, write_in_place
 from nodeagent.host import live_processes
 
 Log = logging.Logger | logging.LoggerAdapter[Any]
@@ -94,6 +94,10 @@ MAX_NODES = 18
 NAMES_MIN_DRIVER = "570.158.01"
 SLOT_PREFIX = "portal-imex-"
 USR1_INTERVAL_S = 5.0
+# nvidia-imex processes at most one SIGUSR1 every 5 s, counted from when it handled the last
+# one (NVIDIA's IMEX guide, "Signal handling"); whoever signals it spaces its own by a little
+# more, so a busy moment cannot make one too early.
+USR1_SPACING_S = USR1_INTERVAL_S + 0.5
 HOSTS_BEGIN = "# BEGIN domain-portal IMEX peers (written by the node agent)"
 HOSTS_END = "# END domain-portal IMEX peers"
 
@@ -127,25 +131,31 @@ def render_names() -> str:
 
 
 def write_hosts(path: Path, peers: Mapping[int, str]) -> bool:
-    """Map each member's slot name to its IP in the agent's block of the hosts file, keeping
-    every other line; returns whether the block changed."""
+    """Map each member's slot name to its IP in our block of the hosts file, keeping every
+    other line; returns whether the file changed. No peers: the block goes.
+
+    Always written in place (the same inode), never renamed onto: in a pod, `/etc/hosts` is
+    the kubelet's bind mount of the pod's own copy, and only its inode is what the pod's
+    resolver reads."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if not peers:
+            return False
         text = ""
     kept = _without_block(text)
     block = [HOSTS_BEGIN, *(f"{ip}\t{slot_name(i)}" for i, ip in sorted(peers.items())), HOSTS_END]
     wanted = kept + "\n".join(block) + "\n" if peers else kept
-    return write_atomic(path, wanted, durable=False)
+    if wanted == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o644, exist_ok=True)
+    write_in_place(path, wanted)
+    return True
 
 
 def remove_hosts(path: Path) -> None:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return
-    if HOSTS_BEGIN in text:
-        write_atomic(path, _without_block(text), durable=False)
+    write_hosts(path, {})
 
 
 def _without_block(text: str) -> str:
@@ -307,6 +317,15 @@ class Supervisor(Protocol):
         """Why the daemon cannot be run at all right now, or ""."""
         ...
 
+    def set_peers(self, peers: Mapping[int, str]) -> None:
+        """The peers a domain that follows its workload has now (slot → IP; empty: none):
+        written into the hosts file the daemon itself resolves names through."""
+        ...
+
+    def resolve(self) -> None:
+        """Tell the running daemon to re-resolve its peers' names (SIGUSR1, by its parent)."""
+        ...
+
 
 LOG_TAIL_LINES = 5
 LOG_TAIL_BYTES = 4096
@@ -445,6 +464,15 @@ class Daemon:
 
     def problem(self) -> str:
         return ""
+
+    def set_peers(self, peers: Mapping[int, str]) -> None:
+        # This daemon is the agent's own, on the agent's host: it resolves through the
+        # same hosts file the agent sees.
+        write_hosts(self.paths.hosts, peers)
+
+    def resolve(self) -> None:
+        if self.pid is not None and self.running():
+            _signal(self.pid, signal.SIGUSR1)
 
     def stop(self, timeout: float) -> None:
         """SIGTERM, then SIGKILL after `timeout`; always reaps our own child."""

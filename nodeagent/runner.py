@@ -60,7 +60,7 @@ from typing import Any
 
 from nodeagent import imex
 from nodeagent.config import AGENT_VERSION, Paths, split_command
-from nodeagent.driver import DriverRoot
+from nodeagent.driver import CapabilityError, DriverRoot, ensure_imex_mgmt
 from nodeagent.files import read_json, write_atomic
 from nodeagent.imex import Log, describe_exit
 
@@ -172,6 +172,10 @@ class Runner:
 
     def start_child(self, instance: int, config: str) -> None:
         self.instance, self.exit_code = instance, None
+        try:  # the daemon opens it; this pod's /dev is the host's
+            ensure_imex_mgmt(self.paths.root)
+        except CapabilityError as exc:
+            log.error("%s", exc)  # the daemon's own start then says what it lacks
         try:
             # The daemon's output is the runner's (its pod's log); no new session needed.
             self.child = subprocess.Popen(

@@ -9,7 +9,9 @@ only the paths differ.
 Per-tray layout under a tray root (the agent's `--root`):
 
     var/lib/domain-portal/imex/config.cfg  written by the agent (the daemon's -c)
-    etc/hosts                          how the tray resolves names in the nodes file
+    etc/hosts                          the host's hosts file: what the daemon resolves the
+                                       nodes file's names through when it runs on the host
+                                       (IMEX_EMU_HOSTS=etc/hosts; in a pod, /etc/hosts)
     proc/devices                       "<major> nvidia-caps-imex-channels" (tray.prepare_tray)
     proc/driver/nvidia/version         the loaded driver; the daemon refuses another version
     var/run/nvidia-imex/persist.dat    the daemon's importers (recovery after a crash)

@@ -3,6 +3,7 @@
 
     python -m nodeagent.emulator.fleet --portal URL --join-token T --spec fleet.json \
         --root var/agents [--only HOST,HOST] [--health-addr HOST:PORT] [--stop-daemons-on-exit]
+        [--imex-runner]
 
 Each tray gets its own root (`<root>/<hostname>`: /etc, /dev, /proc, state), its own
 loopback IP and its own `nvidia-imex` process (the emulator's); only the agents' loops share
@@ -134,6 +135,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--emulated-channel-files", action="store_true")
     p.add_argument(
+        "--imex-runner",
+        action="store_true",
+        help="Each tray's nvidia-imex is run by its IMEX runner (python -m nodeagent.runner "
+        "--root <root>/<hostname>, started apart: its own pod), not by this process",
+    )
+    p.add_argument(
         "--kubelet-dir",
         type=Path,
         default=None,
@@ -152,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     # PATH: a version manager's shim there (pyenv's) costs ~60 ms of CPU per start, which
     # was most of forming 18 trays at once on two cores.
     os.environ.setdefault("IMEX_EMU_PYTHON", sys.executable)
+    if not args.imex_runner:
+        # The daemons run here, on the host, one per tray root: each resolves its peers'
+        # names through its tray's etc/hosts, the host's /etc/hosts of that tray.
+        os.environ.setdefault("IMEX_EMU_HOSTS", "etc/hosts")
     trays = json.loads(args.spec.read_text(encoding="utf-8"))["trays"]
     if args.only:
         wanted = set(args.only.split(","))
@@ -164,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         poll_interval=args.poll_interval,
         heartbeat_interval=args.heartbeat_interval,
         stop_daemon_on_exit=args.stop_daemons_on_exit,
+        imex_runner=args.imex_runner,
         emulated_channel_files=args.emulated_channel_files,
         kubelet_dir=args.kubelet_dir.resolve() if args.kubelet_dir else None,
         kubeconfig=args.kubeconfig,

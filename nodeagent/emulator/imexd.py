@@ -32,8 +32,9 @@ Our assumption (NVIDIA documents no limit): the wait ends after
 and never ends when the grace time is -1.
 
 Peers. The nodes file lists one IP or host name per line (line number = index). Names are
-resolved through the tray's `etc/hosts` (the emulated tray's stand-in for the resolver;
-the tray's own host name resolves to its IP) at start and on SIGUSR1 only. A name that
+resolved as glibc resolves them, through `/etc/hosts` of the daemon's own mount namespace
+(in a pod: the pod's copy; IMEX_EMU_HOSTS names a stand-in where there is no namespace;
+the tray's own host name resolves to its IP), at start and on SIGUSR1 only. A name that
 does not resolve is a node that cannot be reached: its cell stays N (never connected), or
 keeps its R/D history, and its row in `-N` is all I. Each daemon connects to every peer
 from its own BIND_INTERFACE_IP (empty: the tray's IP) and exchanges a hello (index, node
@@ -94,6 +95,8 @@ import zlib
 from nodeagent.emulator.imexfiles import (
     Fatal,
     driver_version,
+    hosts_file,
+    imex_mgmt_problem,
     is_ip,
     read_config,
     read_hosts,
@@ -281,6 +284,9 @@ class Daemon:
                 f"IMEX version {self.version} does not match the loaded NVIDIA driver "
                 f"version {loaded} ({path}); aborting"
             )
+        problem = imex_mgmt_problem(self.root)
+        if problem:
+            raise Fatal(problem)
 
     def read_node_map(self) -> None:
         path = self.cfg.get("IMEX_NODE_CONFIG_FILE") or "/etc/nvidia-imex/nodes_config.cfg"
@@ -311,7 +317,7 @@ class Daemon:
         self.peer_inst: dict[int, str] = {}
 
     def resolve_all(self) -> list[str | None]:
-        """Each entry's address: an IP as is, a name through the tray's hosts file."""
+        """Each entry's address: an IP as is, a name through the daemon's hosts file."""
         hosts: dict[str, str] | None = None
         addrs: list[str | None] = []
         for entry in self.entries:
@@ -319,7 +325,7 @@ class Daemon:
                 addrs.append(entry)
                 continue
             if hosts is None:
-                hosts = read_hosts(os.path.join(self.root, "etc/hosts"))
+                hosts = read_hosts(hosts_file(self.root))
             addr = hosts.get(entry.lower())
             if addr is None and entry.lower() == self.hostname.lower():
                 addr = self.ip  # a host resolves its own name

@@ -74,6 +74,15 @@ def read_json_text(text: str, where: str) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+def hosts_file(root: str) -> str:
+    """The hosts file the daemon resolves names through, as glibc does: `/etc/hosts` of its
+    own mount namespace (in a pod, the kubelet's bind mount of the pod's copy).
+    IMEX_EMU_HOSTS names another where no namespace stands in for the pod (the demo, tests
+    that run the daemon as a plain child): absolute, or relative to the tray's root."""
+    named = os.environ.get("IMEX_EMU_HOSTS", "")
+    return os.path.join(root, named) if named else "/etc/hosts"
+
+
 def read_hosts(path: str) -> dict[str, str]:
     """`/etc/hosts` format: `IP name [alias ...]`; the first line naming a host wins."""
     names: dict[str, str] = {}
@@ -102,6 +111,35 @@ def driver_version(root: str) -> str | None:
         if word[:1].isdigit() and "." in word:
             return word
     return None
+
+
+def imex_mgmt_problem(root: str) -> str:
+    """Why the daemon cannot open the driver's IMEX management device, or "": the minor of
+    `proc/driver/nvidia/capabilities/fabric-imex-mgmt`, the `nvidia-caps` major of
+    `proc/devices`, and `dev/nvidia-caps/nvidia-cap<minor>` a char device with both (or the
+    emulator's stand-in file `major:minor` where mknod is refused)."""
+    cap = os.path.join(root, "proc/driver/nvidia/capabilities/fabric-imex-mgmt")
+    fields = dict(line.partition(":")[::2] for line in (read_text(cap) or "").splitlines())
+    minor = fields.get("DeviceFileMinor", "").strip()
+    if not minor.isdigit():
+        return f"failed to query the IMEX management capability ({cap}); cannot start"
+    major = -1
+    for line in (read_text(os.path.join(root, "proc/devices")) or "").splitlines():
+        words = line.split()
+        if len(words) == 2 and words[1] == "nvidia-caps" and words[0].isdigit():
+            major = int(words[0])
+    node = os.path.join(root, f"dev/nvidia-caps/nvidia-cap{minor}")
+    try:
+        st = os.lstat(node)
+    except OSError as exc:
+        return f"failed to open the IMEX management device {node}: {exc.strerror}; cannot start"
+    if (st.st_mode & 0o170000) == 0o020000:  # a char device
+        found = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    else:
+        found = (read_text(node) or "").strip()
+    if found != f"{major}:{minor}":
+        return f"{node} is {found or 'not a device'}, not nvidia-caps {major}:{minor}; cannot start"
+    return ""
 
 
 def write_atomic(path: str, text: str) -> None:

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodeagent.driver import IMEX_MGMT_CAPABILITY
+
 BIN_DIR = Path(__file__).resolve().parent / "bin"
 IMEX_BIN = str(BIN_DIR / "nvidia-imex")
 IMEX_CTL_BIN = str(BIN_DIR / "nvidia-imex-ctl")
@@ -36,6 +38,7 @@ _CHAR_DEVICES = [
     (10, "misc"),
     (195, "nvidia"),
     (195, "nvidiactl"),
+    (508, "nvidia-caps"),
     (509, "nvidia-nvswitch"),
     (510, "nvidia-uvm"),
 ]
@@ -62,6 +65,8 @@ class TrayFacts:
     driver_version: str = "580.82.07"
     channel_major: int = 0  # 0: derive a per-tray major (majors differ between nodes)
     channel_count: int = 2048
+    # The fabric-imex-mgmt capability's minor under nvidia-caps; None: the driver has none.
+    imex_mgmt_minor: int | None = 4323
 
 
 def channel_major_for(hostname: str) -> int:
@@ -85,6 +90,8 @@ def prepare_tray(root: Path, facts: TrayFacts, faults: dict[str, Any] | None = N
     document = asdict(facts) | {"channel_major": major}
     write_atomic(emu / "fabric.json", json.dumps(document, indent=2) + "\n")
     write_driver_version(root, facts.driver_version)
+    if facts.imex_mgmt_minor is not None:
+        write_capability(root, facts.imex_mgmt_minor)
     if not (root / BOOT_ID).exists():
         write_boot_id(root)
     if faults is not None:
@@ -107,6 +114,13 @@ def reboot_tray(root: Path) -> str:
     for tmpfs in ("var/run/cdi", "dev/nvidia-caps-imex-channels"):
         shutil.rmtree(Path(root) / tmpfs, ignore_errors=True)
     return write_boot_id(root)
+
+
+def write_capability(root: Path, minor: int) -> None:
+    """`proc/driver/nvidia/capabilities/fabric-imex-mgmt` as the kernel module words it."""
+    path = Path(root) / IMEX_MGMT_CAPABILITY
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, f"DeviceFileMinor: {minor}\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
 
 
 def write_driver_version(root: Path, version: str) -> None:

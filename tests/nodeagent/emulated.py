@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nodeagent.driver import ensure_imex_mgmt
 from nodeagent.emulator.tray import IMEX_BIN, IMEX_CTL_BIN, TrayFacts, daemon_starts, prepare_tray
 from tests.factories import tray_ip_prefix
 from tests.support.processes import free_port
@@ -40,6 +41,7 @@ class Tray:
         self.root, self.index, self.ip, self.ports = root, index, ip, ports
         self.hostname = f"tray-{index}"
         prepare_tray(root, TrayFacts(hostname=self.hostname, ip=ip, cluster_uuid="", clique_id=0))
+        ensure_imex_mgmt(root)  # as the agent does before a start
         self.config = root / "etc/nvidia-imex/config.cfg"
         self.nodes_file = self.config.parent / "nodes_config.cfg"
         self.log_path = root / "var/log/imex.log"
@@ -73,19 +75,29 @@ class Tray:
         (self.root / "etc/hosts").write_text("\n".join(lines) + "\n")
 
     # --- the daemon -----------------------------------------------------------------------
+    @property
+    def env(self) -> dict[str, str]:
+        """A plain child on the host: it resolves names through the tray's etc/hosts."""
+        return {**os.environ, "IMEX_EMU_HOSTS": "etc/hosts"}
+
     def start(self) -> subprocess.Popen:
         self.proc = subprocess.Popen(
             [IMEX_BIN, "-c", str(self.config)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            env=self.env,
         )
         return self.proc
 
     def run_to_exit(self, timeout: float = 20) -> subprocess.CompletedProcess:
         """Start a daemon that is expected to exit (e.g. refuse to start)."""
         return subprocess.run(
-            [IMEX_BIN, "-c", str(self.config)], capture_output=True, text=True, timeout=timeout
+            [IMEX_BIN, "-c", str(self.config)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
         )
 
     def signal(self, sig: int) -> None:

@@ -30,9 +30,19 @@ def paths(tmp_path: Path) -> Paths:
     return Paths(tmp_path / "tray")
 
 
-def start_runner(paths: Paths) -> subprocess.Popen[bytes]:
+def start_runner(paths: Paths, daemon: str = DAEMON) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "nodeagent.runner", "--root", str(paths.root)]
-    return subprocess.Popen([*argv, "--imex-bin", DAEMON, "--stop-timeout", "2"])
+    argv += ["--hosts-file", str(pod_hosts_file(paths))]  # never the machine's own
+    return subprocess.Popen([*argv, "--imex-bin", daemon, "--stop-timeout", "2"])
+
+
+def pod_hosts_file(paths: Paths) -> Path:
+    """The runner pod's /etc/hosts, as the kubelet wrote it."""
+    path = paths.root / "pod/hosts"
+    if not path.exists():
+        path.parent.mkdir(parents=True)
+        path.write_text("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
+    return path
 
 
 @pytest.fixture
@@ -103,3 +113,88 @@ def test_a_missing_runner_is_named_instead_of_waited_for_forever(paths):
     assert agent.running() and agent.problem() == ""  # the request is simply not taken up yet
     time.sleep(0.3)
     assert "the IMEX runner has not answered" in agent.problem()
+
+
+# A daemon that notes what it resolved at its start and every SIGUSR1 it gets.
+NOTING_DAEMON = """
+import pathlib, signal, sys, time
+out = pathlib.Path(sys.argv[1])
+hosts = pathlib.Path(sys.argv[2])
+out.write_text("start " + " ".join(l.split()[-1] for l in hosts.read_text().splitlines()
+                                 if l.startswith("127.12.")) + "\\n")
+def noted(*_):
+    with out.open("a") as fh:
+        fh.write("usr1\\n")
+signal.signal(signal.SIGUSR1, noted)
+while True:
+    time.sleep(1)
+"""
+
+
+def noting_daemon(paths: Paths, tmp_path: Path) -> tuple[str, Path]:
+    script, out = tmp_path / "daemon.py", tmp_path / "daemon.out"
+    script.write_text(NOTING_DAEMON)
+    return f"{sys.executable} {script} {out} {pod_hosts_file(paths)}", out
+
+
+def test_the_runner_writes_the_peers_into_its_own_hosts_file_in_place_and_says_so(paths):
+    hosts = pod_hosts_file(paths)
+    inode = hosts.stat().st_ino
+    proc = start_runner(paths)
+    try:
+        agent = RunnerDaemon(paths, TrayLog("t"))
+        agent.set_peers({0: "127.12.9.1", 2: "127.12.9.3"})
+        wait_until(agent.peers_applied, 10, what="the runner to write the peers")
+        text = hosts.read_text()
+        assert text.startswith("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
+        assert "127.12.9.1\tportal-imex-0\n127.12.9.3\tportal-imex-2\n" in text
+        assert status(paths)["peers_generation"] == 1
+
+        agent.set_peers({0: "127.12.9.1"})  # a member left
+        wait_until(agent.peers_applied, 10, what="the new peers")
+        assert "portal-imex-2" not in hosts.read_text()
+        agent.set_peers({})  # released: the block goes, the kubelet's lines stay
+        wait_until(agent.peers_applied, 10, what="the block removed")
+        assert hosts.read_text() == "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"
+        assert hosts.stat().st_ino == inode  # written in place, as a bind mount needs
+        assert not paths.hosts.exists()  # the agent's own hosts file is never written
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_new_daemon_starts_with_the_peers_already_in_the_runners_hosts_file(paths, tmp_path):
+    daemon, out = noting_daemon(paths, tmp_path)
+    proc = start_runner(paths, daemon)
+    try:
+        agent = RunnerDaemon(paths, TrayLog("t"))
+        agent.set_peers({0: "127.12.9.1", 1: "127.12.9.2"})
+        agent.start()  # in the same breath: the runner writes the peers first
+        wait_until(lambda: out.exists() and out.read_text(), 10, what="the daemon to start")
+        assert out.read_text() == "start portal-imex-0 portal-imex-1\n"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_resolve_is_a_sigusr1_from_the_runner_to_its_own_child_at_most_every_5_s(paths, tmp_path):
+    daemon, out = noting_daemon(paths, tmp_path)
+    proc = start_runner(paths, daemon)
+    try:
+        agent = RunnerDaemon(paths, TrayLog("t"))
+        agent.start()
+        wait_until(lambda: out.exists() and out.read_text(), 10, what="the daemon to start")
+        agent.set_peers({0: "127.12.9.1"})
+        agent.resolve()
+        wait_until(lambda: status(paths)["resolved"] == 1, 10, what="the runner's SIGUSR1")
+        wait_until(lambda: out.read_text().count("usr1") == 1, 5, what="the daemon to get it")
+        asked = time.monotonic()
+        agent.resolve()  # too soon: the daemon would ignore it, so the runner holds it
+        time.sleep(1.0)
+        assert status(paths)["resolved"] == 1 and out.read_text().count("usr1") == 1
+        wait_until(lambda: status(paths)["resolved"] == 2, 10, what="the held SIGUSR1")
+        assert time.monotonic() - asked >= 4.0
+        wait_until(lambda: out.read_text().count("usr1") == 2, 5, what="the second one")
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -38,8 +38,17 @@ from domains.agents.models import JoinToken
 from domains.inventory.models import Node
 from domains.security import hash_token
 from nodeagent.config import Paths
+from nodeagent.emulator.tray import IMEX_BIN
 from nodeagent.imex import own_daemon
-from tests.support.processes import VENV_BIN, Proc, free_port, process_env, wait_until
+from tests.support.processes import (
+    VENV_BIN,
+    Proc,
+    free_port,
+    pod_argv,
+    pod_hosts,
+    process_env,
+    wait_until,
+)
 
 JOIN_TOKEN = "dpj_e2e-test-join-token"
 
@@ -75,11 +84,17 @@ class AgentFleet:
         kubeconfig: Path | None = None,
         wrap: list[str] | None = None,
         health_host: str = "127.0.0.1",
+        pods: bool = False,
     ) -> None:
         """`faults`: hostname → emulator fault knobs (start_delay_s, crash_after_s,
         refuse_peers, version), applied before the daemons start. `wrap`: an argv prefix the
         agent process runs under (`ip netns exec …`: tests.support.netcut), `health_host`
-        the address its health endpoint listens on (reachable from here)."""
+        the address its health endpoint listens on (reachable from here).
+
+        `pods`: as the Helm chart runs them. The agents' process is one pod and every tray's
+        IMEX runner another (tests.support.processes.pod_argv: each its own PID and mount
+        namespace and its own /etc/hosts); the runner is the parent of the tray's daemon,
+        which resolves its peers' names through the runner pod's /etc/hosts alone."""
         self.url = portal_url
         nodes = list(nodes)
         self.hostnames = [n.hostname for n in nodes]
@@ -102,6 +117,8 @@ class AgentFleet:
         self.health_port = free_port()
         self.wrap = list(wrap or [])
         self.health_host = health_host
+        self.pods = pods
+        self.runners: dict[str, Proc] = {}
         self.proc: Proc | None = None
         ensure_join_token()
 
@@ -132,8 +149,39 @@ class AgentFleet:
             argv += ["--only", ",".join(only)]
         if self.kubelet_dir:
             argv += ["--kubelet-dir", str(self.kubelet_dir), "--kubeconfig", str(self.kubeconfig)]
+        if self.pods:
+            for host in only or self.hostnames:
+                self.start_runner(host)
+            argv = pod_argv([*argv, "--imex-runner"], hosts=self.pod_hosts(self.name))
         self.proc = Proc(self.name, [*self.wrap, *argv], process_env())
         return self
+
+    def pod_hosts(self, pod: str) -> Path:
+        """The /etc/hosts of one of this fleet's pods (the kubelet's per-pod copy)."""
+        return pod_hosts(self.root / "pods" / pod, pod)
+
+    def start_runner(self, hostname: str) -> None:
+        """The tray's IMEX runner pod, unless it runs already (it outlives the agents)."""
+        runner = self.runners.get(hostname)
+        if runner is not None and runner.alive():
+            return
+        argv = [
+            str(VENV_BIN / "python"),
+            "-m",
+            "nodeagent.runner",
+            "--root",
+            str(self.tray_root(hostname)),
+            "--imex-bin",
+            IMEX_BIN,
+            "--stop-timeout",
+            "5",
+        ]
+        pod = f"runner-{hostname}"
+        self.runners[hostname] = Proc(
+            pod,
+            pod_argv(argv, hosts=self.pod_hosts(pod)),
+            process_env(IMEX_EMU_PYTHON=str(VENV_BIN / "python")),
+        )
 
     def kill_agents(self) -> None:
         """kill -9 the agent process; the trays' IMEX daemons keep running (own sessions)."""
@@ -145,6 +193,8 @@ class AgentFleet:
         """Stop the agents gracefully (they stop their daemons), then kill any daemon left."""
         if self.proc:
             self.proc.stop(timeout=15)
+        for runner in self.runners.values():
+            runner.stop(timeout=15)
         for host in self.hostnames:
             self.kill_daemon(host, signal.SIGKILL)
 
@@ -200,6 +250,10 @@ class AgentFleet:
         from nodeagent.emulator.tray import set_faults
 
         set_faults(self.tray_root(hostname), knobs)
+
+    def runner_hosts(self, hostname: str) -> str:
+        """What the tray's runner pod has in its /etc/hosts (`pods` only)."""
+        return self.pod_hosts(f"runner-{hostname}").read_text()
 
     def nodes_file(self, hostname: str) -> str | None:
         path = Paths(self.tray_root(hostname)).nodes_file

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,6 +96,59 @@ class Proc:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+# --- pods: a process as Kubernetes runs a pod's container ----------------------------------
+# Its own PID namespace (it is pid 1 there, with its own /proc: a pid it reads or signals is
+# one of its own pod's) and mount namespace, and over /etc/hosts the pod's own copy,
+# bind-mounted as the kubelet mounts it (a rename onto it fails with EBUSY; only the copy's
+# inode is what the pod's resolver reads). The network is the host's (hostNetwork: the
+# trays' loopback IPs), and so is the filesystem below the mounts (hostPath volumes).
+POD_MOUNT = 'mount --bind "$0" /etc/hosts && exec "$@"'
+
+
+def pod_hosts(directory: Path, hostname: str, ip: str = "") -> Path:
+    """A pod's hosts file as the kubelet writes it (`directory/hosts`), made once."""
+    path = directory / "hosts"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        lines = [
+            "# Kubernetes-managed hosts file (host network).",
+            "127.0.0.1\tlocalhost",
+            "::1\tlocalhost ip6-localhost ip6-loopback",
+            *([f"{ip}\t{hostname}"] if ip else []),
+        ]
+        path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def pod_argv(argv: list[str], *, hosts: Path) -> list[str]:
+    """`argv` run as a pod's container (see above); needs root (we are, in the tests)."""
+    return [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",  # implies --mount, with private propagation
+        "--",
+        "sh",
+        "-c",
+        POD_MOUNT,
+        str(hosts),
+        *argv,
+    ]
+
+
+def pods_supported() -> bool:
+    """Whether this machine lets the tests make namespaces (root, util-linux's unshare)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "--", "true"],
+        capture_output=True,
+        timeout=10,
+        check=False,
+    )
+    return done.returncode == 0
 
 
 def wait_until(predicate, timeout: float = 30, interval: float = 0.1, what: str = "condition"):

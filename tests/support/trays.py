@@ -36,9 +36,18 @@ from nodeagent.emulator.tray import (
     prepare_tray,
 )
 from nodeagent.files import read_json, write_atomic
+from nodeagent.imex import own_daemon
 from nodeagent.runner import status_path
 from tests.support.agents import JOIN_TOKEN, ensure_join_token
-from tests.support.processes import VENV_BIN, Proc, free_port, process_env, wait_until
+from tests.support.processes import (
+    VENV_BIN,
+    Proc,
+    free_port,
+    pod_argv,
+    pod_hosts,
+    process_env,
+    wait_until,
+)
 
 
 def facts_of(node: Node, *, fabric_state: str = "COMPLETED") -> TrayFacts:
@@ -65,14 +74,18 @@ class Tray:
         args: tuple[str, ...] = (),
         fabric_file: bool = True,
         join_token: str | None = JOIN_TOKEN,
+        pods: bool = False,
     ) -> None:
-        """`join_token` None: the agent gets none (it joins with what `args` give it)."""
+        """`join_token` None: the agent gets none (it joins with what `args` give it).
+        `pods`: agent and runner each in a pod of their own (tests.support.processes.pod_argv;
+        implies `runner`)."""
         self.url = portal_url
         self.facts = facts
         self.hostname = facts.hostname
         self.root = prepare_tray(root, facts)
         self.paths = Paths(self.root)
-        self.use_runner = runner
+        self.use_runner = runner or pods
+        self.pods = pods
         self.args = args
         self.fabric_file = fabric_file
         self.health_port = free_port()
@@ -85,7 +98,23 @@ class Tray:
     # --- processes ------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
         # The emulated daemons run on this interpreter (a version manager's shim is slow).
-        return process_env(IMEX_EMU_PYTHON=str(VENV_BIN / "python"))
+        env = process_env(IMEX_EMU_PYTHON=str(VENV_BIN / "python"))
+        if not self.pods:
+            # No pod stands in for the daemon's mount namespace: it resolves names through
+            # the file its parent writes (the runner's stand-in, or the tray's etc/hosts).
+            env["IMEX_EMU_HOSTS"] = str(self.runner_hosts_file if self.use_runner else "etc/hosts")
+        return env
+
+    @property
+    def runner_hosts_file(self) -> Path:
+        """The runner's own /etc/hosts: its pod's copy, or a stand-in without pods."""
+        return self.root / "run/pods/imex-runner/hosts"
+
+    def pod(self, name: str, argv: list[str]) -> list[str]:
+        if not self.pods:
+            return argv
+        hosts = pod_hosts(self.root / "run/pods" / name, self.hostname, self.facts.ip)
+        return pod_argv(argv, hosts=hosts)
 
     def start(self) -> Tray:
         if self.use_runner:
@@ -121,7 +150,7 @@ class Tray:
             *(["--imex-runner"] if self.use_runner else []),
             *self.args,
         ]
-        self.agent = Proc(f"agent-{self.hostname}", argv, self.env())
+        self.agent = Proc(f"agent-{self.hostname}", self.pod("agent", argv), self.env())
 
     def start_runner(self) -> None:
         argv = [
@@ -134,8 +163,9 @@ class Tray:
             IMEX_BIN,
             "--stop-timeout",
             "5",
+            *([] if self.pods else ["--hosts-file", str(self.runner_hosts_file)]),
         ]
-        self.runner = Proc(f"runner-{self.hostname}", argv, self.env())
+        self.runner = Proc(f"runner-{self.hostname}", self.pod("imex-runner", argv), self.env())
 
     def kill_agent(self, sig: int = signal.SIGKILL) -> None:
         """The agent's process dies (kill -9: a crash, an OOM kill) or is stopped (SIGTERM)."""
@@ -182,7 +212,9 @@ class Tray:
         return read_json(status_path(self.paths)) or {}
 
     def daemon_pid(self) -> int | None:
-        """The tray's running nvidia-imex, whoever runs it."""
+        """The tray's running nvidia-imex, whoever runs it (as this process numbers it)."""
+        if self.pods:
+            return own_daemon(self.paths.imex_config)  # the status names the pod's number
         if self.use_runner:
             status = self.runner_status()
             pid = status.get("pid") if status.get("running") else None

@@ -253,6 +253,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "portal.api.schema.add_error_responses",
+        "portal.api.schema.describe_tags",
     ],
 }
 

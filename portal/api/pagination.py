@@ -47,3 +47,21 @@ class Pagination(LimitOffsetPagination):
         for parameter in parameters:
             parameter["schema"].update(bounds.get(parameter["name"], {}))
         return parameters
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        paginated = super().get_paginated_response_schema(schema)
+        descriptions = {
+            "count": "How many there are in all, over every page.",
+            "next": "The next page's URL; null on the last page.",
+            "previous": "The previous page's URL; null on the first page.",
+            "results": "This page's items.",
+        }
+        # Examples fit for a one-item page (drf-spectacular pages each list example with them).
+        examples: dict[str, Any] = {"count": 1, "next": None, "previous": None}
+        for name, text in descriptions.items():
+            field = paginated["properties"][name]
+            if isinstance(field, dict):  # not the stand-in drf-spectacular pages examples with
+                field["description"] = text
+                if name in examples:
+                    field["example"] = examples[name]
+        return paginated

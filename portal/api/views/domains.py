@@ -25,9 +25,10 @@ from domains.computedomains.selectors import (
 from domains.errors import DomainError, InvalidInput
 from domains.kube.manifests import parse_replicas, workload_manifests
 from domains.tenancy.selectors import Viewer, can_request_in
+from portal.api import examples
 from portal.api.base import NamespacedViewSet, ScopedViewSet, refreshed
 from portal.api.permissions import IsPortalAdmin
-from portal.api.schema import READ, WRITE, errors
+from portal.api.schema import NAMESPACE_HELP, READ, WRITE, errors
 from portal.api.serializers.common import ReasonSerializer
 from portal.api.serializers.domains import (
     SPEC_FIELD_PATHS,
@@ -65,8 +66,11 @@ def call_service(service: Callable[..., T], **kwargs: Any) -> T:
 
 @extend_schema(
     parameters=[
-        OpenApiParameter("namespace", OpenApiTypes.STR, OpenApiParameter.PATH),
-    ]
+        OpenApiParameter(
+            "namespace", OpenApiTypes.STR, OpenApiParameter.PATH, description=NAMESPACE_HELP
+        ),
+    ],
+    tags=["computedomains"],
 )
 class ComputeDomainViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, NamespacedViewSet
@@ -106,9 +110,17 @@ class ComputeDomainViewSet(
         body = ComputeDomainSerializer(domain, context=self.get_serializer_context()).data
         return Response(body, status=status_code)
 
-    @extend_schema(parameters=[PHASE_FILTER])
+    @extend_schema(
+        parameters=[PHASE_FILTER],
+        summary="List the namespace's domains, newest first.",
+        examples=examples.LIST,
+    )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().list(request, *args, **kwargs)
+
+    @extend_schema(summary="Read one domain: its spec and status.", examples=examples.RETRIEVE)
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().retrieve(request, *args, **kwargs)
 
     @extend_schema(
         request=ComputeDomainInput,
@@ -119,6 +131,7 @@ class ComputeDomainViewSet(
             **errors(*WRITE),
         },
         summary="Request a domain (a NVIDIA ComputeDomain manifest as JSON works).",
+        examples=examples.CREATE,
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         self._require_member()
@@ -143,6 +156,7 @@ class ComputeDomainViewSet(
     @extend_schema(
         responses={202: ComputeDomainSerializer, **errors(*WRITE)},
         summary="Release the domain (idempotent); it is Released once every tray is clean.",
+        examples=examples.RELEASE,
     )
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         domain = self._target()
@@ -154,6 +168,7 @@ class ComputeDomainViewSet(
         request=ExtendInput,
         responses={200: ComputeDomainSerializer, **errors(*WRITE)},
         summary="Extend the domain's lease.",
+        examples=examples.EXTEND,
     )
     @action(detail=True, methods=["post"], serializer_class=ExtendInput)
     def extend(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -180,6 +195,7 @@ class ComputeDomainViewSet(
         ],
         responses={200: ManifestsSerializer, **errors(*READ, 409)},
         summary="Workload manifests (Deployment, Job, MPIJob) pinned to the domain's trays.",
+        examples=examples.MANIFESTS_EXAMPLES,
     )
     @action(detail=True, methods=["get"], serializer_class=ManifestsSerializer)
     def manifests(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -190,6 +206,7 @@ class ComputeDomainViewSet(
     @extend_schema(
         responses={200: EventSerializer(many=True), **errors(*READ)},
         summary="The domain's timeline, newest first.",
+        examples=examples.EVENTS,
     )
     @action(detail=True, methods=["get"], serializer_class=EventSerializer)
     def events(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -209,6 +226,14 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVi
     def scoped_queryset(self, user: Viewer) -> QuerySet[ComputeDomain]:
         return approvals_visible_to(user)
 
+    @extend_schema(summary="Requests waiting for approval.", examples=examples.APPROVALS)
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(summary="Read one waiting request.", examples=examples.APPROVALS)
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().retrieve(request, *args, **kwargs)
+
     def _render(self, domain: ComputeDomain) -> Response:
         domain = refreshed(domain, domains_with_members(self.request.user, domain.namespace))
         return Response(ComputeDomainSerializer(domain, context=self.get_serializer_context()).data)
@@ -217,6 +242,7 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVi
         request=None,
         responses={200: ComputeDomainSerializer, **errors(*WRITE)},
         summary="Approve: the domain goes on to placement.",
+        examples=examples.APPROVE,
     )
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, uid: str) -> Response:
@@ -227,6 +253,7 @@ class ApprovalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedVi
         request=ReasonSerializer,
         responses={200: ComputeDomainSerializer, **errors(*WRITE)},
         summary="Deny: the domain fails with the reason given.",
+        examples=examples.DENY,
     )
     @action(detail=True, methods=["post"], serializer_class=ReasonSerializer)
     def deny(self, request: Request, uid: str) -> Response:

@@ -17,12 +17,22 @@ from domains.tenancy.models import Membership
 from domains.tenancy.selectors import Viewer, can_admin_namespace, members_of, user_named
 from domains.tenancy.services import membership_remove, membership_set
 from portal.api.base import NamespacedViewSet
-from portal.api.schema import WRITE, errors
+from portal.api.schema import NAMESPACE_HELP, WRITE, errors
 from portal.api.serializers.tenancy import MembershipInput, MembershipSerializer
 
 
-@extend_schema(parameters=[OpenApiParameter("namespace", OpenApiTypes.STR, OpenApiParameter.PATH)])
+@extend_schema(
+    parameters=[
+        OpenApiParameter(
+            "namespace", OpenApiTypes.STR, OpenApiParameter.PATH, description=NAMESPACE_HELP
+        )
+    ],
+    tags=["members"],
+)
 class MemberViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, NamespacedViewSet):
+    """A namespace's members and their roles: everyone who can see the namespace reads the
+    roster; its admins (and portal admins) add people, change roles and remove them."""
+
     serializer_class = MembershipSerializer
     lookup_field = "user__username"
     lookup_url_kwarg = "username"
@@ -32,6 +42,14 @@ class MemberViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Namespaced
         if getattr(self, "swagger_fake_view", False):
             return Membership.objects.none()
         return members_of(self.namespace)
+
+    @extend_schema(summary="The namespace's members and their roles.")
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(summary="One member's role.")
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().retrieve(request, *args, **kwargs)
 
     def _require_admin(self) -> None:
         if not can_admin_namespace(self.request.user, self.namespace):

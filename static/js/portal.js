@@ -64,6 +64,39 @@
     document.querySelectorAll(".messages:empty").forEach(function (list) { list.remove(); });
   });
 
+  // A table or a log wider than the screen scrolls inside its box; a keyboard can scroll
+  // it only if the box takes focus. Only boxes that do overflow become a tab stop (named
+  // after their caption or section heading), so a desktop's tab order stays as it was.
+  function name(box) {
+    var caption = box.querySelector("caption");
+    var section = box.closest("section, details");
+    var heading = section && section.querySelector("h2, h3, summary");
+    var words = (caption || heading || {}).textContent || "";
+    return words.trim().replace(/\s+/g, " ") || "Scrolling content";
+  }
+  function scrollables() {
+    document.querySelectorAll(".table-wrap, pre").forEach(function (box) {
+      if (box.dataset.focusOwn === undefined) box.dataset.focusOwn = box.hasAttribute("tabindex");
+      if (box.dataset.focusOwn === "true") return;  // the template made it focusable itself
+      var over = box.scrollWidth > box.clientWidth + 1 || box.scrollHeight > box.clientHeight + 1;
+      if (over && !box.hasAttribute("tabindex")) {
+        box.setAttribute("tabindex", "0");
+        box.setAttribute("role", "group");  // not a landmark: its section is already one
+        box.setAttribute("aria-label", name(box));
+      } else if (!over && box.hasAttribute("tabindex")) {
+        ["tabindex", "role", "aria-label"].forEach(function (a) { box.removeAttribute(a); });
+      }
+    });
+  }
+  var resizing;
+  window.addEventListener("resize", function () {
+    clearTimeout(resizing);
+    resizing = setTimeout(scrollables, 150);
+  });
+  document.body.addEventListener("htmx:afterSettle", scrollables);
+  document.addEventListener("toggle", scrollables, true);  // a <details> opened or closed
+  scrollables();
+
   // Check-all boxes: <input type="checkbox" data-check-all="name"> ticks every box of
   // that name in its form (bulk tray actions).
   document.addEventListener("change", function (event) {

@@ -1,0 +1,130 @@
+"""Two `manage.py kube_sync` processes against upstream's kube-apiserver: one holds the Lease
+and watches, the other waits; the waiting one takes over when the leader dies (after the
+lease) or stops (at once), and a leader whose Lease is taken stops writing and exits."""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from domains.inventory.models import Node, NodeSource
+from tests.kube.cluster import ClusterKube
+from tests.kube.conftest import RACK_LABEL, gpu_labels
+from tests.support.agents import wait_for
+from tests.support.processes import VENV_BIN, Proc, process_env
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
+
+LEASE_S, DEADLINE_S, RETRY_S = 4.0, 3.0, 0.5
+
+
+@pytest.fixture
+def lease(real_kube: ClusterKube) -> Iterator[str]:
+    name = f"kube-sync-{uuid.uuid4().hex[:6]}"
+    yield name
+    real_kube.delete("leases", name, "default")
+
+
+def kube_sync(real_kube: ClusterKube, lease: str, name: str) -> Proc:
+    argv = [
+        str(VENV_BIN / "python"),
+        "manage.py",
+        "kube_sync",
+        "--watch-timeout=5",
+        "--leader-elect",
+        f"--lease-name={lease}",
+        "--lease-namespace=default",
+        f"--lease-duration={LEASE_S}",
+        f"--renew-deadline={DEADLINE_S}",
+        f"--retry-period={RETRY_S}",
+    ]
+    env = process_env(
+        KUBECONFIG=str(real_kube.cluster.kubeconfig),
+        PORTAL_KUBE_ENABLED="1",
+        PORTAL_KUBE_RACK_LABEL=RACK_LABEL,
+    )
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    proc = Proc(name, argv, env)
+    wait_for(lambda: "waiting for the lease" in proc.log() or not proc.alive(), 30, "a candidate")
+    assert proc.alive(), proc.log()
+    return proc
+
+
+def leads(proc: Proc) -> bool:
+    return "watching nodes" in proc.log()
+
+
+def holder(real_kube: ClusterKube, lease: str) -> str:
+    obj = real_kube.get("leases", lease, "default") or {}
+    return (obj.get("spec") or {}).get("holderIdentity") or ""
+
+
+def synced(hostname: str) -> Node | None:
+    return Node.objects.filter(hostname=hostname, source=NodeSource.KUBERNETES).first()
+
+
+def test_one_of_two_watches_and_the_other_takes_over_when_it_dies(real_kube, lease):
+    first = kube_sync(real_kube, lease, "kube-sync-a")
+    try:
+        wait_for(lambda: leads(first), 30, "the first to lead")
+        second = kube_sync(real_kube, lease, "kube-sync-b")
+        try:
+            real_kube.put_node("gb-e1", labels=gpu_labels(clique=1), ip="10.3.0.1")
+            wait_for(lambda: synced("gb-e1"), 30, "the leader to sync the node")
+            time.sleep(3 * LEASE_S)  # three leases: the second never leads beside the first
+            assert not leads(second), second.log()
+            identity = first.log().split("leading as ")[1].split()[0]
+            assert holder(real_kube, lease) == identity
+
+            first.kill(signal.SIGKILL)  # no release: the lease must run out
+            first.popen.wait(10)
+            died = time.monotonic()
+            wait_for(lambda: leads(second), 4 * LEASE_S, "the second to take over")
+            waited = time.monotonic() - died
+            # Not before the dead leader's lease could have run out, and soon after.
+            assert LEASE_S - 2 * RETRY_S <= waited <= LEASE_S + 4 * RETRY_S + 5, waited
+            real_kube.put_node("gb-e2", labels=gpu_labels(clique=1), ip="10.3.0.2")
+            wait_for(lambda: synced("gb-e2"), 30, "the new leader to sync a new node")
+
+            # A leader that is stopped hands over at once: a third takes over well within
+            # a lease.
+            third = kube_sync(real_kube, lease, "kube-sync-c")
+            try:
+                second.popen.send_signal(signal.SIGTERM)
+                stopped = time.monotonic()
+                assert second.popen.wait(15) == 0, second.log()
+                assert "released" in second.log()
+                wait_for(lambda: leads(third), 2 * LEASE_S, "the third to take over")
+                assert time.monotonic() - stopped < LEASE_S, third.log()
+            finally:
+                third.stop()
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+
+
+def test_a_leader_whose_lease_is_taken_stops_writing_and_exits(real_kube, lease):
+    leader = kube_sync(real_kube, lease, "kube-sync-a")
+    try:
+        wait_for(lambda: leads(leader), 30, "the leader")
+        obj = real_kube.get("leases", lease, "default")
+        assert obj is not None
+        obj["spec"]["holderIdentity"] = "intruder"  # e.g. a partition: another took it
+        obj["spec"]["leaseDurationSeconds"] = 3600
+        real_kube.apply(obj)
+        taken = time.monotonic()
+        assert leader.popen.wait(DEADLINE_S + 10) == 1, leader.log()
+        assert time.monotonic() - taken <= DEADLINE_S + 4 * RETRY_S + 2
+        assert "lost the lease" in leader.log()
+        assert holder(real_kube, lease) == "intruder"  # it does not release another's lease
+        # What changes meanwhile is left for the next leader: nothing synced it.
+        real_kube.put_node("gb-e3", labels=gpu_labels(clique=1), ip="10.3.0.3")
+        time.sleep(2)
+        assert synced("gb-e3") is None
+    finally:
+        leader.stop()

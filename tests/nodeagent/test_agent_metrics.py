@@ -4,6 +4,7 @@ to Prometheus, served by the same HTTP server as the health probes."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from nodeagent.files import write_atomic
 from nodeagent.health import HealthServer
 from nodeagent.runner import status_path
 from tests.nodeagent.test_runner import start_runner
+from tests.observability.exposition import PROMTOOL, needs_promtool
 from tests.support.processes import wait_until
 
 
@@ -94,6 +96,16 @@ def test_the_health_server_serves_the_agents_metrics_next_to_its_probes(server):
     kinds = {f.name: f.type for f in openmetrics_families(openmetrics.text)}
     assert kinds["nodeagent_reconcile_seconds"] == "histogram"
     assert kinds["nodeagent_runner_version_skew"] == "gauge"
+
+
+@needs_promtool
+def test_promtool_check_metrics_reports_nothing(server):
+    metrics.observed({"daemon_state": "READY", "domain_state": "UP"})
+    text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5).text
+    result = subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
 def test_a_cycle_is_timed_and_a_failed_one_counted_by_its_kind(server):

@@ -59,3 +59,8 @@ def sample_names(found: dict[str, Metric]) -> set[str]:
 def metric_names(expr: str) -> set[str]:
     """The portal's metric names an expression reads (all of ours start with `portal_`)."""
     return set(re.findall(r"\bportal_[a-z0-9_]+", expr))
+
+
+def agent_metric_names(expr: str) -> set[str]:
+    """The node agent's metric names an expression reads (`nodeagent_`)."""
+    return set(re.findall(r"\bnodeagent_[a-z0-9_]+", expr))

@@ -8,12 +8,16 @@ import subprocess
 import pytest
 import yaml
 from django.test import Client
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from nodeagent.metrics import REGISTRY
 from tests.observability.exposition import (
     ALERTS,
     PROMTOOL,
     ROOT,
     RULE_TESTS,
+    agent_metric_names,
     families,
     metric_names,
     needs_promtool,
@@ -32,7 +36,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_checks_the_rules():
     result = promtool("check", "rules", str(ALERTS))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 10 rules found" in result.stdout
+    assert "SUCCESS: 12 rules found" in result.stdout
 
 
 @needs_promtool
@@ -62,12 +66,17 @@ def test_the_rules_read_only_metrics_that_metrics_exposes(operator, ns_a, topolo
     client = Client()
     client.force_login(operator)
     exposed = sample_names(families(scrape(client)))
+    agent_exposed = sample_names(
+        {f.name: f for f in text_string_to_metric_families(generate_latest(REGISTRY).decode())}
+    )
     for group in yaml.safe_load(ALERTS.read_text())["groups"]:
         for rule in group["rules"]:
             used = metric_names(rule["expr"])
+            agents = agent_metric_names(rule["expr"])
             # PortalDown reads Prometheus' own `up` of the scrape: /metrics is what is missing
-            assert used or re.search(r"\bup\{job=", rule["expr"]), rule["alert"]
+            assert used or agents or re.search(r"\bup\{job=", rule["expr"]), rule["alert"]
             assert used <= exposed, f"{rule['alert']}: {used - exposed} not in /metrics"
+            assert agents <= agent_exposed, f"{rule['alert']}: {agents} not in an agent's"
 
 
 def rules() -> list[dict]:

@@ -109,6 +109,9 @@ class MemberSerializer(serializers.Serializer):
     name = serializers.CharField(source="node.hostname")
     ipAddress = serializers.IPAddressField(source="ip_address")
     cliqueID = serializers.CharField(source="clique.label")
+    cliqueName = serializers.CharField(
+        source="clique.name", help_text="The clique's short name, as the web UI shows it."
+    )
     index = serializers.IntegerField()
     status = serializers.SerializerMethodField()
     state = serializers.ChoiceField(choices=MemberState.choices)

@@ -69,6 +69,12 @@ class NodeSerializer(serializers.ModelSerializer):
     managementIp = serializers.SerializerMethodField()
     rack = serializers.CharField(source="rack.name", allow_null=True, default=None)
     clique = serializers.CharField(source="clique.label", allow_null=True, default=None)
+    cliqueName = serializers.CharField(
+        source="clique.name",
+        allow_null=True,
+        default=None,
+        help_text="The operator's short name of the clique (the web UI's), beside its label.",
+    )
     gpuCount = serializers.IntegerField(source="gpu_count")
     gpuProduct = serializers.CharField(source="gpu_product")
     driverVersion = serializers.CharField(source="driver_version")
@@ -82,7 +88,7 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["hostname", "managementIp", "rack", "slot", "clique", "gpuCount"]
+        fields = ["hostname", "managementIp", "rack", "slot", "clique", "cliqueName", "gpuCount"]
         fields += ["gpuProduct", "driverVersion", "imexVersion", "state", "stateReason"]
         fields += ["lastHeartbeat", "daemonState", "inUse", "domain"]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentwire.messages import ChannelSpec
-from nodeagent.config import CDI_KIND, CHANNEL_MODE, CHANNELS_DIR
+from nodeagent.config import CDI_KIND, CHANNEL_MODE, CHANNELS_DIR, LEGACY_CDI_SPEC
 from nodeagent.files import remove, write_atomic
 
 CDI_VERSION = "0.6.0"
@@ -146,7 +146,8 @@ def cdi_spec(
     file_mode: int = CHANNEL_MODE,
     gid: int | None = None,
 ) -> str:
-    """A CDI spec: `nvidia.com/imex-channel=channel<N>` per channel; `=all` in All mode.
+    """A CDI spec: `imex-channel.portal.domains/channel=channel<N>` per channel; `=all` in
+    All mode.
 
     `path` is where the container sees the node; `hostPath` where it is on this tray;
     `permissions` is the device cgroup access (read, write; no mknod); `fileMode` and `gid`
@@ -183,4 +184,6 @@ def cdi_spec(
 
 
 def remove_cdi(path: Path) -> None:
+    """The tray's static spec, and the one an agent before the kind's rename wrote."""
     remove(path)
+    remove(path.parent / Path(LEGACY_CDI_SPEC).name)

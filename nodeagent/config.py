@@ -23,8 +23,12 @@ from domain_portal import __version__
 AGENT_VERSION = __version__  # shown by --version and sent in the join facts
 STATE_DIR = "var/lib/domain-portal"
 CHANNELS_DIR = "dev/nvidia-caps-imex-channels"
-CDI_SPEC = "etc/cdi/nvidia.com-imex-channel.json"
-CDI_KIND = "nvidia.com/imex-channel"
+# The tray's static CDI spec, in our own vendor's name (the DRA driver's; the per-claim specs
+# are `<vendor>/claim`): NVIDIA's `nvidia.com` kinds are NVIDIA's to define.
+CDI_KIND = "imex-channel.portal.domains/channel"
+CDI_SPEC = "etc/cdi/imex-channel.portal.domains-channel.json"
+# Where agents before the rename wrote it (as `nvidia.com/imex-channel`): removed on sight.
+LEGACY_CDI_SPEC = "etc/cdi/nvidia.com-imex-channel.json"
 # NVIDIA's defaults (the config template of its DRA driver's IMEX daemon, and the IMEX
 # documentation): wait forever for a disconnected peer before cleaning up what it shared,
 # and log at INFO (4).

@@ -13,7 +13,7 @@ import pytest
 
 from nodeagent import imex
 from nodeagent.agent import TrayLog
-from nodeagent.channels import Channels, cdi_spec, channel_numbers
+from nodeagent.channels import Channels, cdi_spec, channel_numbers, remove_cdi
 from nodeagent.config import Paths
 from nodeagent.driver import DriverRoot
 from nodeagent.emulator.tray import GpuFacts, TrayFacts, channel_major_for, prepare_tray
@@ -99,7 +99,7 @@ def test_all_mode_travels_as_a_range():
 
 def test_the_cdi_spec_describes_the_channel_device_nodes(tray):
     spec = json.loads(cdi_spec(numbers=[7], major=237, root=tray, domain_uid="u", mode="Single"))
-    assert spec["cdiVersion"] and spec["kind"] == "nvidia.com/imex-channel"
+    assert spec["cdiVersion"] and spec["kind"] == "imex-channel.portal.domains/channel"
     (device,) = spec["devices"]
     assert device["name"] == "channel7"
     (node,) = device["containerEdits"]["deviceNodes"]
@@ -283,3 +283,15 @@ def test_a_logs_tail_is_its_last_lines_without_a_part_line_or_blanks(tmp_path):
     assert imex.log_tail(log) == [f"line {i}" for i in range(3, 8)]
     log.write_text("y" * 9000 + "\nlast\n")  # the 4 KiB read starts mid-line
     assert imex.log_tail(log) == ["last"]
+
+
+def test_the_spec_an_agent_wrote_under_nvidias_kind_is_removed_with_ours(tray):
+    paths = Paths(tray)
+    legacy = tray / "etc/cdi/nvidia.com-imex-channel.json"
+    legacy.parent.mkdir(parents=True, exist_ok=True)
+    legacy.write_text('{"cdiVersion": "0.5.0", "kind": "nvidia.com/imex-channel", "devices": []}')
+    ours = cdi_spec(numbers=[7], major=237, root=tray, domain_uid="u", mode="Single")
+    write_atomic(paths.cdi_spec, ours)
+    assert paths.cdi_spec.name == "imex-channel.portal.domains-channel.json"
+    remove_cdi(paths.cdi_spec)
+    assert list((tray / "etc/cdi").iterdir()) == []

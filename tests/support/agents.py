@@ -278,7 +278,7 @@ class AgentFleet:
         )
 
     def cdi_spec(self, hostname: str) -> dict[str, Any] | None:
-        path = self.tray_root(hostname) / "etc/cdi/nvidia.com-imex-channel.json"
+        path = Paths(self.tray_root(hostname)).cdi_spec
         return json.loads(path.read_text()) if path.exists() else None
 
     def leftovers(self, hostname: str) -> list[str]:

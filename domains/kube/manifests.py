@@ -86,7 +86,8 @@ class _Context:
         self.name = domain.name
         self.namespace = domain.namespace.name
         self.hostnames = hostnames  # the placed trays; [] when it follows the workload
-        self.clique = clique
+        self.clique = clique  # the label; `where` says the short name beside it
+        self.clique_name = ""
         self.replicas = replicas
         self.gpus = domain.gpus_per_node
         self.follows = domain.num_nodes == 0
@@ -113,7 +114,9 @@ class _Context:
                 "(Forming, Ready or Degraded)"
             )
         hostnames = [m.node.hostname for m in members]
-        return cls(domain, hostnames, members[0].clique.label, len(hostnames))
+        ctx = cls(domain, hostnames, members[0].clique.label, len(hostnames))
+        ctx.clique_name = members[0].clique.name
+        return ctx
 
     @property
     def labels(self) -> dict[str, str]:
@@ -187,7 +190,11 @@ def _dump(ctx: _Context, obj: dict[str, Any]) -> str:
             "# another number of pods with `replicas` on the portal's page or API)"
         )
     else:
-        where = f"{ctx.replicas} pod(s), one per placed tray, in clique {ctx.clique}"
+        # The clique by both its names: the portal's pages call it by the short one.
+        clique = ctx.clique
+        if ctx.clique_name:
+            clique = f"{ctx.clique_name} ({CLIQUE_LABEL}={ctx.clique})"
+        where = f"{ctx.replicas} pod(s), one per placed tray, in clique {clique}"
     header = (
         f"# {obj['kind']} for ComputeDomain {ctx.namespace}/{ctx.name}: {where}.\n"
         f"# Each pod gets the IMEX channel through DRA: its resourceClaims entry names the\n"

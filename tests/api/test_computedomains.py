@@ -82,6 +82,7 @@ def test_a_ready_domain_reads_like_nvidias_status(member, domain_a) -> None:
         "name": members[0].node.hostname,
         "ipAddress": members[0].ip_address,
         "cliqueID": members[0].clique.label,
+        "cliqueName": members[0].clique.name,
         "index": 0,
         "status": "Ready",
         "state": "ready",

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from domains.audit.events import Actor
 from domains.computedomains import services
 from domains.computedomains.fabric import placement_targets
-from domains.computedomains.models import LIVE_PHASES, ComputeDomain, Phase
+from domains.computedomains.models import LIVE_PHASES, ComputeDomain, DomainMember, Phase
 from domains.computedomains.selectors import (
     domain_peers,
     domains_visible_to,
@@ -27,7 +27,7 @@ from domains.computedomains.selectors import (
 )
 from domains.errors import DomainError, InvalidInput, InvalidTransition
 from domains.foresight.maintenance import windows_for_domain
-from domains.inventory.models import Rack
+from domains.inventory.models import Clique, Rack
 from domains.kube.manifests import follow_replicas, parse_replicas, workload_manifests
 from domains.tenancy.models import Namespace, Quota
 from domains.tenancy.selectors import can_request_in
@@ -222,6 +222,7 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "domain": domain,
         "ended": ended,
         "members": members,
+        "clique": _clique_of(members) if not ended else None,
         "active_members": sum(1 for m in members if m.active),
         "down_members": down,
         "others_up": sum(1 for m in members if m.active) - len(down),
@@ -341,6 +342,13 @@ def extend(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
     else:
         messages.error(request, "Pick how long to extend the lease by.")
     return redirect("tenant:domain", namespace.name, domain.uid)
+
+
+def _clique_of(members: list[DomainMember]) -> Clique | None:
+    """The clique the domain's trays are in (always one), shown under its short name and the
+    label the API's `cliqueID` and the manifests use."""
+    held = next((m for m in members if m.active), None)
+    return held.clique if held is not None else None
 
 
 def _racks_of(request: SignedInRequest, members) -> list:

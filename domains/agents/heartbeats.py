@@ -8,7 +8,6 @@ bookkeeping to the lifecycle (`domains.agents.fold`).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from datetime import datetime
@@ -18,8 +17,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from domains.agents.fold import agent_member_report, member_report
-from domains.agents.report import AgentReport, PeerStatus
+from agentwire.messages import StatusReport
+from domains.agents.fold import agent_member_report
 from domains.audit.events import Actor, record_event
 from domains.computedomains.members import (
     REPORTED_FIELDS,
@@ -40,7 +39,7 @@ from domains.sqlnames import column, statement
 RECOVERABLE = (NodeState.UNKNOWN,)
 
 
-def agent_heartbeat(*, node_id: int, token: str, report: AgentReport) -> bool:
+def agent_heartbeat(*, node_id: int, token: str, report: StatusReport) -> bool:
     """Any report of a tray in service, the steady state of 2,000 trays every 10 s, in one
     statement.
 
@@ -59,7 +58,7 @@ def agent_heartbeat(*, node_id: int, token: str, report: AgentReport) -> bool:
     params = [
         meta.get_field("last_heartbeat").get_db_prep_save(now, connection),
         meta.get_field("agent_report").get_db_prep_save(stored_report(report, now), connection),
-        report.daemon_state,
+        report["daemon_state"],
         node_id,
         hash_token(token),
         *RECOVERABLE,
@@ -70,21 +69,20 @@ def agent_heartbeat(*, node_id: int, token: str, report: AgentReport) -> bool:
     if row is None:
         return False
     old_daemon, domain_id, uid, phase, generation, *fields = row
-    if old_daemon != report.daemon_state:
+    if old_daemon != report["daemon_state"]:
         announce_nodes([node_id])  # the fabric view shows the daemon's state
     if domain_id is None:
         return True
     member = dict(zip(REPORTED_FIELDS, fields, strict=True))
     if isinstance(member["connections"], str):  # Django reads jsonb as text and decodes it
         member["connections"] = json.loads(member["connections"])
-    folded = member_report(report)
     if report_changes_member(
-        uid=str(uid), phase=phase, generation=generation, member=member, report=folded
+        uid=str(uid), phase=phase, generation=generation, member=member, report=report
     ):
         if settings.PORTAL["FOLD_REPORTS_ON_WORKER"]:
             announce_member_reports(domain_id)
         else:
-            domain_members_report(domain_id=domain_id, reports={node_id: folded})
+            domain_members_report(domain_id=domain_id, reports={node_id: report})
     return True
 
 
@@ -115,21 +113,13 @@ def _heartbeat_sql() -> str:
     )
 
 
-_REPORT_FIELDS = tuple(f.name for f in dataclasses.fields(AgentReport))
-_PEER_FIELDS = tuple(f.name for f in dataclasses.fields(PeerStatus))
+def stored_report(report: StatusReport, received_at: datetime) -> dict[str, Any]:
+    """The report as the tray keeps it (`Node.agent_report`): the agent's document, and when
+    it was received."""
+    return {**report, "received_at": received_at.isoformat()}
 
 
-def stored_report(report: AgentReport, received_at: datetime) -> dict[str, Any]:
-    """`dataclasses.asdict(report)` and when it was received; built field by field, as
-    asdict's deep copies cost more than the heartbeat's statement."""
-    stored = {name: getattr(report, name) for name in _REPORT_FIELDS}
-    stored["peers"] = [{name: getattr(p, name) for name in _PEER_FIELDS} for p in report.peers]
-    stored["channels_present"] = list(report.channels_present)
-    stored["received_at"] = received_at.isoformat()
-    return stored
-
-
-def agent_report(*, node: Node, report: AgentReport) -> None:
+def agent_report(*, node: Node, report: StatusReport) -> None:
     """Record what the agent observed (the heartbeat) and fold it into its membership.
 
     The heartbeat is one UPDATE in autocommit: every tray sends one every few seconds, and
@@ -139,10 +129,10 @@ def agent_report(*, node: Node, report: AgentReport) -> None:
     now = timezone.now()
     updates: dict[str, Any] = {
         "last_heartbeat": now,
-        "daemon_state": report.daemon_state,
+        "daemon_state": report["daemon_state"],
         "agent_report": stored_report(report, now),
     }
-    changed = node.daemon_state != report.daemon_state
+    changed = node.daemon_state != report["daemon_state"]
     if node.state in RECOVERABLE:
         updates |= {"state": NodeState.READY, "state_reason": ""}
         changed = True

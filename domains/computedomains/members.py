@@ -11,15 +11,15 @@ lock, one UPDATE, one INSERT of their events, one aggregation) costs what one of
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
 
+from agentwire.messages import StatusReport, Step
 from domains.audit.events import Actor, new_event, record_events
 from domains.computedomains.models import (
     ComputeDomain,
@@ -31,20 +31,16 @@ from domains.computedomains.phases import aggregate, lock_domain, release_member
 from domains.computedomains.selectors import RUNNING_PHASES
 from domains.signals import announce_domain, announce_nodes
 
-
-@dataclass(frozen=True)
-class MemberReport:
-    """What a member's agent observed, in the lifecycle's words (`domains.agents` turns its
-    protocol's report into this)."""
-
-    domain_uid: str | None  # the domain the tray serves or is tearing down
-    state: str  # the MemberState the agent's step amounts to while the domain runs
-    clean: bool  # no daemon, channel, config or CDI spec left on the tray
-    generation_applied: int  # generation of the desired state the tray now matches
-    step: str
-    message: str
-    daemon_state: str
-    connections: dict[str, str]  # peer index → connection status
+# What each step of the agent means for its member while the domain runs.
+STEP_STATE = {
+    Step.CONFIGURING: MemberState.CONFIGURING,
+    Step.STARTING_DAEMON: MemberState.CONFIGURING,
+    Step.WAITING_PEERS: MemberState.WAITING_PEERS,
+    Step.READY: MemberState.READY,
+    Step.FAILED: MemberState.FAILED,
+    Step.RELEASING: MemberState.CONFIGURING,  # tearing down something else first
+    Step.IDLE: MemberState.ASSIGNED,  # has not picked the domain up yet
+}
 
 
 _STATE_STAMP: dict[str, str] = {
@@ -69,7 +65,7 @@ _FOLD_FIELDS = (
 _FOLD_STORED_FIELDS = (*_FOLD_FIELDS, "assigned_at", "node__agent_report")
 
 
-def domain_member_report(*, node_id: int, report: MemberReport) -> None:
+def domain_member_report(*, node_id: int, report: StatusReport) -> None:
     """Fold one agent report into its member's state and the domain's phase, now.
 
     Reports are level-triggered observations, so an old or repeated one is harmless: a
@@ -100,7 +96,7 @@ def domain_member_report(*, node_id: int, report: MemberReport) -> None:
 
 
 def report_changes_member(
-    *, uid: str, phase: str, generation: int, member: Mapping[str, Any], report: MemberReport
+    *, uid: str, phase: str, generation: int, member: Mapping[str, Any], report: StatusReport
 ) -> bool:
     """Whether folding `report` would change the member (its `REPORTED_FIELDS` given), in a
     domain with this uid, phase and generation. No query: the agents' heartbeat reads
@@ -112,36 +108,31 @@ def report_changes_member(
     return state != member["state"] or any(member[k] != v for k, v in fields.items())
 
 
-# Reads the report a tray stored (`Node.agent_report`) as a MemberReport; None when there is
-# none received since the given time.
-StoredReport = Callable[[dict[str, Any], datetime], "MemberReport | None"]
-
-
 def domain_members_report(
     *,
     domain_id: int,
-    reports: Mapping[int, MemberReport] | None = None,
-    stored: StoredReport | None = None,
+    reports: Mapping[int, StatusReport] | None = None,
+    stored: bool = False,
 ) -> int:
     """Fold the reports (node id → its agent's latest report) of one domain's members in one
     transaction, and the members' states into the phase once. Returns how many members
     changed. Reports of trays that hold no active membership in the domain are ignored.
 
-    With `stored` instead of `reports`, each active member's report is the one its tray
-    stored, read by `stored` with the members themselves (one query, not two)."""
+    `stored` instead of `reports`: each active member's report is the one its tray stored
+    (`Node.agent_report`), read with the members themselves (one query, not two)."""
     with transaction.atomic():
         domain = lock_domain(domain_id)
         if domain is None:
             return 0
-        columns = _FOLD_FIELDS if stored is None else _FOLD_STORED_FIELDS
+        columns = _FOLD_STORED_FIELDS if stored else _FOLD_FIELDS
         members = list(
             DomainMember.objects.filter(domain_id=domain_id)
             .select_related("node")
             .only(*columns)
             .order_by("index")
         )
-        if stored is not None:
-            reports = _stored_reports(domain, members, stored)
+        if stored:
+            reports = _stored_reports(domain, members)
         elif reports is None:
             raise TypeError("domain_members_report needs reports or stored")
         now = timezone.now()
@@ -160,7 +151,7 @@ def domain_members_report(
             key = json.dumps(fields, sort_keys=True, cls=DjangoJSONEncoder)
             writes.setdefault(key, (fields, []))[1].append(member.pk)
             if verb:
-                message = member.message if verb != "member.released" else report.message
+                message = member.message if verb != "member.released" else _said(report)
                 events.append(_member_event(domain, member, verb, message[:2000]))
         if not writes:
             return 0
@@ -174,9 +165,7 @@ def domain_members_report(
         return sum(len(pks) for _, pks in writes.values())
 
 
-def _stored_reports(
-    domain: ComputeDomain, members: list[DomainMember], stored: StoredReport
-) -> dict[int, MemberReport]:
+def _stored_reports(domain: ComputeDomain, members: list[DomainMember]) -> dict[int, StatusReport]:
     reports = {}
     for member in members:
         if not member.active:
@@ -185,38 +174,57 @@ def _stored_reports(
         # before the tray joined, or before the release, must not count (a stale "clean"
         # would let go of a tray whose agent never confirmed the release).
         since = max(member.assigned_at, domain.release_requested_at or member.assigned_at)
-        report = stored(member.node.agent_report, since)
+        report = _received_since(member.node.agent_report, since)
         if report is not None:
             reports[member.node_id] = report
     return reports
 
 
+def _received_since(stored: dict[str, Any], since: datetime) -> StatusReport | None:
+    """The report a tray stored (the agent's, with `received_at`), if received `since`."""
+    if not stored or "step" not in stored:
+        return None
+    try:
+        if datetime.fromisoformat(stored["received_at"]) < since:
+            return None
+    except (KeyError, TypeError, ValueError):
+        return None
+    return cast(StatusReport, stored)
+
+
+def _said(report: StatusReport) -> str:
+    """What the agent said: its error, else its message."""
+    return report.get("error") or report.get("message", "")
+
+
 def _outcome(
-    uid: str, phase: str, generation: int, report: MemberReport
+    uid: str, phase: str, generation: int, report: StatusReport
 ) -> tuple[str, dict[str, Any]] | None:
     """(member state, fields) the report calls for; None when it is not about this domain
     or the domain is past listening. State RELEASED means: the tray is clean, let it go."""
-    if report.domain_uid not in (None, uid):
+    if report.get("domain_uid") not in (None, uid):
         return None  # still about a domain the tray served before
+    step, applied = report["step"], report["generation_applied"]
     fields: dict[str, Any] = {
-        "step": report.step[:64],
-        "message": report.message[:2000],
-        "daemon_state": report.daemon_state[:32],
-        "connections": report.connections,
-        "generation_applied": report.generation_applied,
+        "step": step[:64],
+        "message": _said(report)[:2000],
+        "daemon_state": report.get("daemon_state", "")[:32],
+        "connections": {str(p["index"]): p["status"] for p in report.get("peers") or []},
+        "generation_applied": applied,
     }
     if phase == Phase.RELEASING:
-        return (MemberState.RELEASED if report.clean else MemberState.RELEASING), fields
+        clean = report.get("clean", False)
+        return (MemberState.RELEASED if clean else MemberState.RELEASING), fields
     if phase in RUNNING_PHASES:
-        state = report.state
-        if state == MemberState.READY and report.generation_applied < generation:
+        state = STEP_STATE.get(step, MemberState.CONFIGURING)
+        if state == MemberState.READY and applied < generation:
             state = MemberState.CONFIGURING  # ready, but for a desired state since replaced
         return state, fields
     return None
 
 
 def _fold(
-    domain: ComputeDomain, member: DomainMember, report: MemberReport, now: datetime
+    domain: ComputeDomain, member: DomainMember, report: StatusReport, now: datetime
 ) -> tuple[str, dict[str, Any]] | None:
     """Apply the report to the member in memory: None when it changes nothing, else (the
     verb of the event its state change writes, "" when only its fields changed; the fields

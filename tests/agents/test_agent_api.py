@@ -7,10 +7,10 @@ from django.conf import settings
 from django.test import override_settings
 from rest_framework.test import APIClient
 
+from agentwire.messages import StatusReport, Step, status_report
 from domains.agents.heartbeats import agent_heartbeat
 from domains.agents.joining import agent_join
 from domains.agents.models import JoinToken
-from domains.agents.report import AgentReport, Step
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import AllocationMode, DomainMember, MemberState, Phase
@@ -267,8 +267,8 @@ def test_a_tray_marked_gone_cannot_join(rack):
 # --- a report of a tray in service in one statement (the fast path's) -------------------------
 
 
-def idle_report(**over: object) -> AgentReport:
-    return AgentReport(**{"domain_uid": None, "generation_applied": 0, "step": Step.IDLE} | over)
+def idle_report(**over: object) -> StatusReport:
+    return status_report(**{"domain_uid": None, "generation_applied": 0, "step": Step.IDLE} | over)
 
 
 def test_a_steady_heartbeat_is_one_statement(rack, django_assert_num_queries):

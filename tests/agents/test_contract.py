@@ -16,7 +16,6 @@ from agentwire.messages import (
 )
 from domains.agents.desired import desired_state_for
 from domains.agents.models import JoinToken
-from domains.agents.report import Step as PortalStep
 from domains.audit.events import Actor
 from domains.computedomains.models import AllocationMode, Phase
 from domains.computedomains.phases import domain_fail
@@ -74,10 +73,6 @@ def served(client: APIClient, node_id: int) -> dict:
     resp = client.get(f"/api/v1/agent/nodes/{node_id}/desired/")
     assert resp.status_code == 200
     return resp.json()
-
-
-def test_the_portals_steps_are_the_contracts():
-    assert PortalStep.ALL == Step.ALL
 
 
 @pytest.mark.parametrize("mode", [AllocationMode.SINGLE, AllocationMode.ALL])

@@ -7,10 +7,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from agentwire.messages import Step, status_report
 from domains.agents.fold import reports_fold
 from domains.agents.heartbeats import agent_heartbeat
 from domains.agents.joining import agent_join
-from domains.agents.report import AgentReport, Step
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain, DomainMember, MemberState, Phase
@@ -111,7 +111,7 @@ def test_clean_reports_folded_at_once_finish_the_release(
     reports_fold(domain_id=domain.pk)
     domain_release(actor=Actor.for_user(tenant_a), domain=domain)
     domain.refresh_from_db()
-    clean = AgentReport(
+    clean = status_report(
         domain_uid=str(domain.uid),
         generation_applied=domain.generation,
         step=Step.IDLE,
@@ -133,7 +133,7 @@ def test_a_report_about_another_domain_queues_no_fold(
 ):
     _, tokens = placed_with_tokens(big_ns, tenant_a, 2)
     node, token = next(iter(tokens.items()))
-    stale = AgentReport(
+    stale = status_report(
         domain_uid="00000000-0000-4000-8000-000000000000", generation_applied=1, step=Step.READY
     )
     with django_capture_on_commit_callbacks() as callbacks:
@@ -147,12 +147,12 @@ def test_a_clean_report_from_before_the_release_lets_no_tray_go(
     domain, tokens = placed_with_tokens(big_ns, tenant_a, 2)
     (early, early_token), (late, late_token) = tokens.items()
     # Before it fetched its desired state, one tray said it was idle and clean.
-    idle = AgentReport(domain_uid=None, generation_applied=0, step=Step.IDLE, clean=True)
+    idle = status_report(domain_uid=None, generation_applied=0, step=Step.IDLE, clean=True)
     with django_capture_on_commit_callbacks():
         assert agent_heartbeat(node_id=early.pk, token=early_token, report=idle)
     domain_release(actor=Actor.for_user(tenant_a), domain=domain)
     domain.refresh_from_db()
-    clean = AgentReport(
+    clean = status_report(
         domain_uid=str(domain.uid),
         generation_applied=domain.generation,
         step=Step.IDLE,

@@ -1,19 +1,18 @@
 """The fast path recognises a report in the agent's own form without DRF
 (`canonical_report`): whatever it accepts, ReportSerializer accepts too and reads as the
-same AgentReport; the rest is left to the serializer, which names what is wrong."""
+same document; the rest is left to the serializer, which names what is wrong. Both are
+generated from the contract's `StatusReport`."""
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentwire.messages import DOMAIN_STATES, PEER_STATUSES
+from agentwire.messages import DOMAIN_STATES, PEER_STATUSES, StatusReport, Step, status_report
 from domains.agents.heartbeats import stored_report
-from domains.agents.report import AgentReport, Step
 from portal.api.agent.serializers import ReportSerializer, canonical_report
 
 UID = "0b7e3c4e-8d6a-4f1e-9a55-3f7f0d2c9e11"
@@ -36,9 +35,9 @@ def agent_report(**over: Any) -> dict[str, Any]:
     return doc | over
 
 
-def drf(data: Any) -> AgentReport | None:
+def drf(data: Any) -> StatusReport | None:
     serializer = ReportSerializer(data=data)
-    return serializer.report() if serializer.is_valid() else None
+    return serializer.document() if serializer.is_valid() else None
 
 
 def test_the_agents_reports_are_recognised_as_the_serializer_reads_them():
@@ -119,10 +118,20 @@ def test_what_is_recognised_the_serializer_accepts_and_reads_the_same(doc):
         assert drf(doc) == fast
 
 
-def test_the_stored_report_is_asdict_of_it():
+def test_the_stored_report_is_the_agents_document_and_when_it_came():
     report = canonical_report(agent_report())
     assert report is not None
     at = datetime(2026, 11, 23, tzinfo=UTC)
-    assert stored_report(report, at) == dataclasses.asdict(report) | {"received_at": at.isoformat()}
-    bare = AgentReport(domain_uid=None, generation_applied=0, step=Step.IDLE)
-    assert stored_report(bare, at) == dataclasses.asdict(bare) | {"received_at": at.isoformat()}
+    assert stored_report(report, at) == agent_report() | {"received_at": at.isoformat()}
+    bare = status_report(domain_uid=None, generation_applied=0, step=Step.IDLE)
+    assert stored_report(bare, at) == drf({"generation_applied": 0, "step": Step.IDLE}) | {
+        "received_at": at.isoformat()
+    }
+
+
+def test_a_field_added_to_the_contract_is_validated_and_defaulted_without_more_code():
+    fields = set(ReportSerializer().fields)
+    assert fields == set(StatusReport.__annotations__)
+    assert drf({"generation_applied": 0, "step": Step.IDLE}) == status_report(
+        domain_uid=None, generation_applied=0, step=Step.IDLE
+    )

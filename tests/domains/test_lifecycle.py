@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from agentwire.messages import Step, status_report
 from domains.agents.fold import agent_member_report
-from domains.agents.report import AgentReport, Step
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.fabric import fabric_read, topology_snapshot
@@ -110,7 +110,7 @@ def test_a_report_about_another_domain_changes_nothing(topology, ns_a, tenant_a)
     node = domain_peers(domain)[0].node
     agent_member_report(
         node_id=node.pk,
-        report=AgentReport(domain_uid=str(uuid.uuid4()), generation_applied=9, step=Step.READY),
+        report=status_report(domain_uid=str(uuid.uuid4()), generation_applied=9, step=Step.READY),
     )
     assert domain_peers(domain)[0].state == MemberState.ASSIGNED
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from agentwire.messages import Step, status_report
 from domains.agents.heartbeats import agent_report
-from domains.agents.report import AgentReport, Step
 from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.computedomains.selectors import desired_member, member_should_run
@@ -46,9 +46,9 @@ class ScriptedAgents:
         for node in self.nodes:
             member = desired_member(node)
             if member is None:
-                report = AgentReport(domain_uid=None, generation_applied=0, step=Step.IDLE)
+                report = status_report(domain_uid=None, generation_applied=0, step=Step.IDLE)
             elif member_should_run(member):
-                report = AgentReport(
+                report = status_report(
                     domain_uid=str(member.domain.uid),
                     generation_applied=member.domain.generation,
                     step=Step.READY,
@@ -57,7 +57,7 @@ class ScriptedAgents:
                     channels_present=[1],
                 )
             else:
-                report = AgentReport(
+                report = status_report(
                     domain_uid=None,
                     generation_applied=member.domain.generation,
                     step=Step.IDLE,

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from rest_framework.test import APIClient
 
+from agentwire.messages import Step
 from domains.agents.joining import agent_join
-from domains.agents.report import Step
 from domains.audit.models import Event
 from domains.computedomains.models import DomainMember, MemberState
 from domains.inventory.models import Node, NodeState

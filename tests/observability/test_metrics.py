@@ -16,8 +16,8 @@ from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 
+from agentwire.messages import Step
 from domain_portal import __version__
-from domains.agents.report import Step
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains import tallies

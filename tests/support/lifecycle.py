@@ -13,8 +13,8 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
+from agentwire.messages import PeerStatus, StatusReport, Step, status_report
 from domains.agents.fold import agent_member_report
-from domains.agents.report import AgentReport, PeerStatus, Step
 from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain
 from domains.computedomains.placing import domain_place
@@ -56,7 +56,7 @@ def report(node: Node, domain: ComputeDomain | None, step: str, **kw: Any) -> No
     generation = kw.pop("generation", domain.generation if domain else 0)
     agent_member_report(
         node_id=node.pk,
-        report=AgentReport(
+        report=status_report(
             domain_uid=str(domain.uid) if domain is not None else None,
             generation_applied=generation,
             step=step,
@@ -65,17 +65,17 @@ def report(node: Node, domain: ComputeDomain | None, step: str, **kw: Any) -> No
     )
 
 
-def ready_report(domain: ComputeDomain) -> AgentReport:
+def ready_report(domain: ComputeDomain) -> StatusReport:
     """What a member's agent reports once its daemon is READY and every peer connected."""
     domain.refresh_from_db()
     members = domain.members.order_by("index").values_list("index", "ip_address")
-    return AgentReport(
+    return status_report(
         domain_uid=str(domain.uid),
         generation_applied=domain.generation,
         step=Step.READY,
         daemon_state="READY",
         domain_state="UP",
-        peers=[PeerStatus(index, ip, "CONNECTED") for index, ip in members],
+        peers=[PeerStatus(index=index, ip=ip, status="CONNECTED") for index, ip in members],
         message="IMEX daemon READY",
     )
 

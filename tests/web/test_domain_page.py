@@ -40,15 +40,18 @@ def test_a_domain_that_follows_its_workload_shows_it_waiting_then_joins_and_leav
 
 
 def test_the_tray_page_shows_the_daemons_last_log_lines_when_it_exited(client, operator, topology):
+    from agentwire.messages import Step, status_report
     from domains.agents.heartbeats import agent_report
-    from domains.agents.report import AgentReport, Step
 
     node = topology.nodes.get(slot=1)
     error = (
         "nvidia-imex exited (exit code 1); starting it again in 2 s\nIts log ends:\n"
         "nvidia-imex: bind 127.0.1.1:50000: [Errno 98] Address already in use"
     )
-    agent_report(node=node, report=AgentReport(None, 0, Step.IDLE, error=error))
+    agent_report(
+        node=node,
+        report=status_report(domain_uid=None, generation_applied=0, step=Step.IDLE, error=error),
+    )
     client.force_login(operator)
     page = client.get(reverse("operator:node", args=[node.hostname])).content.decode()
     step = page.split('id="node-agent-step">', 1)[1].split("</dd>", 1)[0]
@@ -112,7 +115,7 @@ def test_the_domain_page_names_its_channel_numbers_as_numbers(client, tenant_a, 
 def test_a_tray_forming_again_after_a_recovery_shows_its_steps_in_order(
     client, tenant_a, ready_domain
 ):
-    from domains.agents.report import Step
+    from agentwire.messages import Step
     from tests.support.lifecycle import report
 
     member = ready_domain.members.select_related("node").order_by("index").first()

@@ -185,7 +185,7 @@ def _report(node_id: int, token: str, body: bytes) -> tuple[int, bytes] | None:
         serializer = ReportSerializer(data=data)
         if not serializer.is_valid():
             return None
-        report = serializer.report()
+        report = serializer.document()
     if not agent_heartbeat(node_id=node_id, token=token, report=report):
         node = node_for_token(token)
         if node is None or node.pk != node_id:

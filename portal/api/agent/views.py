@@ -89,7 +89,7 @@ class StatusView(NodeScopedView):
         node = self.own_node(request, node_id)
         serializer = ReportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        agent_report(node=node, report=serializer.report())
+        agent_report(node=node, report=serializer.document())
         body: dict[str, Any] = {"ok": True}
         return Response(body)
 

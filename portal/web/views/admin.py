@@ -277,6 +277,8 @@ def audit(request: SignedInRequest) -> HttpResponseBase:
         "query": query.urlencode(),
         "export": export.urlencode(),
         "invalid": form.is_bound and not form.is_valid(),
+        # "match these filters" only when there are filters: otherwise the log is empty.
+        "filtered": any(request.GET.get(field) for field in form.fields),
     }
     return render(request, "admin/audit.html", context)
 

@@ -6,13 +6,15 @@ generated from the contract's `StatusReport`."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentwire.messages import DOMAIN_STATES, PEER_STATUSES, StatusReport, Step, status_report
+from agentwire.schema import json_schema, wire
 from domains.agents.heartbeats import stored_report
+from portal.api.agent.contract import canonical_check, serializer_for
 from portal.api.agent.serializers import ReportSerializer, canonical_report
 
 UID = "0b7e3c4e-8d6a-4f1e-9a55-3f7f0d2c9e11"
@@ -129,9 +131,26 @@ def test_the_stored_report_is_the_agents_document_and_when_it_came():
     }
 
 
-def test_a_field_added_to_the_contract_is_validated_and_defaulted_without_more_code():
-    fields = set(ReportSerializer().fields)
-    assert fields == set(StatusReport.__annotations__)
+def test_every_field_of_the_contract_is_validated_and_defaulted():
+    assert set(ReportSerializer().fields) == set(StatusReport.__annotations__)
     assert drf({"generation_applied": 0, "step": Step.IDLE}) == status_report(
         domain_uid=None, generation_applied=0, step=Step.IDLE
     )
+
+
+class WithTemperature(StatusReport):
+    """The report with one field more, as a change to the contract would add it."""
+
+    gpu_temperature: Annotated[int, wire(0, minimum=0, maximum=200)]
+
+
+def test_a_field_added_to_the_contract_needs_no_code_of_the_portals_to_be_checked():
+    check, serializer = canonical_check(WithTemperature), serializer_for(WithTemperature)
+    assert check(agent_report(gpu_temperature=70))
+    assert not check(agent_report())  # the agent's own form carries every field
+    refused = serializer(data=agent_report(gpu_temperature=300))
+    assert not refused.is_valid() and set(refused.errors) == {"gpu_temperature"}
+    defaulted = serializer(data=agent_report())
+    assert defaulted.is_valid() and defaulted.document()["gpu_temperature"] == 0
+    schema = json_schema(WithTemperature)["properties"]["gpu_temperature"]
+    assert schema == {"type": "integer", "minimum": 0, "maximum": 200}

@@ -12,6 +12,7 @@ from nodeagent.config import Paths
 from tests import factories
 from tests.e2e.conftest import IP_PREFIX, phase_of, release_domain, request_domain, verbs
 from tests.support.agents import AgentFleet, wait_for
+from tests.support.processes import pods_supported
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -33,8 +34,10 @@ def imex_processes_using(config: Path) -> list[int]:
 
 
 def test_an_18_tray_domain_forms_end_to_end_and_release_leaves_nothing(portal, tenant_api):
+    """As the Helm chart runs it: the agents in one pod, each tray's IMEX runner (the parent
+    of its daemon) in another, each pod its own PID and mount namespace."""
     (rack,) = factories.make_racks("18", ip_prefix=IP_PREFIX)
-    with AgentFleet(portal, Node.objects.filter(rack=rack)) as fleet:
+    with AgentFleet(portal, Node.objects.filter(rack=rack), pods=pods_supported()) as fleet:
         fleet.wait_joined()
         domain = request_domain(tenant_api, "rack-wide", 18, request_id="e2e-rack-wide-1")
         wait_for(lambda: phase_of(domain) == Phase.READY, 60, "domain Ready")

@@ -155,7 +155,13 @@ class LabelsField(serializers.DictField):
 class ReasonSerializer(StrictSerializer):
     """Body of actions that take an optional human reason (cordon, drain, deny, release)."""
 
-    reason = StrictCharField(required=False, allow_blank=True, max_length=300, default="")
+    reason = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=300,
+        default="",
+        help_text="Why, in words; kept in the audit log.",
+    )
 
 
 class AcceptSerializer(ReasonSerializer):

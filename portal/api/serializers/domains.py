@@ -26,7 +26,7 @@ from domains.computedomains.models import (
     Phase,
     PlacementConstraint,
 )
-from domains.computedomains.specs import DomainSpec, DryRunResult
+from domains.computedomains.specs import DomainSpec
 from domains.foresight.models import EstimateReason, PlacementEstimate
 from domains.validators import DNS1123_LABEL_MAX, validate_dns1123_label
 from portal.api.serializers.common import (
@@ -61,63 +61,98 @@ SPEC_FIELD_PATHS = {
 
 
 class ObjectMetaSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    namespace = serializers.CharField(source="namespace.name")
-    uid = serializers.UUIDField()
-    creationTimestamp = serializers.DateTimeField(source="created_at")
-    generation = serializers.IntegerField()
-    labels = serializers.DictField(child=serializers.CharField())
+    name = serializers.CharField(
+        help_text="The domain's name; no two live domains of a namespace share one."
+    )
+    namespace = serializers.CharField(source="namespace.name", help_text="Its namespace.")
+    uid = serializers.UUIDField(help_text="Its identity for good (a name is reused later).")
+    creationTimestamp = serializers.DateTimeField(
+        source="created_at", help_text="When it was requested."
+    )
+    generation = serializers.IntegerField(
+        help_text="Bumped whenever the desired state of its trays changes."
+    )
+    labels = serializers.DictField(
+        child=serializers.CharField(), help_text="Kubernetes-style labels given at creation."
+    )
 
 
 class ResourceClaimTemplateSerializer(serializers.Serializer):
-    name = serializers.CharField(source="resource_claim_template")
+    name = serializers.CharField(
+        source="resource_claim_template",
+        help_text="The ResourceClaimTemplate (in the namespace) pods claim the channel with.",
+    )
 
 
 class ChannelSerializer(serializers.Serializer):
-    resourceClaimTemplate = ResourceClaimTemplateSerializer(source="*")
+    resourceClaimTemplate = ResourceClaimTemplateSerializer(
+        source="*", help_text="NVIDIA's: the claim template for the domain's IMEX channel."
+    )
     allocationMode = serializers.ChoiceField(
-        source="allocation_mode", choices=AllocationMode.choices
+        source="allocation_mode",
+        choices=AllocationMode.choices,
+        help_text="`Single`: one IMEX channel; `All`: every channel on the member trays.",
     )
 
 
 class PlacementSerializer(serializers.Serializer):
     constraint = serializers.ChoiceField(
-        source="placement_constraint", choices=PlacementConstraint.choices
+        source="placement_constraint",
+        choices=PlacementConstraint.choices,
+        help_text="`any` clique, a given `clique` or a given `rack`.",
     )
-    target = serializers.CharField(source="placement_target")
+    target = serializers.CharField(
+        source="placement_target", help_text="The clique or rack named; empty for `any`."
+    )
 
 
 class SpecSerializer(serializers.Serializer):
-    numNodes = serializers.IntegerField(source="num_nodes")
-    gpusPerNode = serializers.IntegerField(source="gpus_per_node")
-    channel = ChannelSerializer(source="*")
-    placement = PlacementSerializer(source="*")
-    lifetime = DurationField(allow_null=True)
+    numNodes = serializers.IntegerField(
+        source="num_nodes",
+        help_text="Trays, all in one NVLink clique; 0: the domain follows its workload.",
+    )
+    gpusPerNode = serializers.IntegerField(
+        source="gpus_per_node", help_text="GPUs it uses on each tray."
+    )
+    channel = ChannelSerializer(source="*", help_text="NVIDIA's channel block.")
+    placement = PlacementSerializer(source="*", help_text="Where its trays may come from.")
+    lifetime = DurationField(allow_null=True, help_text="The lease, e.g. `24h`; null: none.")
 
 
 class ConditionSerializer(serializers.Serializer):
-    type = serializers.CharField()
-    status = serializers.ChoiceField(choices=["True", "False", "Unknown"])
-    lastTransitionTime = serializers.DateTimeField()
-    reason = serializers.CharField()
-    message = serializers.CharField(allow_blank=True)
+    type = serializers.CharField(
+        help_text="`Admitted`, `Placed`, `Ready`; once it ends, `Released` or `Failed`."
+    )
+    status = serializers.ChoiceField(
+        choices=["True", "False", "Unknown"], help_text="Whether it holds, Kubernetes-style."
+    )
+    lastTransitionTime = serializers.DateTimeField(help_text="When `status` last changed.")
+    reason = serializers.CharField(help_text="One CamelCase word, e.g. `AllMembersReady`.")
+    message = serializers.CharField(allow_blank=True, help_text="Details in words, or empty.")
 
 
 class MemberSerializer(serializers.Serializer):
     """One entry of NVIDIA's `status.nodes`, plus the tray's own progress."""
 
-    name = serializers.CharField(source="node.hostname")
-    ipAddress = serializers.IPAddressField(source="ip_address")
-    cliqueID = serializers.CharField(source="clique.label")
-    cliqueName = serializers.CharField(
-        source="clique.name", help_text="The clique's short name, as the web UI shows it."
+    name = serializers.CharField(source="node.hostname", help_text="The tray's hostname.")
+    ipAddress = serializers.IPAddressField(
+        source="ip_address", help_text="Where the other members' IMEX daemons reach this one."
     )
-    index = serializers.IntegerField()
-    status = serializers.SerializerMethodField()
-    state = serializers.ChoiceField(choices=MemberState.choices)
-    step = serializers.CharField()
-    message = serializers.CharField()
-    stateChangedAt = serializers.DateTimeField(source="state_changed_at")
+    cliqueID = serializers.CharField(
+        source="clique.label", help_text="Its `nvidia.com/gpu.clique` label."
+    )
+    index = serializers.IntegerField(help_text="Its place in the domain, from 0.")
+    status = serializers.SerializerMethodField(
+        help_text="NVIDIA's: `Ready` when `state` is `ready`."
+    )
+    state = serializers.ChoiceField(
+        choices=MemberState.choices, help_text="The tray's own progress in the domain."
+    )
+    step = serializers.CharField(help_text="What its agent is doing now; empty when idle.")
+    message = serializers.CharField(help_text="Its agent's last word on it, e.g. an error.")
+    stateChangedAt = serializers.DateTimeField(
+        source="state_changed_at", help_text="When `state` last changed."
+    )
 
     @extend_schema_field(serializers.ChoiceField(choices=[READY, NOT_READY]))
     def get_status(self, member: DomainMember) -> str:
@@ -125,17 +160,35 @@ class MemberSerializer(serializers.Serializer):
 
 
 class StatusSerializer(serializers.Serializer):
-    status = serializers.SerializerMethodField()
-    phase = serializers.ChoiceField(choices=Phase.choices)
-    reason = serializers.CharField()
-    message = serializers.CharField()
-    approval = serializers.ChoiceField(source="approval_state", choices=ApprovalState.choices)
-    leaseExpiresAt = serializers.DateTimeField(source="lease_expires_at", allow_null=True)
+    status = serializers.SerializerMethodField(
+        help_text="NVIDIA's summary: `Ready` only in phase Ready."
+    )
+    phase = serializers.ChoiceField(
+        choices=Phase.choices,
+        help_text="Pending, Admitted, Forming, Ready (Degraded when it lost a tray), "
+        "Releasing, Released; or Failed.",
+    )
+    reason = serializers.CharField(help_text="Why it is where it is: one CamelCase word.")
+    message = serializers.CharField(help_text="The same, in words.")
+    approval = serializers.ChoiceField(
+        source="approval_state",
+        choices=ApprovalState.choices,
+        help_text="`pending` while a portal admin must decide; else the decision.",
+    )
+    leaseExpiresAt = serializers.DateTimeField(
+        source="lease_expires_at",
+        allow_null=True,
+        help_text="When the lease ends and it is released; null until placed, or without one.",
+    )
     estimatedPlacementAt = serializers.SerializerMethodField()
     estimateReason = serializers.SerializerMethodField()
-    estimateMessage = serializers.SerializerMethodField()
-    conditions = serializers.SerializerMethodField()
-    nodes = MemberSerializer(source="members.all", many=True)
+    estimateMessage = serializers.SerializerMethodField(
+        help_text="The estimate in words, or why none can be given."
+    )
+    conditions = serializers.SerializerMethodField(help_text="Kubernetes-style conditions.")
+    nodes = MemberSerializer(
+        source="members.all", many=True, help_text="Its trays (NVIDIA's `status.nodes`)."
+    )
 
     @extend_schema_field(serializers.ChoiceField(choices=[READY, NOT_READY]))
     def get_status(self, domain: ComputeDomain) -> str:
@@ -231,11 +284,11 @@ def domain_conditions(domain: ComputeDomain) -> list[dict[str, Any]]:
 
 
 class ComputeDomainSerializer(serializers.Serializer):
-    apiVersion = serializers.SerializerMethodField()
-    kind = serializers.SerializerMethodField()
-    metadata = ObjectMetaSerializer(source="*")
-    spec = SpecSerializer(source="*")
-    status = StatusSerializer(source="*")
+    apiVersion = serializers.SerializerMethodField(help_text="As NVIDIA's objects.")
+    kind = serializers.SerializerMethodField(help_text="As NVIDIA's objects.")
+    metadata = ObjectMetaSerializer(source="*", help_text="Its name and identity.")
+    spec = SpecSerializer(source="*", help_text="What was asked for; fixed at creation.")
+    status = StatusSerializer(source="*", help_text="Where it stands now.")
 
     @extend_schema_field(serializers.ChoiceField(choices=[API_VERSION]))
     def get_apiVersion(self, domain: ComputeDomain) -> str:
@@ -257,11 +310,15 @@ def _dns1123(value: str) -> None:
 
 
 class MetadataInput(StrictSerializer):
-    name = StrictCharField(max_length=DNS1123_LABEL_MAX, validators=[_dns1123])
+    name = StrictCharField(
+        max_length=DNS1123_LABEL_MAX,
+        validators=[_dns1123],
+        help_text="A DNS-1123 label, not taken by a live domain of the namespace.",
+    )
     namespace = StrictCharField(
         required=False, max_length=DNS1123_LABEL_MAX, help_text="Must match the URL's."
     )
-    labels = LabelsField(required=False)
+    labels = LabelsField(required=False, help_text="Kubernetes-style labels, 64 at most.")
 
 
 class ResourceClaimTemplateInput(StrictSerializer):
@@ -275,13 +332,19 @@ class ChannelInput(StrictSerializer):
         required=False, help_text="Defaults to `<metadata.name>-channel`."
     )
     allocationMode = serializers.ChoiceField(
-        choices=AllocationMode.choices, required=False, default=AllocationMode.SINGLE
+        choices=AllocationMode.choices,
+        required=False,
+        default=AllocationMode.SINGLE,
+        help_text="`Single` (default): one IMEX channel; `All`: every channel on its trays.",
     )
 
 
 class PlacementInput(StrictSerializer):
     constraint = serializers.ChoiceField(
-        choices=PlacementConstraint.choices, required=False, default=PlacementConstraint.ANY
+        choices=PlacementConstraint.choices,
+        required=False,
+        default=PlacementConstraint.ANY,
+        help_text="`any` clique (default), or the `clique` or `rack` that `target` names.",
     )
     target = StrictCharField(
         required=False,
@@ -312,18 +375,22 @@ class SpecInput(StrictSerializer):
     gpusPerNode = serializers.IntegerField(
         required=False, min_value=1, max_value=MAX_GPUS_PER_NODE, help_text="Default: all."
     )
-    channel = ChannelInput(required=False)
-    placement = PlacementInput(required=False)
+    channel = ChannelInput(required=False, help_text="NVIDIA's channel block; optional.")
+    placement = PlacementInput(required=False, help_text="Default: any clique.")
     lifetime = DurationField(required=False, help_text="Lease, e.g. 24h. Default: the portal's.")
 
 
 class ComputeDomainInput(StrictSerializer):
     """Create body: a NVIDIA ComputeDomain manifest (as JSON) works as it is."""
 
-    apiVersion = serializers.ChoiceField(choices=[API_VERSION], required=False)
-    kind = serializers.ChoiceField(choices=[KIND], required=False)
-    metadata = MetadataInput()
-    spec = SpecInput()
+    apiVersion = serializers.ChoiceField(
+        choices=[API_VERSION], required=False, help_text="Optional, as in NVIDIA's manifests."
+    )
+    kind = serializers.ChoiceField(
+        choices=[KIND], required=False, help_text="Optional, as in NVIDIA's manifests."
+    )
+    metadata = MetadataInput(help_text="Its name, and labels.")
+    spec = SpecInput(help_text="What to place.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         namespace = self.context.get("namespace")
@@ -355,61 +422,9 @@ class ExtendInput(StrictSerializer):
     by = DurationField(help_text="How much longer the lease runs, e.g. 4h.")
 
 
-# --- dry run --------------------------------------------------------------------------------
-
-
-class QuotaImpactSerializer(serializers.Serializer):
-    used = serializers.IntegerField(allow_null=True)
-    requested = serializers.IntegerField(allow_null=True)
-    limit = serializers.IntegerField(allow_null=True)
-
-
-class DryRunPlacementSerializer(serializers.Serializer):
-    clique = serializers.CharField()
-    cliqueName = serializers.CharField(source="clique_name")
-    rack = serializers.CharField()
-    nodes = serializers.ListField(child=serializers.CharField())
-
-
-class DryRunSerializer(serializers.Serializer):
-    """What `?dryRun=All` answers: where the domain would land, or why it would not."""
-
-    dryRun = serializers.SerializerMethodField()
-    placeable = serializers.BooleanField()
-    quotaOk = serializers.BooleanField(source="quota_ok")
-    needsApproval = serializers.BooleanField(source="needs_approval")
-    message = serializers.CharField()
-    reasons = serializers.ListField(child=serializers.CharField())
-    quotaProblems = serializers.ListField(source="quota_problems", child=serializers.CharField())
-    placement = serializers.SerializerMethodField()
-    quotaImpact = serializers.DictField(source="quota_impact", child=QuotaImpactSerializer())
-    maintenance = serializers.ListField(
-        child=serializers.CharField(),
-        help_text="Maintenance windows the lease would reach into: their trays are left out.",
-    )
-    estimatedPlacementAt = serializers.DateTimeField(
-        source="estimated_placement_at",
-        allow_null=True,
-        help_text="When it does not fit now or needs approval: when it would be placed if "
-        "requested now, behind the queue (null: see estimateReason).",
-    )
-    estimateReason = serializers.CharField(source="estimate_reason")
-    estimateMessage = serializers.CharField(source="estimate_message")
-
-    @extend_schema_field(serializers.ChoiceField(choices=["All"]))
-    def get_dryRun(self, result: DryRunResult) -> str:
-        return "All"
-
-    @extend_schema_field(DryRunPlacementSerializer(allow_null=True))
-    def get_placement(self, result: DryRunResult) -> dict[str, Any] | None:
-        if not result.placeable:
-            return None
-        return DryRunPlacementSerializer(result).data
-
-
 class ManifestsSerializer(serializers.Serializer):
     """Ready-to-apply workload manifests (YAML text) pinned to the domain's trays."""
 
-    deployment = serializers.CharField()
-    job = serializers.CharField()
-    mpijob = serializers.CharField()
+    deployment = serializers.CharField(help_text="A Deployment, one pod per tray.")
+    job = serializers.CharField(help_text="A Job running one pod per tray to completion.")
+    mpijob = serializers.CharField(help_text="A Kubeflow MPIJob: a launcher and the workers.")

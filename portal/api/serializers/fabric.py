@@ -12,21 +12,34 @@ from domains.inventory.models import Clique, Node, NodeState, Rack
 
 
 class TrayCountsSerializer(serializers.Serializer):
-    total = serializers.IntegerField(source="trays_total")
-    ready = serializers.IntegerField(source="trays_ready")
-    inUse = serializers.IntegerField(source="trays_in_use")
+    total = serializers.IntegerField(source="trays_total", help_text="Compute trays in all.")
+    ready = serializers.IntegerField(
+        source="trays_ready", help_text="Trays in state `ready` (placeable if free)."
+    )
+    inUse = serializers.IntegerField(source="trays_in_use", help_text="Trays a domain holds.")
 
 
 class RackSerializer(serializers.ModelSerializer):
-    computeSlots = serializers.IntegerField(source="compute_slots")
-    switchSlots = serializers.IntegerField(source="switch_slots")
-    cliques = serializers.SerializerMethodField()
-    trays = TrayCountsSerializer(source="*")
+    computeSlots = serializers.IntegerField(
+        source="compute_slots", help_text="Compute tray slots (18 in a GB200 NVL72)."
+    )
+    switchSlots = serializers.IntegerField(
+        source="switch_slots", help_text="NVLink switch tray slots (9 in a GB200 NVL72)."
+    )
+    cliques = serializers.SerializerMethodField(
+        help_text="The `nvidia.com/gpu.clique` labels of its NVLink partitions."
+    )
+    trays = TrayCountsSerializer(source="*", help_text="Its compute trays, counted.")
 
     class Meta:
         model = Rack
         fields = ["name", "location", "kind", "position", "computeSlots", "switchSlots"]
         fields += ["cliques", "trays"]
+        extra_kwargs = {
+            "name": {"help_text": "Its name, unique in the fleet."},
+            "location": {"help_text": "Where it stands (row, hall); may be empty."},
+            "kind": {"help_text": "Its model, e.g. `gb200-nvl72`."},
+        }
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_cliques(self, rack: Rack) -> list[str]:
@@ -37,10 +50,16 @@ class RackSerializer(serializers.ModelSerializer):
 class CliqueSerializer(serializers.ModelSerializer):
     # A field named like DRF's own Field.label attribute, which the stubs type as text.
     label = serializers.CharField(help_text="The nvidia.com/gpu.clique label value.")  # type: ignore[assignment]
-    clusterUuid = serializers.CharField(source="cluster_uuid")
-    cliqueId = serializers.IntegerField(source="clique_id")
-    rack = serializers.CharField(source="rack.name", allow_null=True, default=None)
-    trays = TrayCountsSerializer(source="*")
+    clusterUuid = serializers.CharField(
+        source="cluster_uuid", help_text="The NVLink fabric's cluster UUID (label's first part)."
+    )
+    cliqueId = serializers.IntegerField(
+        source="clique_id", help_text="The partition's id in that fabric (label's last part)."
+    )
+    rack = serializers.CharField(
+        source="rack.name", allow_null=True, default=None, help_text="Its rack's name."
+    )
+    trays = TrayCountsSerializer(source="*", help_text="Its compute trays, counted.")
 
     class Meta:
         model = Clique
@@ -50,47 +69,65 @@ class CliqueSerializer(serializers.ModelSerializer):
 class NodeDomainSerializer(serializers.Serializer):
     """The domain holding a tray, shown only to those who may see that namespace."""
 
-    namespace = serializers.CharField()
-    name = serializers.CharField()
-    uid = serializers.UUIDField()
-    index = serializers.IntegerField()
+    namespace = serializers.CharField(help_text="The domain's namespace.")
+    name = serializers.CharField(help_text="The domain's name.")
+    uid = serializers.UUIDField(help_text="The domain's uid.")
+    index = serializers.IntegerField(help_text="The tray's place in the domain, from 0.")
 
 
 class NodeConditionSerializer(serializers.Serializer):
     """Something the tray's agent found that an operator must fix."""
 
-    type = serializers.CharField()
+    type = serializers.CharField(help_text="What is wrong, one CamelCase word.")
     blocking = serializers.BooleanField(help_text="A blocking condition keeps it unplaceable.")
-    message = serializers.CharField()
-    since = serializers.DateTimeField()
+    message = serializers.CharField(help_text="What is wrong and what to do, in words.")
+    since = serializers.DateTimeField(help_text="When the agent first reported it.")
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    managementIp = serializers.SerializerMethodField()
-    rack = serializers.CharField(source="rack.name", allow_null=True, default=None)
-    clique = serializers.CharField(source="clique.label", allow_null=True, default=None)
-    cliqueName = serializers.CharField(
-        source="clique.name",
+    managementIp = serializers.SerializerMethodField(
+        help_text="Operators only (null for others): the tray's address."
+    )
+    rack = serializers.CharField(
+        source="rack.name", allow_null=True, default=None, help_text="Its rack; null: none yet."
+    )
+    clique = serializers.CharField(
+        source="clique.label",
         allow_null=True,
         default=None,
-        help_text="The operator's short name of the clique (the web UI's), beside its label.",
+        help_text="Its `nvidia.com/gpu.clique` label; null: no multi-node NVLink.",
     )
-    gpuCount = serializers.IntegerField(source="gpu_count")
-    gpuProduct = serializers.CharField(source="gpu_product")
-    driverVersion = serializers.CharField(source="driver_version")
-    imexVersion = serializers.CharField(source="imex_version")
-    state = serializers.ChoiceField(choices=NodeState.choices)
-    stateReason = serializers.CharField(source="state_reason")
-    lastHeartbeat = serializers.DateTimeField(source="last_heartbeat", allow_null=True)
-    daemonState = serializers.CharField(source="daemon_state")
-    inUse = serializers.SerializerMethodField()
-    domain = serializers.SerializerMethodField()
+    gpuCount = serializers.IntegerField(source="gpu_count", help_text="Its GPUs.")
+    gpuProduct = serializers.CharField(source="gpu_product", help_text="e.g. NVIDIA GB200.")
+    driverVersion = serializers.CharField(
+        source="driver_version", help_text="Operators only (empty for others)."
+    )
+    imexVersion = serializers.CharField(
+        source="imex_version", help_text="Operators only (empty for others)."
+    )
+    state = serializers.ChoiceField(
+        choices=NodeState.choices, help_text="`ready` (placeable when free), or why it is not."
+    )
+    stateReason = serializers.CharField(
+        source="state_reason", help_text="Operators only: why it is in that state."
+    )
+    lastHeartbeat = serializers.DateTimeField(
+        source="last_heartbeat", allow_null=True, help_text="Its agent's last report."
+    )
+    daemonState = serializers.CharField(
+        source="daemon_state", help_text="Operators only: its IMEX daemon's state."
+    )
+    inUse = serializers.SerializerMethodField(help_text="Whether a live domain holds it.")
+    domain = serializers.SerializerMethodField(
+        help_text="The domain holding it, if you may see that namespace; else null."
+    )
 
     class Meta:
         model = Node
-        fields = ["hostname", "managementIp", "rack", "slot", "clique", "cliqueName", "gpuCount"]
+        fields = ["hostname", "managementIp", "rack", "slot", "clique", "gpuCount"]
         fields += ["gpuProduct", "driverVersion", "imexVersion", "state", "stateReason"]
         fields += ["lastHeartbeat", "daemonState", "inUse", "domain"]
+        extra_kwargs = {"hostname": {"help_text": "Its hostname, which names it in the API."}}
 
     def _member(self, node: Node) -> Any:
         live = getattr(node, "live_memberships", None)
@@ -139,7 +176,9 @@ class NodeSerializer(serializers.ModelSerializer):
 class NodeDetailSerializer(NodeSerializer):
     """One tray, with the conditions its agent reports (operators only)."""
 
-    conditions = serializers.SerializerMethodField()
+    conditions = serializers.SerializerMethodField(
+        help_text="Operators only (empty for others): what its agent found wrong."
+    )
 
     class Meta(NodeSerializer.Meta):
         fields = [*NodeSerializer.Meta.fields, "conditions"]

@@ -34,10 +34,10 @@ from portal.api.serializers.domains import (
     SPEC_FIELD_PATHS,
     ComputeDomainInput,
     ComputeDomainSerializer,
-    DryRunSerializer,
     ExtendInput,
     ManifestsSerializer,
 )
+from portal.api.serializers.dryrun import DryRunSerializer
 from portal.api.serializers.tenancy import EventSerializer
 
 T = TypeVar("T")

@@ -23,7 +23,9 @@ from nodeagent.files import write_atomic
 from nodeagent.runner import status_path
 from tests import factories
 from tests.e2e.conftest import METRICS_TOKEN, phase_of, request_domain
+from tests.observability.test_prometheus_scrape import service_monitor_job
 from tests.support.agents import wait_for
+from tests.support.prometheus import PROMETHEUS, running_prometheus
 from tests.support.trays import Tray, facts_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -128,3 +130,76 @@ def test_an_older_runner_is_a_tray_condition_in_the_portal_and_a_metric(portal, 
         portal_side = samples(portal, Authorization=f"Bearer {METRICS_TOKEN}")
         labels = f'blocking="false",node="{node.hostname}",type="RunnerVersionSkew"'
         assert portal_side[f"portal_tray_condition{{{labels}}}"] == 1
+
+
+def pod_monitor_job(trays: list[Tray]) -> dict:
+    """The scrape job the Prometheus Operator makes of the chart's PodMonitor (its relabelling
+    is pinned by tests/kube/test_chart_agent_monitoring.py), each agent a static target
+    carrying its pod's Kubernetes metadata."""
+    return {
+        "job_name": "podMonitor/gpu-portal/portal-domain-portal-agent/0",
+        "scheme": "http",
+        "metrics_path": "/metrics",
+        "static_configs": [
+            {
+                "targets": [f"127.0.0.1:{tray.health_port}"],
+                "labels": {
+                    "__meta_kubernetes_namespace": "gpu-portal",
+                    "__meta_kubernetes_pod_name": f"portal-domain-portal-agent-{i}",
+                    "__meta_kubernetes_pod_node_name": tray.hostname,
+                },
+            }
+            for i, tray in enumerate(trays)
+        ],
+        "relabel_configs": [
+            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            # the chart's podMetricsEndpoints relabelings
+            {
+                "action": "replace",
+                "source_labels": ["__meta_kubernetes_pod_node_name"],
+                "target_label": "node",
+            },
+            {"action": "replace", "target_label": "job", "replacement": "domain-portal-agent"},
+        ],
+    }
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus absent (apt-get install prometheus)")
+def test_prometheus_joins_each_agents_figures_with_the_domain_its_tray_serves(
+    portal, tenant_api, nodes, tmp_path
+):
+    trays = [Tray(portal, facts_of(n), root=tmp_path / n.hostname, runner=True) for n in nodes]
+    with contextlib.ExitStack() as stack:
+        for tray in trays:
+            stack.enter_context(tray)
+        for tray in trays:
+            tray.wait_ready()
+        domain = request_domain(tenant_api, "joined", 2)
+        wait_for(lambda: phase_of(domain) == Phase.READY, 60, "domain Ready")
+        token = tmp_path / "metrics-token"
+        token.write_text(METRICS_TOKEN)
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [
+                service_monitor_job(portal.removeprefix("http://"), token),
+                pod_monitor_job(trays),
+            ],
+        }
+        (tmp_path / "prometheus").mkdir()
+        with running_prometheus(config, tmp_path / "prometheus") as prometheus:
+            join = (
+                'nodeagent_imex_daemon_state{job="domain-portal-agent", state="READY"}'
+                " * on (node) group_left (domain, tenant_namespace)"
+                ' max by (node, domain, tenant_namespace) (portal_tray_info{domain!=""})'
+            )
+
+            def joined() -> list[dict]:
+                found = prometheus.query(join)
+                return found if len(found) == 2 else []
+
+            series = wait_for(joined, 30, "both trays' agents joined with their domain")
+            assert {(s["metric"]["node"], s["metric"]["domain"]) for s in series} == {
+                (n.hostname, "joined") for n in nodes
+            }
+            assert {s["metric"]["tenant_namespace"] for s in series} == {"e2e"}

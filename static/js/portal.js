@@ -51,6 +51,24 @@
   }, true);
   document.querySelectorAll("form").forEach(applySize);
 
+  // What a person asked for with a form (a preview, the manifests for another number of
+  // pods) is marked busy until its answer is in: dimmed on the page, announced as busy to
+  // a screen reader. Refreshes the live feed triggers are not anyone's wait: left alone.
+  function busy(event, on) {
+    var elt = event.detail && event.detail.elt;
+    var target = event.detail && event.detail.target;
+    if (!target || !elt || !elt.closest || !elt.closest("form")) return;
+    var config = event.detail.requestConfig;
+    var cause = config && config.triggeringEvent && config.triggeringEvent.type;
+    if (on && cause === "live") return;
+    if (on) target.setAttribute("aria-busy", "true");
+    else target.removeAttribute("aria-busy");
+  }
+  document.body.addEventListener("htmx:beforeRequest", function (e) { busy(e, true); });
+  ["htmx:afterRequest", "htmx:sendAbort"].forEach(function (name) {
+    document.body.addEventListener(name, function (e) { busy(e, false); });
+  });
+
   // A note on what was just done ("Requested train.", "Releasing train.") is true of the
   // phase the page opened in; once the live part shows the domain in another phase it
   // would be stale, so it goes (warnings and errors stay).

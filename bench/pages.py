@@ -1,11 +1,13 @@
-"""Pages and API at operator scale: server time and query count at 10, 100 and 1,000
-racks, and the fleet page in real Chromium at 100 and 1,000 racks.
+"""Pages and API at operator scale: server time and query count at 2, 100 and 1,000
+racks, and the Fleet page in real Chromium at each size.
 
 100 racks = 1,800 trays, 7,200 GPUs, 500 live domains; 1,000 racks = 18,000 trays, 72,000
 GPUs, 5,000 live domains (bench/scale.py). Requests go through the whole Django stack
 in-process (middleware, auth, templates, DRF), so the time is server time without the
 network. The query count of each page must be the same at every size: a count that grows
-with the fabric is an N+1.
+with the fabric is an N+1. The fabric gets a day of history (domains asked for, placed and
+Ready at times spread over the last 24 hours) and a maintenance window on every tenth rack,
+so that the Fleet's trends and maintenance bands read and draw real rows.
 
 The Chromium figures load the fleet page (`/fabric/`) from a real uvicorn server in
 Debian's Chromium (Playwright) and read the browser's Navigation Timing: *interactive* is
@@ -14,7 +16,11 @@ run, so links, filters and forms respond), *load* is the load event. Median of `
 cold page loads (a new browser context each). Targets: interactive in < 1 s at
 100 racks and < 2 s at 1,000.
 
-    .venv/bin/python bench/pages.py [--repeat 5] [--sizes 10,100,1000] [--no-browser]
+    .venv/bin/python bench/pages.py [--repeat 5] [--sizes 2,100,1000] [--no-browser]
+        [--screenshots docs/img]
+
+With `--screenshots DIR`, the Fleet at 2 and 100 racks is saved there as seen at
+1440x900 (`fleet-2-racks.png`, `fleet-100-racks.png`).
 """
 
 from __future__ import annotations
@@ -81,9 +87,52 @@ def measure(repeat: int) -> dict[str, tuple[float, int, int, int]]:
 CHROMIUM = "/usr/bin/chromium"
 
 
-def chromium_fleet(repeat: int) -> tuple[float, float, float, float]:
+def add_history(seed: int = 11) -> None:
+    """Spread the live domains' lives over the last day (asked for, placed after a wait,
+    Ready some seconds later, their trays held since), and put a maintenance window on
+    every tenth rack."""
+    import random
+    from datetime import timedelta
+
+    from django.db.models import OuterRef, Subquery
+    from django.utils import timezone
+
+    from domains.computedomains.models import ComputeDomain, DomainMember
+    from domains.inventory.models import MaintenanceWindow, Node, Rack
+
+    rng = random.Random(seed)
+    now = timezone.now()
+    by_age: dict[int, list[int]] = {}
+    for pk in ComputeDomain.objects.values_list("pk", flat=True):
+        by_age.setdefault(rng.randrange(0, 24 * 60, 5), []).append(pk)
+    for minutes, pks in by_age.items():
+        asked = now - timedelta(minutes=minutes)
+        placed = asked + timedelta(seconds=rng.uniform(0, 300))
+        ComputeDomain.objects.filter(pk__in=pks).update(
+            created_at=asked,
+            admitted_at=asked,
+            placed_at=placed,
+            ready_at=placed + timedelta(seconds=rng.uniform(5, 70)),
+        )
+    domain_placed = ComputeDomain.objects.filter(pk=OuterRef("domain_id")).values("placed_at")
+    DomainMember.objects.update(assigned_at=Subquery(domain_placed[:1]))
+    for rack in Rack.objects.order_by("position")[::10]:
+        window = MaintenanceWindow.objects.create(
+            scope="rack",
+            target=rack.name,
+            reason="firmware update",
+            starts_at=now + timedelta(hours=2),
+            ends_at=now + timedelta(hours=4),
+        )
+        window.nodes.set(Node.objects.filter(rack=rack))
+
+
+def chromium_fleet(
+    repeat: int, screenshot: Path | None = None
+) -> tuple[float, float, float, float]:
     """Median (server, interactive, load in ms; KiB transferred) of the fleet page in
-    Chromium; *server* is the request's time to first byte."""
+    Chromium; *server* is the request's time to first byte. `screenshot`: where to save
+    the first screen of the page, at 1440x900."""
     import os
     import subprocess
 
@@ -139,9 +188,11 @@ def chromium_fleet(repeat: int) -> tuple[float, float, float, float]:
                     " return [n.responseStart - n.requestStart, n.domContentLoadedEventEnd,"
                     " n.loadEventEnd, n.transferSize]; })()"
                 )
-                assert page.locator("#heatmap a.hm").count() > 0, "the fleet page did not draw"
+                assert page.locator("svg.el").count() > 0, "the fleet page did not draw"
                 if i:  # the first load warms the server's template and URL caches
                     runs.append(timing)
+                elif screenshot is not None:
+                    page.screenshot(path=str(screenshot))
                 context.close()
             browser.close()
     finally:
@@ -158,8 +209,9 @@ def chromium_fleet(repeat: int) -> tuple[float, float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--sizes", default="10,100,1000", help="rack counts, comma-separated")
+    parser.add_argument("--sizes", default="2,100,1000", help="rack counts, comma-separated")
     parser.add_argument("--no-browser", action="store_true", help="skip the Chromium figures")
+    parser.add_argument("--screenshots", type=Path, help="save the Fleet at 2 and 100 racks here")
     args = parser.parse_args()
     sizes = [int(n) for n in args.sizes.split(",")]
     banner(f"pages and API: server time and queries at {', '.join(map(str, sizes))} racks")
@@ -180,11 +232,16 @@ def main() -> None:
         if runs:
             reset()
         fabric = build_scale_fabric(racks=racks, live_domains=racks * 5)
+        add_history()
         print(f"# {racks} racks: {fabric.trays} trays, {fabric.gpus} GPUs, "
               f"{fabric.live_domains} live domains")  # fmt: skip
         runs[racks] = measure(args.repeat)
-        if racks >= 100 and not args.no_browser and Path(CHROMIUM).exists():
-            browser[racks] = chromium_fleet(args.repeat)
+        if not args.no_browser and Path(CHROMIUM).exists():
+            shot = None
+            if args.screenshots is not None and racks in (2, 100):
+                args.screenshots.mkdir(parents=True, exist_ok=True)
+                shot = args.screenshots / f"fleet-{racks}-racks.png"
+            browser[racks] = chromium_fleet(args.repeat, shot)
     first = sizes[0]
     head = " ".join(f"{'ms@' + str(n):>9s}" for n in sizes[1:] or sizes)
     counts = " ".join(f"{'q@' + str(n):>7s}" for n in sizes)

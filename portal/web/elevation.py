@@ -38,7 +38,7 @@ ROW = {"compute": 18, SWITCH: 12, POWER: 11}
 TOP = 4
 GPU_X = X0 + 84
 WORD_X = X0 + 142
-WORD_CHARS = 24
+WORD_CHARS = 22  # 10.5 px bold in the 138 px left of the maintenance band
 
 # Tray status → (fill class, swatch pattern or "", the word's state).
 FILL = {
@@ -178,7 +178,9 @@ def _compute(rack: RackView, slot: int, y: int, maint: dict[int, str]) -> str:
     state_word = {"in use": "", "notready": tray.status_word}.get(kind, kind)
     if state_word and not (kind == "in use" and words):
         words.insert(0, state_word)
-    if tray.node_id in maint:
+    # "maint." where it fits: the band beside the tray, its hover and the notes beside the
+    # rack say it in any case.
+    if tray.node_id in maint and len(" · ".join([*words, maint[tray.node_id]])) <= WORD_CHARS:
         words.append(maint[tray.node_id])
     word = " · ".join(words) or "in use"
     word = word if len(word) <= WORD_CHARS else word[: WORD_CHARS - 1] + "…"

@@ -180,15 +180,16 @@ def fleet(filters: Filters) -> Fleet:
     )
 
 
-def dress_racks(racks: list[RackView], fleet: Fleet, *, now: datetime) -> None:
+def dress_racks(
+    racks: list[RackView], *, now: datetime, matches: frozenset[int] | None = None
+) -> None:
     """Give the page's racks what their elevations draw besides trays: switch trays and
-    power shelves, maintenance windows and which trays match the filters (three queries
-    whatever the number of racks; none without racks)."""
+    power shelves, maintenance windows and which trays to pick out (`matches`; None: all).
+    Three queries whatever the number of racks; none without racks."""
     if not racks:
         return
     ids = [r.pk for r in racks]
     parts, windows = parts_of_racks(ids), windows_on_racks(ids, now)
-    matches = fleet.matching_ids
     for rack in racks:
         rack.parts = parts.get(rack.pk, [])
         rack.windows = windows.get(rack.pk, [])

@@ -11,7 +11,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from domains.computedomains.trends import Series
 
-WIDTH, HEIGHT, PAD = 150, 32, 2
+WIDTH, HEIGHT, PAD = 140, 30, 2
 
 
 def figure(value: float | None, unit: str) -> str:

@@ -111,7 +111,7 @@ def test_an_operator_cordons_a_tray_and_the_open_rack_view_shows_it(login, porta
     screenshot(node_page, "operator-node")
     assert Node.objects.get(pk=node.pk).state == NodeState.CORDONED
 
-    selector = f'svg.rack g[data-hostname="{node.hostname}"][data-status="cordoned"]'
+    selector = f'svg.el g[data-hostname="{node.hostname}"][data-status="cordoned"]'
     rack_page.wait_for_selector(selector)  # pushed over the websocket, no reload
     assert rack_page.evaluate("window.__notReloaded") is True
     screenshot(rack_page, "operator-rack")
@@ -186,7 +186,7 @@ def test_the_live_indicator_reconnects_by_itself_and_catches_up(login, portal_ur
     page.wait_for_timeout(1000)  # let the refresh that every (re)connect fires settle
 
     node_cordon(actor=Actor.for_user(operator), node=node, reason="unheard")
-    selector = f'svg.rack g[data-hostname="{node.hostname}"][data-status="cordoned"]'
+    selector = f'svg.el g[data-hostname="{node.hostname}"][data-status="cordoned"]'
     page.wait_for_timeout(800)
     assert page.locator(selector).count() == 0  # the change went unannounced here
 
@@ -206,8 +206,8 @@ def test_the_fleet_view_shows_a_hundred_racks_on_one_screen(login, portal_url, o
     assert page.inner_text('[data-band="gpus-total"]') == "7200"
     box = page.locator("#heatmap").bounding_box()
     assert box is not None and box["height"] < 1000  # every rack at a glance
-    assert page.locator("svg.rack").count() == 12  # drawings come a page at a time
+    assert page.locator("svg.el").count() == 12  # elevations come a page at a time
     screenshot(page, "operator-fleet-100-racks", full_page=False)
     page.click("#next-racks")
     page.wait_for_url("**page=2")
-    assert page.locator("svg.rack").first.get_attribute("aria-label").startswith("Rack gb-r13:")
+    assert page.locator("svg.el").first.get_attribute("aria-label").startswith("Rack gb-r13 ")

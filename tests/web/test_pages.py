@@ -86,12 +86,12 @@ def test_the_rack_drawing_shows_state_in_words_and_patterns_not_only_colour(
     Gpu.objects.filter(node=trays[7], index=2).update(health="failed")
     client.force_login(operator)
     svg = client.get(reverse("operator:rack", args=[topology.name])).content.decode()
-    assert "url(#hatch-cordoned)" in svg and ">cordoned</text>" in svg
-    assert "url(#cross-down)" in svg and ">down</text>" in svg
+    assert 'fill="url(#el-cordoned)"' in svg and ">cordoned</text>" in svg
+    assert 'fill="url(#el-down)"' in svg and ">down</text>" in svg
     assert "team-a/train" in svg  # operators see the domain by name
     assert "GPU2 failed" in svg  # the hover card names the failed GPU
-    assert 'class="clique-outline"' in svg
-    assert svg.count("NVLink switch tray") == 9
+    assert 'class="cqb"' in svg  # the clique's bracket
+    assert svg.count('class="pw">NVLink switch tray ') == 9
 
 
 def test_tenants_see_other_namespaces_trays_only_as_anonymous_in_use(
@@ -355,9 +355,9 @@ def test_a_cordoned_tray_that_serves_a_domain_shows_both(client, operator, ready
     node_cordon(actor=Actor.for_user(operator), node=member.node, reason="")
     client.force_login(operator)
     svg = client.get(reverse("operator:rack", args=[member.node.rack.name])).content.decode()
-    assert 'class="word">cordoned · t' in svg  # cut short beside the clique label
-    assert "state: cordoned, in use\ndomain: team-a/train" in svg  # the hover card
-    assert 'class="state-flag"' in svg
+    assert 'class="w">cordoned · team-a/tra…<' in svg  # both, cut short to fit
+    assert "cordoned, in use\ndomain: team-a/train" in svg  # the hover card
+    assert 'class="tf st-cordoned"' in svg and 'fill="url(#el-cordoned)"' in svg
 
 
 def test_a_request_in_gpus_is_rounded_up_to_whole_trays(client, topology, tenant_a):

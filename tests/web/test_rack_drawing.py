@@ -15,27 +15,36 @@ pytestmark = pytest.mark.django_db
 
 def _word(svg: str, hostname: str) -> str:
     tray = svg.split(f'data-hostname="{hostname}"', 1)[1].split("</g>", 1)[0]
-    return re.search(r'class="word">([^<]*)</text>', tray).group(1)
+    return re.search(r'class="w">([^<]*)</text>', tray).group(1)
 
 
-def test_the_word_on_a_cliques_first_tray_stops_before_the_clique_label(
+def test_the_clique_label_sits_in_the_gutter_and_leaves_every_word_whole(
+    client, operator, tenant_a, ns_a, topology
+):
+    form(request_domain(ns_a, tenant_a, "llm-pretrain", num_nodes=2))
+    client.force_login(operator)
+    svg = client.get(reverse("operator:rack", args=["gb-r01"])).content.decode()
+    # Along the bracket left of the slot numbers, the clique's name without its rack's.
+    assert 'class="cql">c0</text>' in svg and "<title>clique gb-r01-c0</title>" in svg
+    first, second = Node.objects.filter(slot__in=(1, 2)).order_by("slot")
+    assert _word(svg, first.hostname) == _word(svg, second.hostname) == "team-a/llm-pretrain"
+
+
+def test_a_long_domain_name_is_cut_short_before_the_maintenance_band(
     client, operator, tenant_a, ns_a, topology
 ):
     form(request_domain(ns_a, tenant_a, "llm-pretrain-long-name", num_nodes=2))
     client.force_login(operator)
     svg = client.get(reverse("operator:rack", args=["gb-r01"])).content.decode()
-    assert 'class="clique-label">gb-r01-c0</text>' in svg
-    first, second = Node.objects.filter(slot__in=(1, 2)).order_by("slot")
-    # The label, right-aligned at x 246, takes ~35 px: the word from x 140 has 13 characters.
-    assert _word(svg, first.hostname) == "team-a/llm-p…"
-    assert _word(svg, second.hostname) == "team-a/llm-pretrain…"  # no label beside it
+    first = Node.objects.get(slot=1)
+    assert _word(svg, first.hostname) == "team-a/llm-pretrain-l…"
 
 
 def test_a_drawing_whose_trays_are_links_is_a_group_not_an_image(client, operator, topology):
     client.force_login(operator)
     linked = client.get(reverse("operator:rack", args=["gb-r01"])).content.decode()
-    svg = linked.split('<svg class="rack"', 1)[1].split(">", 1)[0]
-    assert 'role="group"' in svg and "<a href=" in linked.split('<svg class="rack"', 1)[1]
+    svg = linked.split('<svg class="el"', 1)[1].split(">", 1)[0]
+    assert 'role="group"' in svg and "<a href=" in linked.split('<svg class="el"', 1)[1]
 
 
 def test_no_domain_colour_is_the_hue_of_a_tray_state():

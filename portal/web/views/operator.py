@@ -101,7 +101,7 @@ def fabric(request: SignedInRequest) -> HttpResponse:
     )
     racks = draw_racks(read, Visibility.of(request.user)) if read else []
     now = timezone.now()
-    dress_racks(racks, the_fleet, now=now)
+    dress_racks(racks, now=now, matches=the_fleet.matching_ids)
     query = request.GET.copy()
     query.pop("page", None)
     query.pop("partial", None)
@@ -136,6 +136,7 @@ def rack(request: SignedInRequest, name: str) -> HttpResponse:
     template = "operator/_rack.html" if request.GET.get("partial") else "operator/rack.html"
     trays = [views[0].trays[s] for s in sorted(views[0].trays)]
     the_rack = get_object_or_404(Rack, name=name)
+    dress_racks(views, now=timezone.now())
     context = {
         "rack": views[0],
         "trays": trays,
@@ -158,6 +159,7 @@ def clique(request: SignedInRequest, label: str) -> HttpResponse:
     views = fabric_view(viewer=request.user, rack_names=[rack]) if rack else []
     trays = [t for v in views for _, t in sorted(v.trays.items()) if t.clique_id == the_clique.pk]
     summary = next((c for v in views for c in v.cliques if c.clique_id == the_clique.pk), None)
+    dress_racks(views, now=timezone.now(), matches=frozenset(t.node_id for t in trays))
     context = {
         "clique": the_clique,
         "racks": views,

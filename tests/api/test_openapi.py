@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 from django.core.management import CommandError, call_command
 
-from portal.api.openapi import drift, generate, render, schema_file
+from portal.api.openapi import description_coverage, drift, generate, render, schema_file
 
 METHODS = {"get", "post", "put", "patch", "delete"}
 DOMAINS = "/api/v1/namespaces/{namespace}/computedomains/"
@@ -66,6 +66,19 @@ def test_the_committed_schema_is_what_the_code_generates(schema) -> None:
             "regenerate it with `manage.py openapi`:\n" + drift(committed, generated),
             pytrace=False,
         )
+
+
+def test_nine_in_ten_fields_or_more_are_described(schema) -> None:
+    described, total = description_coverage(schema)
+    print(f"fields described: {described} of {total} ({100 * described / total:.1f} %)")
+    assert total > 400
+    undescribed = [
+        f"{name}.{field}"
+        for name, component in schema["components"]["schemas"].items()
+        for field, spec in component.get("properties", {}).items()
+        if not spec.get("description")
+    ]
+    assert described / total >= 0.9, f"{described}/{total}; undescribed: {undescribed}"
 
 
 def test_every_computedomain_operation_has_examples_in_and_out(schema) -> None:

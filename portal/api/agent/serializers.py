@@ -14,44 +14,90 @@ from portal.api.serializers.common import StrictSerializer
 
 
 class GpuSerializer(StrictSerializer):
-    index = serializers.IntegerField(min_value=0, max_value=63)
-    uuid = serializers.CharField(max_length=64)
-    product = serializers.CharField(max_length=100, allow_blank=True, required=False, default="")
-    fabric_state = serializers.ChoiceField(list(FABRIC_STATES), required=False, default="COMPLETED")
+    index = serializers.IntegerField(min_value=0, max_value=63, help_text="NVML's GPU index.")
+    uuid = serializers.CharField(max_length=64, help_text="The GPU's UUID, as NVML gives it.")
+    product = serializers.CharField(
+        max_length=100, allow_blank=True, required=False, default="", help_text="e.g. GB200."
+    )
+    fabric_state = serializers.ChoiceField(
+        list(FABRIC_STATES),
+        required=False,
+        default="COMPLETED",
+        help_text="Its NVLink fabric registration, as NVML reports it.",
+    )
 
 
 class ConditionSerializer(StrictSerializer):
-    type = serializers.RegexField(r"^[A-Z][A-Za-z0-9]{1,63}$")
-    blocking = serializers.BooleanField()
-    message = serializers.CharField(max_length=2000)
+    type = serializers.RegexField(
+        r"^[A-Z][A-Za-z0-9]{1,63}$", help_text="What is wrong, e.g. `FabricNotReady`."
+    )
+    blocking = serializers.BooleanField(help_text="Keeps the tray out of placement.")
+    message = serializers.CharField(
+        max_length=2000, help_text="What is wrong and what to do, in an operator's words."
+    )
 
 
 class FactsSerializer(StrictSerializer):
     """A tray's facts (agentwire.messages.NodeFacts)."""
 
-    hostname = serializers.RegexField(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
-    ip = serializers.IPAddressField(required=False, allow_blank=True, default="")
-    gpus = GpuSerializer(many=True, required=False, default=list)
-    cluster_uuid = serializers.CharField(
-        max_length=36, required=False, allow_blank=True, default=""
+    hostname = serializers.RegexField(
+        r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$", help_text="The tray's hostname."
     )
-    clique_id = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    ip = serializers.IPAddressField(
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Where its peers reach its IMEX daemon; empty: unknown (never placed).",
+    )
+    gpus = GpuSerializer(many=True, required=False, default=list, help_text="Its GPUs.")
+    cluster_uuid = serializers.CharField(
+        max_length=36,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Its NVLink fabric's cluster UUID; empty: no completed multi-node NVLink.",
+    )
+    clique_id = serializers.IntegerField(
+        min_value=0, required=False, allow_null=True, help_text="Its clique in that fabric."
+    )
     driver_version = serializers.CharField(
-        max_length=40, required=False, allow_blank=True, default=""
+        max_length=40,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="The NVIDIA driver's version.",
     )
     imex_version = serializers.CharField(
-        max_length=40, required=False, allow_blank=True, default=""
+        max_length=40,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="nvidia-imex's version.",
     )
     channel_major = serializers.IntegerField(
-        min_value=1, max_value=4095, required=False, allow_null=True
+        min_value=1,
+        max_value=4095,
+        required=False,
+        allow_null=True,
+        help_text="The nvidia-caps-imex-channels device major; null when absent.",
     )
     channel_count = serializers.IntegerField(
-        min_value=1, max_value=1 << 20, required=False, default=2048
+        min_value=1,
+        max_value=1 << 20,
+        required=False,
+        default=2048,
+        help_text="IMEX channels the driver offers.",
     )
     agent_version = serializers.CharField(
-        max_length=40, required=False, allow_blank=True, default=""
+        max_length=40,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="The agent's own version.",
     )
-    conditions = ConditionSerializer(many=True, required=False, default=list)
+    conditions = ConditionSerializer(
+        many=True, required=False, default=list, help_text="What an operator must fix."
+    )
 
     def validate_conditions(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if len(value) > 32:
@@ -76,7 +122,11 @@ class JoinSerializer(FactsSerializer):
     agent pod's projected service-account token."""
 
     join_token = serializers.CharField(
-        max_length=200, trim_whitespace=False, required=False, min_length=1
+        max_length=200,
+        trim_whitespace=False,
+        required=False,
+        min_length=1,
+        help_text="The fleet's join token; or `service_account_token` instead.",
     )
     service_account_token = serializers.CharField(
         max_length=16384,
@@ -124,15 +174,15 @@ _K8S_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 
 
 class ClaimRefSerializer(serializers.Serializer):
-    uid = serializers.UUIDField(format="hex_verbose")
-    namespace = serializers.RegexField(_K8S_NAME, max_length=63)
-    name = serializers.RegexField(_K8S_NAME, max_length=253)
+    uid = serializers.UUIDField(format="hex_verbose", help_text="The ResourceClaim's uid.")
+    namespace = serializers.RegexField(_K8S_NAME, max_length=63, help_text="Its namespace.")
+    name = serializers.RegexField(_K8S_NAME, max_length=253, help_text="Its name.")
 
 
 class ClaimRequestSerializer(serializers.Serializer):
     """A DRA claim the tray's agent is about to prepare (agentwire.messages.ClaimRequest)."""
 
-    claim = ClaimRefSerializer()
+    claim = ClaimRefSerializer(help_text="The ResourceClaim the kubelet asks to prepare.")
     domain_uid = serializers.UUIDField(
         format="hex_verbose", help_text="From the claim's opaque config (its template)."
     )
@@ -141,7 +191,7 @@ class ClaimRequestSerializer(serializers.Serializer):
 class ClaimAdmissionSerializer(serializers.Serializer):
     """The portal's answer (agentwire.messages.ClaimAdmission)."""
 
-    domain_uid = serializers.UUIDField(format="hex_verbose")
+    domain_uid = serializers.UUIDField(format="hex_verbose", help_text="The domain's uid.")
     domain_name = serializers.CharField(help_text="<namespace>/<name>")
     index = serializers.IntegerField(help_text="The tray's index in the domain.")
     joined = serializers.BooleanField(help_text="This claim made the tray a member.")

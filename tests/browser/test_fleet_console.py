@@ -15,7 +15,7 @@ from domains.foresight.maintenance import maintenance_schedule
 from domains.inventory.models import Node, PowerShelf, SwitchTray
 from domains.inventory.services import node_cordon, node_drain, node_mark_down
 from tests import factories
-from tests.browser.conftest import IP_PREFIX, screenshot
+from tests.browser.conftest import IP_PREFIX, screenshot, wait_live
 from tests.support.lifecycle import form, request_domain
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -178,3 +178,15 @@ def test_the_toolbar_filters_the_racks_in_one_line(login, operator, tenant_a, ns
     assert page.locator(".el-card h3 a").all_text_contents() == [racks[3].name]
     held = page.locator("svg.el g.t:not(.dim) text.w").all_text_contents()
     assert held == ["team-a/train", "team-a/train"]
+
+
+def test_the_console_follows_a_cordon_live_without_a_reload(login, operator):
+    (rack,) = factories.make_racks("18", ip_prefix=IP_PREFIX)
+    page = login(operator).page("/fabric/")
+    wait_live(page)
+    page.evaluate("window.__notReloaded = true")
+    assert page.inner_text('[data-band="trays-cordoned"]') == "0"
+    node_cordon(actor=Actor.for_user(operator), node=rack.nodes.get(slot=9), reason="fan")
+    page.wait_for_selector('svg.el g.t.k-cordoned[data-hostname="gb-r01-t09"]')
+    assert page.inner_text('[data-band="trays-cordoned"]') == "1"
+    assert page.evaluate("window.__notReloaded") is True

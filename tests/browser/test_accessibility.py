@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 from django.utils import timezone
@@ -113,7 +114,9 @@ def _pages(world: dict) -> dict[str, list[str]]:
         f"/fabric/nodes/{node.hostname}/",
         f"/fabric/nodes/{degraded.members.order_by('index').last().node.hostname}/",
         f"/fabric/nodes/{node.hostname}/drain/",
+        f"/fabric/trays/bulk/?action=cordon&tray={rack.name}-t01&tray={rack.name}-t02",
         "/fabric/domains/",
+        "/fabric/domains/?phase=Failed",
         "/fabric/channels/",
         "/fabric/maintenance/",
         f"/fabric/impact/switch_tray/{rack.name}-s01/",
@@ -136,10 +139,12 @@ def _pages(world: dict) -> dict[str, list[str]]:
     return {"tenant": tenant, "operator": operator, "admin": admin}
 
 
-def _check(page, path: str) -> list[dict]:
-    """Load `path`, let htmx settle, open what is folded, and run axe."""
+def _check(page, path: str, status: int = 200) -> list[dict]:
+    """Load `path` (the page itself, answered with `status`: no redirect elsewhere), let
+    htmx settle, open what is folded, and run axe."""
     response = page.goto(path)
-    assert response is not None, path
+    assert response is not None and response.status == status, (path, response and response.status)
+    assert urlparse(page.url).path == urlparse(path).path, (path, page.url)
     if path.endswith("/request/"):  # the form with its live preview
         page.fill("#id_name", "axe")
         page.fill("#id_num_nodes", "2")
@@ -175,8 +180,8 @@ def test_no_page_has_a_serious_or_critical_axe_violation_for_any_role(
     try:
         page = anonymous.new_page()
         page.add_init_script(path=str(axe_source))
-        for path in ("/login/", "/no-such-page/"):
-            found += [("anonymous", path, v) for v in _check(page, path)]
+        for path, status in (("/login/", 200), ("/no-such-page/", 404)):
+            found += [("anonymous", path, v) for v in _check(page, path, status)]
     finally:
         anonymous.close()
     forbidden = {"tenant": "/fabric/", "operator": "/manage/quotas/"}
@@ -185,8 +190,10 @@ def test_no_page_has_a_serious_or_critical_axe_violation_for_any_role(
         page.set_viewport_size({"width": width, "height": height})
         # An init script is the browser's own: the page's Content-Security-Policy lets it in.
         page.add_init_script(path=str(axe_source))
-        for path in pages[role] + ([forbidden[role]] if role in forbidden else []):
+        for path in pages[role]:
             found += [(role, path, v) for v in _check(page, path)]
+        if role in forbidden:
+            found += [(role, forbidden[role], v) for v in _check(page, forbidden[role], 403)]
 
     counts = Counter(v["impact"] for _, _, v in found for _ in v["nodes"])
     print(f"axe, {viewport}: elements per impact {dict(counts)}")

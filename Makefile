@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 BENCH_DATABASE_URL ?=
 BENCH_REDIS_URL ?=
 
-.PHONY: demo demo-smoke test install lint format bench clean lock lock-upgrade lock-check proto
+.PHONY: demo demo-smoke test install lint format bench clean lock lock-upgrade lock-check proto openapi
 
 # Exactly the locked versions, each file checked against its hash (requirements/dev.txt,
 # written by `make lock`), then the project itself, built with the locked setuptools.
@@ -53,6 +53,10 @@ format: $(STAMP)
 # files; tests/nodeagent/test_dra_proto.py checks that this leaves them unchanged.
 proto: $(STAMP)
 	PY=$(PY) bash scripts/proto.sh
+
+# The committed OpenAPI schema (docs/openapi.yaml), rewritten from the code; a test diffs it.
+openapi: $(STAMP)
+	DEBUG=1 PORTAL_TESTING=1 $(PY) manage.py openapi
 
 # Benchmarks against BENCH_DATABASE_URL / BENCH_REDIS_URL, or private servers for the run.
 bench: $(STAMP)

@@ -87,6 +87,23 @@ class TransientError(Exception):
 # the statement, failed (docs/reliability.md).
 DATABASE_AWAY: tuple[type[Exception], ...] = (db.OperationalError, db.InterfaceError)
 
+
+def retry_on(
+    *errors: type[Exception], backoff_max: int = 30, max_retries: int = 5
+) -> dict[str, Any]:
+    """Every task's Celery options: acknowledged once done (a killed worker's task runs
+    again; tasks are idempotent), retried with jittered exponential backoff on `errors` and
+    on a lost database, never on anything else (a bug is logged, not looped)."""
+    return {
+        "acks_late": True,
+        "autoretry_for": (*errors, *DATABASE_AWAY),
+        "retry_backoff": 1,
+        "retry_backoff_max": backoff_max,
+        "retry_jitter": True,
+        "max_retries": max_retries,
+    }
+
+
 # SQLSTATEs of a server going or refusing clients: admin_shutdown, crash_shutdown,
 # cannot_connect_now (starting up or shutting down), too_many_connections.
 _SERVER_GOING = frozenset({"57P01", "57P02", "57P03", "53300"})

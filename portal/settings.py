@@ -277,11 +277,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     # Write receipts (portal.outage) older than a day.
     "purge-receipts": {"task": "portal.purge_receipts", "schedule": 3600.0},
     "reconcile": {
-        "task": "domains.reconcile",
+        "task": "computedomains.reconcile",
         "schedule": float(os.environ.get("PORTAL_RECONCILE_SECONDS", 5)),
     },
     "reap-heartbeats": {
-        "task": "domains.reap_stale_heartbeats",
+        "task": "computedomains.reap_stale_heartbeats",
         "schedule": 10.0,
     },
     # Each waiting domain's placement estimate (also refreshed whenever the queue moves).

@@ -10,17 +10,10 @@ from celery import shared_task
 from django.core.cache import cache
 
 from domains.agents.fold import reports_fold
-from domains.errors import TransientError
+from domains.errors import TransientError, retry_on
 
 
-@shared_task(
-    name="agents.fold_reports",
-    acks_late=True,
-    autoretry_for=(TransientError,),
-    retry_backoff=1,
-    retry_jitter=True,
-    max_retries=5,
-)
+@shared_task(name="agents.fold_reports", **retry_on(TransientError))
 def fold_reports(domain_id: int) -> int:
     """Fold the latest reports of a domain's members (queued once per burst of reports)."""
     release_fold(domain_id)  # reports landing from now on queue the next fold

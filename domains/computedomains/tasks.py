@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from celery import shared_task
 from django.core.cache import cache
@@ -21,22 +20,15 @@ from domains.computedomains import reconcile as controller
 from domains.computedomains.models import DomainMember, Phase
 from domains.computedomains.placing import domains_place_burst, domains_place_queued
 from domains.computedomains.selectors import peers_key, peers_nudge_wait
-from domains.errors import DATABASE_AWAY, TransientError
+from domains.errors import TransientError, retry_on
 from domains.signals import announce_desired_state
 
 log = logging.getLogger(__name__)
 
-RETRY: dict[str, Any] = {
-    "acks_late": True,
-    "autoretry_for": (TransientError, *DATABASE_AWAY),
-    "retry_backoff": 1,
-    "retry_backoff_max": 30,
-    "retry_jitter": True,
-    "max_retries": 5,
-}
+RETRY = retry_on(TransientError)
 
 
-@shared_task(name="domains.place_domain", **RETRY)
+@shared_task(name="computedomains.place_domain", **RETRY)
 def place_domain(domain_id: int) -> str:
     """Place an Admitted domain (queued right after admission or approval), and with it
     every other one admitted and not yet tried: a burst of requests in one transaction."""
@@ -45,19 +37,19 @@ def place_domain(domain_id: int) -> str:
     return f"{forming} of {len(handled)} placed" if handled else "skipped"
 
 
-@shared_task(name="domains.place_queued", **RETRY)
+@shared_task(name="computedomains.place_queued", **RETRY)
 def place_queued() -> int:
     """Retry the queue FIFO: run when trays or channels come free."""
     return domains_place_queued()
 
 
-@shared_task(name="domains.reconcile", **RETRY)
+@shared_task(name="computedomains.reconcile", **RETRY)
 def reconcile() -> dict[str, int]:
     """Finish whatever a lost message or a killed worker left (beat, every few seconds)."""
     return controller.reconcile()
 
 
-@shared_task(name="domains.reap_stale_heartbeats", **RETRY)
+@shared_task(name="computedomains.reap_stale_heartbeats", **RETRY)
 def reap_stale_heartbeats() -> int:
     """Members of running domains whose agent went silent count as not ready."""
     return controller.reap_stale_heartbeats()

@@ -7,13 +7,13 @@ import contextlib
 from celery import shared_task
 from django.core.cache import cache
 
-from domains.computedomains.tasks import RETRY
+from domains.errors import TransientError, retry_on
 from domains.foresight.eta import estimates_refresh
 
 REFRESH_PENDING_KEY = "foresight:refresh-pending"  # "a refresh is queued" (receivers.py)
 
 
-@shared_task(name="foresight.refresh_estimates", **RETRY)
+@shared_task(name="foresight.refresh_estimates", **retry_on(TransientError))
 def refresh_estimates() -> int:
     """Forecast the queue and store each waiting domain's placement estimate."""
     # Before reading: a change from now on queues the next refresh. Redis away: the mark

@@ -8,24 +8,16 @@ with Redis or a task that ran out of retries during an API server outage is caug
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from celery import shared_task
 
-from domains.errors import DATABASE_AWAY
+from domains.errors import retry_on
 from domains.kube import publisher
 from domains.kube.client import KubeUnavailable, kube_enabled
 
 log = logging.getLogger(__name__)
 
-RETRY: dict[str, Any] = {
-    "acks_late": True,
-    "autoretry_for": (KubeUnavailable, *DATABASE_AWAY),
-    "retry_backoff": 1,
-    "retry_backoff_max": 60,
-    "retry_jitter": True,
-    "max_retries": 8,
-}
+RETRY = retry_on(KubeUnavailable, backoff_max=60, max_retries=8)
 
 
 @shared_task(name="kube.publish_domain", **RETRY)

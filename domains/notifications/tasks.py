@@ -8,26 +8,20 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from domains.errors import DATABASE_AWAY
+from domains.errors import DATABASE_AWAY, retry_on
 from domains.notifications import delivery, dispatch
 
 # PostgreSQL away: try again shortly (docs/reliability.md); anything else is a bug.
-DB_RETRY: dict[str, Any] = {
-    "autoretry_for": DATABASE_AWAY,
-    "retry_backoff": 1,
-    "retry_backoff_max": 30,
-    "retry_jitter": True,
-    "max_retries": 8,
-}
+DB_RETRY = retry_on(max_retries=8)
 
 
-@shared_task(name="notifications.notify_event", acks_late=True, **DB_RETRY)
+@shared_task(name="notifications.notify_event", **DB_RETRY)
 def notify_event(event_id: int) -> int:
     """Match one recorded event against the subscriptions."""
     return dispatch.notify_event(event_id=event_id)
 
 
-@shared_task(name="notifications.scan_ahead", acks_late=True, **DB_RETRY)
+@shared_task(name="notifications.scan_ahead", **DB_RETRY)
 def scan_ahead() -> int:
     """Leases ending soon and maintenance ahead, each told once (beat)."""
     return dispatch.scan_ahead()

@@ -34,10 +34,10 @@ from nodeagent.config import AgentConfig
 from nodeagent.dra.claims import Serving
 from nodeagent.dra.plugin import DraPlugin, PluginConfig
 from nodeagent.driver import CapabilityError, DriverRoot, ensure_imex_mgmt
-from nodeagent.fabric import channel_major
 from nodeagent.facts import FactsKeeper
 from nodeagent.files import read_json, remove, write_atomic
 from nodeagent.host import foreign_daemons
+from nodeagent.probe import channel_major
 from nodeagent.runner import RunnerDaemon
 
 logger = logging.getLogger("nodeagent")

@@ -18,9 +18,9 @@ from typing import Any
 from agentwire.messages import Condition, ConditionType, NodeFacts
 from nodeagent.config import AGENT_VERSION, AgentConfig
 from nodeagent.driver import BINARY_DIRS, DriverRoot
-from nodeagent.fabric import Facts, probe
 from nodeagent.host import host_service_condition
 from nodeagent.metrics import runner_condition
+from nodeagent.probe import Facts, probe
 from nodeagent.runner import status_path
 
 Log = logging.Logger | logging.LoggerAdapter[Any]

@@ -17,8 +17,8 @@ from nodeagent.channels import Channels, cdi_spec, channel_numbers, remove_cdi
 from nodeagent.config import Paths
 from nodeagent.driver import DriverRoot
 from nodeagent.emulator.tray import GpuFacts, TrayFacts, channel_major_for, prepare_tray
-from nodeagent.fabric import ZERO_UUID, channel_major, clique_of, probe
 from nodeagent.files import write_atomic
+from nodeagent.probe import ZERO_UUID, channel_major, clique_of, probe
 
 CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
 
@@ -238,7 +238,7 @@ class FakeNvmlLibrary:
     ],
 )
 def test_the_nvml_probe_reads_fabric_info_through_a_filled_struct(library, expected):
-    from nodeagent.fabric import _fabric_info
+    from nodeagent.probe import _fabric_info
 
     state, clique, cluster, error = _fabric_info(FakeNvmlLibrary(**library), handle=object())
     assert (state, clique, cluster, error) == expected

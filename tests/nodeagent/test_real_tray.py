@@ -19,9 +19,9 @@ from nodeagent.channels import Channels, cdi_spec
 from nodeagent.config import Paths
 from nodeagent.driver import DriverRoot
 from nodeagent.emulator.tray import GpuFacts, TrayFacts, prepare_tray
-from nodeagent.fabric import Gpu, fabric_verdict, probe
 from nodeagent.files import write_atomic
 from nodeagent.host import enabled_links, foreign_daemons, host_service_condition
+from nodeagent.probe import Gpu, fabric_verdict, probe
 
 CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
 STANDIN_SOURCE = Path(__file__).resolve().parents[1] / "support/nvml_standin.c"
@@ -123,7 +123,7 @@ def probe_in_a_process(driver_root: Path, conf: str, tmp_path: Path) -> dict:
     (tmp_path / "nvml.conf").write_text(conf)
     code = (
         "import json, sys; from pathlib import Path;"
-        "from nodeagent.driver import DriverRoot; from nodeagent.fabric import probe;"
+        "from nodeagent.driver import DriverRoot; from nodeagent.probe import probe;"
         "f = probe(proc_devices=Path('/proc/devices'), hostname='t', ip='',"
         " driver=DriverRoot(Path(sys.argv[1])));"
         "print(json.dumps({'clique': f.clique, 'driver': f.driver_version,"

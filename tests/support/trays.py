@@ -9,7 +9,7 @@ runner process beside it (`python -m nodeagent.runner`), both on the tray's own 
     tray.start_agent()                 # ... and came back
 
 The tray's world (what NVML, /proc and the host say) is arranged through files under its
-root: `run/nvidia-emu/fabric.json` is what NVML reports (see nodeagent.fabric), a unit
+root: `run/nvidia-emu/fabric.json` is what NVML reports (see nodeagent.probe), a unit
 link under `etc/systemd/system` is the host's own IMEX service, `proc/<pid>` a process.
 """
 

@@ -97,46 +97,92 @@ def _text(max_length: int, min_length: int = 0) -> Any:
 
 # --- facts (join, facts update) ----------------------------------------------------------------
 class GpuFacts(TypedDict):
-    index: Annotated[int, _int(0, 63)]
-    uuid: Annotated[str, _text(64, 1)]
-    product: Annotated[str, _text(100)]
-    fabric_state: Annotated[str, wire(enum=list(FABRIC_STATES))]  # one of FABRIC_STATES
+    index: Annotated[int, wire(minimum=0, maximum=63, description="NVML's GPU index.")]
+    uuid: Annotated[
+        str, wire(minLength=1, maxLength=64, description="The GPU's UUID, as NVML gives it.")
+    ]
+    product: Annotated[str, wire("", maxLength=100, description="e.g. GB200.")]
+    fabric_state: Annotated[
+        str,
+        wire(
+            "COMPLETED",
+            enum=list(FABRIC_STATES),
+            description="Its NVLink fabric registration, as NVML reports it.",
+        ),
+    ]
 
 
 class Condition(TypedDict):
-    type: Annotated[str, wire(pattern="^[A-Z][A-Za-z0-9]{1,63}$")]  # a ConditionType value
-    blocking: bool
-    # What is wrong and what to do, in the words an operator needs.
-    message: Annotated[str, _text(2000, 1)]
+    type: Annotated[
+        str,
+        wire(
+            pattern="^[A-Z][A-Za-z0-9]{1,63}$",
+            description="What is wrong (a ConditionType), e.g. `FabricNotReady`.",
+        ),
+    ]
+    blocking: Annotated[bool, wire(description="Keeps the tray out of placement.")]
+    message: Annotated[
+        str,
+        wire(
+            minLength=1,
+            maxLength=2000,
+            description="What is wrong and what to do, in an operator's words.",
+        ),
+    ]
 
 
 class NodeFacts(TypedDict):
-    """What an agent knows about its tray (NVML, /proc/devices, the host, versions)."""
+    """What an agent knows about its tray (NVML, /proc/devices, the host, versions). The
+    agent sends every field but `imex_version`; the portal reads one left out as its
+    default."""
 
-    hostname: Annotated[str, wire(pattern=HOSTNAME_PATTERN)]
-    # "" when unknown: the tray is then never placed.
+    hostname: Annotated[str, wire(pattern=HOSTNAME_PATTERN, description="The tray's hostname.")]
     ip: Annotated[
         str,
         wire(
+            "",
             any_of=[
                 {"const": ""},
                 {"type": "string", "format": "ipv4"},
                 {"type": "string", "format": "ipv6"},
-            ]
+            ],
+            description="Where its peers reach its IMEX daemon; empty: unknown (never placed).",
         ),
     ]
-    gpus: Annotated[list[GpuFacts], wire(maxItems=64)]
-    # "" when the tray has no (completed) multi-node NVLink clique.
+    gpus: Annotated[list[GpuFacts], wire([], maxItems=64, description="Its GPUs.")]
     cluster_uuid: Annotated[
-        str, wire(any_of=[{"const": ""}, {"type": "string", "pattern": UUID_PATTERN}])
+        str,
+        wire(
+            "",
+            any_of=[{"const": ""}, {"type": "string", "pattern": UUID_PATTERN}],
+            description="Its NVLink fabric's cluster UUID; empty: no completed multi-node NVLink.",
+        ),
     ]
-    clique_id: Annotated[int, _int(0, 2**31 - 1)] | None
-    driver_version: Annotated[str, _text(40)]
-    # The nvidia-caps-imex-channels major, None when absent.
-    channel_major: Annotated[int, _int(1, 4095)] | None
-    channel_count: Annotated[int, _int(1, 1 << 20)]
-    agent_version: Annotated[str, _text(40)]
-    conditions: Annotated[list[Condition], wire(maxItems=32)]
+    clique_id: Annotated[
+        Annotated[int, _int(0, 2**31 - 1)] | None,
+        wire(None, description="Its clique in that fabric."),
+    ]
+    driver_version: Annotated[
+        str, wire("", maxLength=40, description="The NVIDIA driver's version.")
+    ]
+    imex_version: NotRequired[
+        Annotated[
+            str,
+            wire("", maxLength=40, description="nvidia-imex's version, when not the driver's."),
+        ]
+    ]
+    channel_major: Annotated[
+        Annotated[int, _int(1, 4095)] | None,
+        wire(None, description="The nvidia-caps-imex-channels device major; null when absent."),
+    ]
+    channel_count: Annotated[
+        int,
+        wire(2048, minimum=1, maximum=1 << 20, description="IMEX channels the driver offers."),
+    ]
+    agent_version: Annotated[str, wire("", maxLength=40, description="The agent's own version.")]
+    conditions: Annotated[
+        list[Condition], wire([], maxItems=32, description="What an operator must fix.")
+    ]
 
 
 class JoinRequest(NodeFacts):
@@ -288,3 +334,10 @@ def status_report(**fields: Any) -> StatusReport:
     """A report of the given fields, each other one as the portal reads it when left out."""
     report: StatusReport = with_defaults(StatusReport, fields)
     return report
+
+
+def node_facts(**fields: Any) -> NodeFacts:
+    """A tray's facts of the given fields, each other one as the portal reads it when left
+    out."""
+    facts: NodeFacts = with_defaults(NodeFacts, fields)
+    return facts

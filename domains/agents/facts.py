@@ -1,19 +1,17 @@
-"""A tray's facts as its agent states them (NVML, /proc/devices, the host, versions), and
-how they land on the inventory: the tray's row, its clique, its GPUs, its conditions."""
+"""A tray's facts as its agent states them (the contract's `NodeFacts`: NVML, /proc/devices,
+the host, versions), and how they land on the inventory: the tray's row, its clique, its
+GPUs, its conditions."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from django.db import transaction
 
-from agentwire.messages import ConditionType
+from agentwire.messages import ConditionType, GpuFacts, NodeFacts
 from domains.audit.events import CONTROLLER, Actor, record_event
 from domains.errors import Conflict
 from domains.inventory.models import Clique, Gpu, Node, NodeCondition, NodeSource, NodeState
 from domains.inventory.services import (
     REASON_MAX,
-    ConditionFacts,
     node_conditions_set,
     node_cordon,
 )
@@ -21,32 +19,6 @@ from domains.signals import (
     announce_capacity_freed,
     announce_nodes,
 )
-
-
-@dataclass(frozen=True)
-class GpuFacts:
-    index: int
-    uuid: str
-    product: str = ""
-    fabric_state: str = "COMPLETED"
-
-
-@dataclass(frozen=True)
-class NodeFacts:
-    """What an agent says about its tray when it joins (NVML, /proc/devices, versions)."""
-
-    hostname: str
-    ip: str | None = None
-    gpus: list[GpuFacts] = field(default_factory=list)
-    cluster_uuid: str = ""  # "" when the tray has no multi-node NVLink
-    clique_id: int | None = None
-    driver_version: str = ""
-    imex_version: str = ""
-    channel_major: int | None = None
-    channel_count: int = 2048
-    agent_version: str = ""
-    conditions: list[ConditionFacts] = field(default_factory=list)
-
 
 # Conditions under which the probe's "no clique" means "could not tell", not "none".
 UNSETTLED = (
@@ -67,9 +39,9 @@ def agent_facts_update(*, node: Node, facts: NodeFacts) -> list[str]:
     update writes nothing. The node token acts only for its own tray, so the hostname
     cannot change here.
     """
-    if facts.hostname != node.hostname:
+    if facts["hostname"] != node.hostname:
         raise Conflict(
-            f"These facts are for {facts.hostname}, not for {node.hostname}; a tray is renamed "
+            f"These facts are for {facts['hostname']}, not for {node.hostname}; a tray is renamed "
             "by joining again.",
             field="hostname",
         )
@@ -78,10 +50,10 @@ def agent_facts_update(*, node: Node, facts: NodeFacts) -> list[str]:
         locked = (
             Node.objects.select_for_update(of=("self",)).select_related("clique").get(pk=node.pk)
         )
-        if facts.ip and (
-            Node.objects.filter(management_ip=facts.ip).exclude(pk=locked.pk).exists()
+        if facts["ip"] and (
+            Node.objects.filter(management_ip=facts["ip"]).exclude(pk=locked.pk).exists()
         ):
-            raise Conflict(f"IP {facts.ip} belongs to another tray.", field="ip")
+            raise Conflict(f"IP {facts['ip']} belongs to another tray.", field="ip")
         before = {name: _plain(getattr(locked, name)) for name in _TRACKED}
         blocked_before = _blocked(locked)
         apply_facts(locked, facts)
@@ -90,7 +62,7 @@ def agent_facts_update(*, node: Node, facts: NodeFacts) -> list[str]:
             k: {"from": before[k], "to": after[k]} for k in _TRACKED if before[k] != after[k]
         }
         locked.save()
-        sync_gpus(locked, facts.gpus)
+        sync_gpus(locked, facts["gpus"])
         if changes:
             record_event(
                 actor=actor,
@@ -110,7 +82,7 @@ def agent_facts_update(*, node: Node, facts: NodeFacts) -> list[str]:
                     "uncordons it"
                 )[:REASON_MAX],
             )
-        changed += node_conditions_set(actor=actor, node=locked, conditions=facts.conditions)
+        changed += node_conditions_set(actor=actor, node=locked, conditions=facts["conditions"])
         if blocked_before and not _blocked(locked):
             announce_capacity_freed()  # a tray just became placeable
     if changes:
@@ -135,33 +107,37 @@ def _plain(value: object) -> object:
 
 
 def apply_facts(node: Node, facts: NodeFacts) -> None:
-    if facts.ip:
-        node.management_ip = facts.ip
+    if facts["ip"]:
+        node.management_ip = facts["ip"]
     # On Kubernetes, GPU Feature Discovery's `nvidia.com/gpu.clique` label says which clique
     # the tray is in (domains/kube/services.py keeps it): the agent's probe never overrides
     # it. Elsewhere a probe that could not tell (NVML not loadable, a registration still in
     # progress) does not take the tray out of its clique either: its condition holds the
     # tray back, and the clique comes back with the probe that settles.
     labelled = node.source == NodeSource.KUBERNETES and node.clique_id is not None
-    unsure = any(c.type in UNSETTLED for c in facts.conditions) and not facts.cluster_uuid
+    unsure = any(c["type"] in UNSETTLED for c in facts["conditions"]) and not facts["cluster_uuid"]
     if not labelled and not unsure:
         node.clique = _clique(node, facts)
-    if facts.gpus:
-        node.gpu_count = len(facts.gpus)
-        node.gpu_product = facts.gpus[0].product or node.gpu_product
-    node.driver_version = facts.driver_version or node.driver_version
-    node.imex_version = facts.imex_version or facts.driver_version or node.imex_version
-    node.channel_major = facts.channel_major
-    node.channel_count = facts.channel_count
-    node.agent_version = facts.agent_version
+    if facts["gpus"]:
+        node.gpu_count = len(facts["gpus"])
+        node.gpu_product = facts["gpus"][0]["product"] or node.gpu_product
+    node.driver_version = facts["driver_version"] or node.driver_version
+    node.imex_version = (
+        facts.get("imex_version", "") or facts["driver_version"] or node.imex_version
+    )
+    node.channel_major = facts["channel_major"]
+    node.channel_count = facts["channel_count"]
+    node.agent_version = facts["agent_version"]
 
 
 def _clique(node: Node, facts: NodeFacts) -> Clique | None:
     """None: no (completed) multi-node NVLink, so never placed into a domain."""
-    if not facts.cluster_uuid or facts.clique_id is None:
+    if not facts["cluster_uuid"] or facts["clique_id"] is None:
         return None
     clique, _ = Clique.objects.get_or_create(
-        cluster_uuid=facts.cluster_uuid, clique_id=facts.clique_id, defaults={"rack": node.rack}
+        cluster_uuid=facts["cluster_uuid"],
+        clique_id=facts["clique_id"],
+        defaults={"rack": node.rack},
     )
     return clique
 
@@ -170,21 +146,21 @@ def sync_gpus(node: Node, gpus: list[GpuFacts]) -> None:
     if not gpus:
         return
     current = {g.index: g for g in node.gpus.all()}
-    Gpu.objects.filter(node=node).exclude(index__in=[g.index for g in gpus]).delete()
+    Gpu.objects.filter(node=node).exclude(index__in=[g["index"] for g in gpus]).delete()
     for fact in gpus:
-        gpu = current.get(fact.index)
+        gpu = current.get(fact["index"])
         if gpu and (gpu.uuid, gpu.product, gpu.fabric_state) == (
-            fact.uuid,
-            fact.product or gpu.product,
-            fact.fabric_state,
+            fact["uuid"],
+            fact["product"] or gpu.product,
+            fact["fabric_state"],
         ):
             continue
         Gpu.objects.update_or_create(
             node=node,
-            index=fact.index,
+            index=fact["index"],
             defaults={
-                "uuid": fact.uuid,
-                "product": fact.product,
-                "fabric_state": fact.fabric_state,
+                "uuid": fact["uuid"],
+                "product": fact["product"],
+                "fabric_state": fact["fabric_state"],
             },
         )

@@ -12,7 +12,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from domains.agents.facts import UNSETTLED, NodeFacts, apply_facts, sync_gpus
+from agentwire.messages import NodeFacts
+from domains.agents.facts import UNSETTLED, apply_facts, sync_gpus
 from domains.agents.heartbeats import RECOVERABLE
 from domains.agents.models import JoinToken
 from domains.agents.selectors import usable_join_token
@@ -63,9 +64,9 @@ def _check_credential(facts: NodeFacts, *, join_token: str, bound_node: str) -> 
     if not bound_node:
         _check_join_token(join_token)
         return "join token"
-    if bound_node != facts.hostname:
+    if bound_node != facts["hostname"]:
         raise PermissionDenied(
-            f"An agent joins only as the node it runs on, not as {facts.hostname}.",
+            f"An agent joins only as the node it runs on, not as {facts['hostname']}.",
             field="hostname",
         )
     return "service account token"
@@ -89,21 +90,23 @@ def agent_join(*, facts: NodeFacts, join_token: str = "", bound_node: str = "") 
     credential = _check_credential(facts, join_token=join_token, bound_node=bound_node)
     node = (
         Node.objects.select_for_update(of=("self",))
-        .filter(hostname=facts.hostname)
+        .filter(hostname=facts["hostname"])
         .order_by("pk")
         .first()
     )
     if node is not None:
         _check_may_rejoin(node, facts, proven=bool(bound_node))
     if (
-        facts.ip
-        and Node.objects.filter(management_ip=facts.ip).exclude(hostname=facts.hostname).exists()
+        facts["ip"]
+        and Node.objects.filter(management_ip=facts["ip"])
+        .exclude(hostname=facts["hostname"])
+        .exists()
     ):
-        raise Conflict(f"IP {facts.ip} belongs to another tray.", field="ip")
+        raise Conflict(f"IP {facts['ip']} belongs to another tray.", field="ip")
     created = node is None
     if node is None:
         node = Node(
-            hostname=facts.hostname,
+            hostname=facts["hostname"],
             source=NodeSource.AGENT,
             state=NodeState.PENDING,
             state_reason=PENDING_REASON,
@@ -118,12 +121,12 @@ def agent_join(*, facts: NodeFacts, join_token: str = "", bound_node: str = "") 
     try:
         node.save()
     except IntegrityError as exc:
-        raise Conflict(f"Tray {facts.hostname} cannot be registered: {exc}", field="hostname")
-    sync_gpus(node, facts.gpus)
+        raise Conflict(f"Tray {facts['hostname']} cannot be registered: {exc}", field="hostname")
+    sync_gpus(node, facts["gpus"])
     _record_join(node, facts, created=created, credential=credential)
     # A new tray held back by a condition (NVML not loadable, the host's own IMEX running)
     # must not be placeable for a moment before its first facts update says so.
-    node_conditions_set(actor=Actor.for_agent(node), node=node, conditions=facts.conditions)
+    node_conditions_set(actor=Actor.for_agent(node), node=node, conditions=facts["conditions"])
     announce_nodes([node.pk])
     return node, raw
 
@@ -135,18 +138,19 @@ def _record_join(node: Node, facts: NodeFacts, *, created: bool, credential: str
             actor=Actor.for_agent(node),
             verb="node.pending",
             obj=node,
-            message=f"{facts.hostname} ({facts.ip or 'no IP'}) waits for an operator to accept it",
-            details={"clique": str(node.clique or ""), "gpus": len(facts.gpus)},
+            message=f"{facts['hostname']} ({facts['ip'] or 'no IP'}) waits for an operator "
+            "to accept it",
+            details={"clique": str(node.clique or ""), "gpus": len(facts["gpus"])},
         )
     record_event(
         actor=Actor.for_agent(node),
         verb="agent.joined" if created else "agent.rejoined",
         obj=node,
-        message=f"agent {facts.agent_version or '?'} joined; clique {node.clique or 'none'}",
+        message=f"agent {facts['agent_version'] or '?'} joined; clique {node.clique or 'none'}",
         details={
-            "ip": facts.ip,
-            "gpus": len(facts.gpus),
-            "channel_major": facts.channel_major,
+            "ip": facts["ip"] or None,
+            "gpus": len(facts["gpus"]),
+            "channel_major": facts["channel_major"],
             "credential": credential,
         },
     )
@@ -213,17 +217,17 @@ def identity_changes(node: Node, facts: NodeFacts) -> list[str]:
     taken from the join (`apply_facts`), so it cannot change here either.
     """
     changed = []
-    if facts.ip and node.management_ip and facts.ip != node.management_ip:
+    if facts["ip"] and node.management_ip and facts["ip"] != node.management_ip:
         changed.append("ip")
     labelled = node.source == NodeSource.KUBERNETES and node.clique_id is not None
-    unsure = any(c.type in UNSETTLED for c in facts.conditions) and not facts.cluster_uuid
+    unsure = any(c["type"] in UNSETTLED for c in facts["conditions"]) and not facts["cluster_uuid"]
     if not labelled and not unsure:
-        claimed = (facts.cluster_uuid, facts.clique_id) if facts.cluster_uuid else None
+        claimed = (facts["cluster_uuid"], facts["clique_id"]) if facts["cluster_uuid"] else None
         known = (node.clique.cluster_uuid, node.clique.clique_id) if node.clique else None
         if claimed != known:
             changed.append("clique")
     known_gpus = sorted(node.gpus.values_list("uuid", flat=True))
-    if facts.gpus and known_gpus and sorted(g.uuid for g in facts.gpus) != known_gpus:
+    if facts["gpus"] and known_gpus and sorted(g["uuid"] for g in facts["gpus"]) != known_gpus:
         changed.append("gpus")
     return changed
 

@@ -11,12 +11,12 @@ inside the same transaction).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from django.db import transaction
 from django.utils import timezone
 
+from agentwire.messages import Condition
 from domains import signals
 from domains.audit.events import Actor, record_event
 from domains.errors import InvalidInput, InvalidTransition
@@ -37,24 +37,13 @@ REASON_MAX = 300
 _Part = TypeVar("_Part", SwitchTray, PowerShelf)
 
 
-@dataclass(frozen=True)
-class ConditionFacts:
-    """One condition as the tray's agent reports it."""
-
-    type: str
-    blocking: bool
-    message: str
-
-
-def node_conditions_set(
-    *, actor: Actor, node: Node, conditions: Iterable[ConditionFacts]
-) -> list[str]:
+def node_conditions_set(*, actor: Actor, node: Node, conditions: Iterable[Condition]) -> list[str]:
     """Make the tray's conditions exactly these; returns the types raised, changed or cleared.
 
     A condition keeps its `since` while it is reported again; each one raised or cleared is
     an Event on the tray, so the operator sees when a tray was held back and why.
     """
-    wanted = {c.type: c for c in conditions}
+    wanted = {c["type"]: c for c in conditions}
     current = {c.type: c for c in NodeCondition.objects.filter(node=node)}
     changed: list[str] = []
     with transaction.atomic():
@@ -70,15 +59,18 @@ def node_conditions_set(
             changed.append(kind)
         for kind, fact in sorted(wanted.items()):
             row = current.get(kind)
-            if row is not None and (row.blocking, row.message) == (fact.blocking, fact.message):
+            if row is not None and (row.blocking, row.message) == (
+                fact["blocking"],
+                fact["message"],
+            ):
                 continue
             NodeCondition.objects.update_or_create(
                 node=node,
                 type=kind,
-                defaults={"blocking": fact.blocking, "message": fact.message},
+                defaults={"blocking": fact["blocking"], "message": fact["message"]},
                 create_defaults={
-                    "blocking": fact.blocking,
-                    "message": fact.message,
+                    "blocking": fact["blocking"],
+                    "message": fact["message"],
                     "since": timezone.now(),
                 },
             )
@@ -87,8 +79,8 @@ def node_conditions_set(
                     actor=actor,
                     verb="node.condition_raised",
                     obj=node,
-                    message=f"{kind}: {fact.message}",
-                    details={"type": kind, "blocking": fact.blocking},
+                    message=f"{kind}: {fact['message']}",
+                    details={"type": kind, "blocking": fact["blocking"]},
                 )
             changed.append(kind)
     if changed:

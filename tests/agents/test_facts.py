@@ -188,6 +188,9 @@ def test_a_failed_fabric_registration_is_a_state_the_portal_keeps(rack):
         ({"conditions": [{"type": "lower", "blocking": True, "message": "x"}]}, "conditions", 400),
         ({"conditions": [NVML, NVML]}, "conditions", 400),
         ({"gpus": [{"index": 0, "uuid": "GPU-0", "fabric_state": "DANCING"}]}, "gpus", 400),
+        # The contract's checks, which the agent's schema always had: a cluster is a UUID.
+        ({"cluster_uuid": "not-a-cluster-uuid-of-36-characters!"}, "cluster_uuid", 400),
+        ({"clique_id": 2**31}, "clique_id", 400),
     ],
 )
 def test_bad_facts_are_refused_naming_the_field_and_change_nothing(rack, over, field, status):
@@ -233,3 +236,18 @@ def test_operators_see_the_conditions_in_the_api_and_on_the_tray_page(rack, tena
     page.force_login(operator)
     html = page.get(f"/fabric/nodes/{node.hostname}/").content.decode()
     assert "NvmlUnavailable" in html and "not placeable" in html
+
+
+def test_facts_left_out_are_read_as_the_contracts_defaults(rack):
+    node = rack.nodes.first()
+    client = joined(node)
+    known_ip = node.management_ip
+    bare = {
+        "hostname": node.hostname,
+        "cluster_uuid": node.clique.cluster_uuid,
+        "clique_id": node.clique.clique_id,
+    }
+    assert put(client, node, bare).status_code == 200
+    node.refresh_from_db()
+    assert (node.channel_count, node.channel_major, node.agent_version) == (2048, None, "")
+    assert node.management_ip == known_ip  # an IP left out ("") keeps the known one

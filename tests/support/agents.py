@@ -32,7 +32,8 @@ from typing import Any
 
 import httpx
 
-from domains.agents.facts import NodeFacts
+from agentwire.messages import NodeFacts
+from agentwire.messages import node_facts as contract_facts
 from domains.agents.fleet import fleet_spec
 from domains.agents.models import JoinToken
 from domains.inventory.models import Node
@@ -55,7 +56,7 @@ JOIN_TOKEN = "dpj_e2e-test-join-token"
 
 def node_facts(node: Node) -> NodeFacts:
     """The facts a tray's agent would send, so joining keeps it on its clique."""
-    return NodeFacts(
+    return contract_facts(
         hostname=node.hostname,
         ip=node.management_ip,
         cluster_uuid=node.clique.cluster_uuid,

@@ -54,6 +54,9 @@ def _field(annotation: Any) -> serializers.Field:
     optional: dict[str, Any] = {}
     if default is not MISSING:
         optional = {"required": False, "default": list if default == [] else default}
+    described = value_schema(annotation).get("description")
+    if described:
+        optional["help_text"] = described
     base = _bare(annotation)
     if _is_message(base):
         return serializer_for(base)(**optional)
@@ -83,11 +86,22 @@ def _from_schema(schema: Mapping[str, Any], optional: dict[str, Any]) -> seriali
     options = schema.get("anyOf")
     if options and options[0] == {"type": "null"} and len(options) == 2:
         return _from_schema(options[1] | {"nullable": True}, optional)
+    if options and options[0] == {"const": ""}:
+        return _text_or_blank(options[1:], optional)
     if "enum" in schema:
         return serializers.ChoiceField(list(schema["enum"]), **optional)
     if schema.get("type") == "array":
         return _array(schema, optional)
     return _scalar(schema, optional)
+
+
+def _text_or_blank(shapes: list[Any], optional: dict[str, Any]) -> serializers.Field:
+    """A text that may be empty: an IP address, or one matching a pattern."""
+    if shapes and all(shape.get("format") in ("ipv4", "ipv6") for shape in shapes):
+        return serializers.IPAddressField(allow_blank=True, **optional)
+    if len(shapes) == 1 and "pattern" in shapes[0]:
+        return serializers.RegexField(shapes[0]["pattern"], allow_blank=True, **optional)
+    raise TypeError(f"no serializer field for {shapes!r}")
 
 
 def _array(schema: Mapping[str, Any], optional: dict[str, Any]) -> serializers.Field:

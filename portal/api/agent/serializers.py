@@ -6,115 +6,29 @@ from typing import Any, cast
 
 from rest_framework import serializers
 
-from agentwire.messages import FABRIC_STATES, PeerStatus, StatusReport
-from domains.agents.facts import GpuFacts, NodeFacts
-from domains.inventory.services import ConditionFacts
+from agentwire.messages import GpuFacts, NodeFacts, PeerStatus, StatusReport
 from portal.api.agent.contract import canonical_check, serializer_for
-from portal.api.serializers.common import StrictSerializer
+
+# Generated from the contract (portal/api/agent/contract.py); the names keep the OpenAPI
+# components' ("Gpu", "Condition", "Facts").
+GpuSerializer = serializer_for(GpuFacts, name="Gpu")
 
 
-class GpuSerializer(StrictSerializer):
-    index = serializers.IntegerField(min_value=0, max_value=63, help_text="NVML's GPU index.")
-    uuid = serializers.CharField(max_length=64, help_text="The GPU's UUID, as NVML gives it.")
-    product = serializers.CharField(
-        max_length=100, allow_blank=True, required=False, default="", help_text="e.g. GB200."
-    )
-    fabric_state = serializers.ChoiceField(
-        list(FABRIC_STATES),
-        required=False,
-        default="COMPLETED",
-        help_text="Its NVLink fabric registration, as NVML reports it.",
-    )
-
-
-class ConditionSerializer(StrictSerializer):
-    type = serializers.RegexField(
-        r"^[A-Z][A-Za-z0-9]{1,63}$", help_text="What is wrong, e.g. `FabricNotReady`."
-    )
-    blocking = serializers.BooleanField(help_text="Keeps the tray out of placement.")
-    message = serializers.CharField(
-        max_length=2000, help_text="What is wrong and what to do, in an operator's words."
-    )
-
-
-class FactsSerializer(StrictSerializer):
-    """A tray's facts (agentwire.messages.NodeFacts)."""
-
-    hostname = serializers.RegexField(
-        r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$", help_text="The tray's hostname."
-    )
-    ip = serializers.IPAddressField(
-        required=False,
-        allow_blank=True,
-        default="",
-        help_text="Where its peers reach its IMEX daemon; empty: unknown (never placed).",
-    )
-    gpus = GpuSerializer(many=True, required=False, default=list, help_text="Its GPUs.")
-    cluster_uuid = serializers.CharField(
-        max_length=36,
-        required=False,
-        allow_blank=True,
-        default="",
-        help_text="Its NVLink fabric's cluster UUID; empty: no completed multi-node NVLink.",
-    )
-    clique_id = serializers.IntegerField(
-        min_value=0, required=False, allow_null=True, help_text="Its clique in that fabric."
-    )
-    driver_version = serializers.CharField(
-        max_length=40,
-        required=False,
-        allow_blank=True,
-        default="",
-        help_text="The NVIDIA driver's version.",
-    )
-    imex_version = serializers.CharField(
-        max_length=40,
-        required=False,
-        allow_blank=True,
-        default="",
-        help_text="nvidia-imex's version.",
-    )
-    channel_major = serializers.IntegerField(
-        min_value=1,
-        max_value=4095,
-        required=False,
-        allow_null=True,
-        help_text="The nvidia-caps-imex-channels device major; null when absent.",
-    )
-    channel_count = serializers.IntegerField(
-        min_value=1,
-        max_value=1 << 20,
-        required=False,
-        default=2048,
-        help_text="IMEX channels the driver offers.",
-    )
-    agent_version = serializers.CharField(
-        max_length=40,
-        required=False,
-        allow_blank=True,
-        default="",
-        help_text="The agent's own version.",
-    )
-    conditions = ConditionSerializer(
-        many=True, required=False, default=list, help_text="What an operator must fix."
-    )
+class FactsSerializer(serializer_for(NodeFacts, name="Facts")):  # type: ignore[misc]
+    """A tray's facts (agentwire.messages.NodeFacts): its fields, their checks and
+    defaults are the contract's."""
 
     def validate_conditions(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if len(value) > 32:
-            raise serializers.ValidationError("At most 32 conditions.")
         kinds = [c["type"] for c in value]
         if len(set(kinds)) != len(kinds):
             raise serializers.ValidationError("Each condition type may appear once.")
         return value
 
     def facts(self) -> NodeFacts:
-        data: dict[str, Any] = dict(self.validated_data)
-        data.pop("join_token", None)
-        data.pop("service_account_token", None)
-        data["gpus"] = [GpuFacts(**g) for g in data.get("gpus", [])]
-        data["conditions"] = [ConditionFacts(**c) for c in data.get("conditions", [])]
-        data["ip"] = data.get("ip") or None
-        return NodeFacts(**data)
+        document = self.document()
+        document.pop("join_token", None)
+        document.pop("service_account_token", None)
+        return cast(NodeFacts, document)
 
 
 class JoinSerializer(FactsSerializer):

@@ -50,7 +50,7 @@ class JoinView(APIView):
         serializer.is_valid(raise_exception=True)
         facts, data = serializer.facts(), serializer.validated_data
         if "service_account_token" in data:
-            agent = agent_token_verify(data["service_account_token"], hostname=facts.hostname)
+            agent = agent_token_verify(data["service_account_token"], hostname=facts["hostname"])
             node, token = agent_join(bound_node=agent.node_name, facts=facts)
         else:
             node, token = agent_join(join_token=data["join_token"], facts=facts)

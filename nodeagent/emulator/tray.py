@@ -161,13 +161,25 @@ def daemon_pid(root: Path) -> int | None:
         return None
     if len(words) != 2 or words[0] != "running" or not words[1].isdigit():
         return None
-    pid = int(words[1])
+    if _tray_daemon(int(words[1]), root):
+        return int(words[1])
+    # The pid as the daemon's own PID namespace numbers it (a runner's pod): here it may
+    # name an unrelated process, so the daemon is looked for by its command line.
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _tray_daemon(int(entry.name), root):
+            return int(entry.name)
+    return None
+
+
+def _tray_daemon(pid: int, root: Path) -> bool:
+    """A live emulated daemon started on a config under this tray's root."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-    return pid if b"imex.py" in cmdline and state != "Z" else None
+        return False
+    under = (f"{root}/".encode(), f"{Path(root).resolve()}/".encode())
+    return b"imex.py" in cmdline and any(r in cmdline for r in under) and state != "Z"
 
 
 def daemon_starts(root: Path) -> int:

@@ -30,7 +30,7 @@ from tests.support.agents import AgentFleet, wait_for
 from tests.support.cdi import resolve
 from tests.support.dra import allocate, deallocate, published_slice
 from tests.support.kubelet import Kubelet
-from tests.support.processes import running, start_server, start_worker
+from tests.support.processes import pods_supported, running, start_server, start_worker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -176,7 +176,8 @@ def test_a_domain_follows_its_18_pod_workload_grows_shrinks_and_goes(
     (rack,) = factories.make_racks("18", ip_prefix=IP_PREFIX, first_rack=2)
     nodes = list(Node.objects.filter(rack=rack).order_by("slot"))
     hosts = [n.hostname for n in nodes]
-    with AgentFleet(portal, nodes, kubelet_dir=kubelets, kubeconfig=kubeconfig) as fleet:
+    pods = pods_supported()  # agents and runners each in a pod of their own, as the chart runs
+    with AgentFleet(portal, nodes, kubelet_dir=kubelets, kubeconfig=kubeconfig, pods=pods) as fleet:
         fleet.wait_joined()
         for host in hosts:
             wait_for(lambda h=host: published_slice(kube, h), 30, "slices")

@@ -301,21 +301,31 @@ class StatusReport(TypedDict):
 
 # --- DRA claims (agent → portal) -----------------------------------------------------------
 class ClaimRef(TypedDict):
-    uid: Uuid
-    namespace: Annotated[str, wire(pattern=K8S_NAME_PATTERN, maxLength=63)]
-    name: Annotated[str, wire(pattern=K8S_NAME_PATTERN)]
+    uid: Annotated[Uuid, wire(description="The ResourceClaim's uid.")]
+    namespace: Annotated[
+        str, wire(pattern=K8S_NAME_PATTERN, maxLength=63, description="Its namespace.")
+    ]
+    name: Annotated[str, wire(pattern=K8S_NAME_PATTERN, description="Its name.")]
 
 
 class ClaimRequest(TypedDict):
-    claim: ClaimRef
-    domain_uid: Uuid  # from the claim's opaque config (its ResourceClaimTemplate)
+    """A DRA claim the tray's agent is about to prepare."""
+
+    claim: Annotated[ClaimRef, wire(description="The ResourceClaim the kubelet asks to prepare.")]
+    domain_uid: Annotated[
+        Uuid, wire(description="From the claim's opaque config (its ResourceClaimTemplate).")
+    ]
 
 
 class ClaimAdmission(TypedDict):
-    domain_uid: Uuid
-    domain_name: Annotated[str, _text(200, 3)]  # "<namespace>/<name>"
-    index: Annotated[int, _int(0, 4095)]  # the tray's index in the domain
-    joined: bool  # True when this claim made the tray a member
+    """The portal's answer: the claim may be prepared on this tray."""
+
+    domain_uid: Annotated[Uuid, wire(description="The domain's uid.")]
+    domain_name: Annotated[str, wire(minLength=3, maxLength=200, description="<namespace>/<name>")]
+    index: Annotated[
+        int, wire(minimum=0, maximum=4095, description="The tray's index in the domain.")
+    ]
+    joined: Annotated[bool, wire(description="True when this claim made the tray a member.")]
 
 
 # --- JSON Schemas (draft 2020-12), generated from the types above -----------------------------

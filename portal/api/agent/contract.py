@@ -125,7 +125,9 @@ def _scalar(schema: Mapping[str, Any], optional: dict[str, Any]) -> serializers.
     if kind == "string" and schema.get("pattern") == UUID_PATTERN:
         return serializers.UUIDField(**nullable, **optional)
     if kind == "string" and "pattern" in schema:
-        return serializers.RegexField(schema["pattern"], **nullable, **optional)
+        return serializers.RegexField(
+            schema["pattern"], max_length=schema.get("maxLength"), **nullable, **optional
+        )
     if kind == "string":
         return serializers.CharField(
             max_length=schema.get("maxLength"),

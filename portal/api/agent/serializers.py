@@ -6,7 +6,14 @@ from typing import Any, cast
 
 from rest_framework import serializers
 
-from agentwire.messages import GpuFacts, NodeFacts, PeerStatus, StatusReport
+from agentwire.messages import (
+    ClaimAdmission,
+    ClaimRequest,
+    GpuFacts,
+    NodeFacts,
+    PeerStatus,
+    StatusReport,
+)
 from portal.api.agent.contract import canonical_check, serializer_for
 
 # Generated from the contract (portal/api/agent/contract.py); the names keep the OpenAPI
@@ -84,28 +91,7 @@ def canonical_report(data: Any) -> StatusReport | None:
     return cast(StatusReport, data) if _AGENTS_OWN_FORM(data) else None
 
 
-_K8S_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
-
-
-class ClaimRefSerializer(serializers.Serializer):
-    uid = serializers.UUIDField(format="hex_verbose", help_text="The ResourceClaim's uid.")
-    namespace = serializers.RegexField(_K8S_NAME, max_length=63, help_text="Its namespace.")
-    name = serializers.RegexField(_K8S_NAME, max_length=253, help_text="Its name.")
-
-
-class ClaimRequestSerializer(serializers.Serializer):
-    """A DRA claim the tray's agent is about to prepare (agentwire.messages.ClaimRequest)."""
-
-    claim = ClaimRefSerializer(help_text="The ResourceClaim the kubelet asks to prepare.")
-    domain_uid = serializers.UUIDField(
-        format="hex_verbose", help_text="From the claim's opaque config (its template)."
-    )
-
-
-class ClaimAdmissionSerializer(serializers.Serializer):
-    """The portal's answer (agentwire.messages.ClaimAdmission)."""
-
-    domain_uid = serializers.UUIDField(format="hex_verbose", help_text="The domain's uid.")
-    domain_name = serializers.CharField(help_text="<namespace>/<name>")
-    index = serializers.IntegerField(help_text="The tray's index in the domain.")
-    joined = serializers.BooleanField(help_text="This claim made the tray a member.")
+# The DRA claim a tray's agent is about to prepare and the portal's answer, generated from
+# the contract.
+ClaimRequestSerializer = serializer_for(ClaimRequest)
+ClaimAdmissionSerializer = serializer_for(ClaimAdmission)

@@ -8,7 +8,7 @@ from celery import shared_task
 from django.core.cache import cache
 
 from domains.errors import TransientError, retry_on
-from domains.foresight.eta import estimates_refresh
+from domains.foresight.estimates import estimates_refresh
 
 REFRESH_PENDING_KEY = "foresight:refresh-pending"  # "a refresh is queued" (receivers.py)
 

@@ -14,7 +14,7 @@ from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain
 from domains.computedomains.services import domain_dry_run, domain_release
 from domains.computedomains.specs import DomainSpec
-from domains.foresight.eta import estimates_refresh
+from domains.foresight.estimates import estimates_refresh
 from domains.foresight.models import PlacementEstimate
 from domains.tenancy.models import Quota
 from tests.api.conftest import bearer_client

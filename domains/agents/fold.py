@@ -1,20 +1,14 @@
-"""The agent's report folded into its membership.
+"""The agents' reports of a domain folded into its members, on a worker.
 
 The lifecycle (`domains.computedomains.members`) is the single owner of member and phase
 changes and reads the contract's report itself. A report that changes its member is folded
 on a worker, once per burst for the whole domain (`reports_fold`); the rarer path through
-Django folds its report at once (`agent_member_report`).
+Django folds its report at once (`members.domain_member_report`).
 """
 
 from __future__ import annotations
 
-from agentwire.messages import StatusReport
-from domains.computedomains.members import domain_member_report, domain_members_report
-
-
-def agent_member_report(*, node_id: int, report: StatusReport) -> None:
-    """Fold the report into the membership that holds the tray, if any, now (no heartbeat)."""
-    domain_member_report(node_id=node_id, report=report)
+from domains.computedomains.members import domain_members_report
 
 
 def reports_fold(*, domain_id: int) -> int:

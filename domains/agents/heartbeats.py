@@ -3,7 +3,7 @@ hot path (`agent_heartbeat`) or through the ORM (`agent_report`), then handed to
 
 A report is the heartbeat of 2,000 trays every 10 s, so `agent_heartbeat` records it in
 one UPDATE on the node that also reads the tray's membership, and leaves the member/domain
-bookkeeping to the lifecycle (`domains.agents.fold`).
+bookkeeping to the lifecycle (`domains.computedomains.members`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agentwire.messages import StatusReport
-from domains.agents.fold import agent_member_report
 from domains.audit.events import Actor, record_event
 from domains.computedomains.members import (
     REPORTED_FIELDS,
+    domain_member_report,
     domain_members_report,
     report_changes_member,
 )
@@ -145,4 +145,4 @@ def agent_report(*, node: Node, report: StatusReport) -> None:
         setattr(node, key, value)
     if changed:
         announce_nodes([node.pk])
-    agent_member_report(node_id=node.pk, report=report)
+    domain_member_report(node_id=node.pk, report=report)

@@ -11,10 +11,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agentwire.messages import Step, status_report
-from domains.agents.fold import agent_member_report
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.fabric import fabric_read, topology_snapshot
+from domains.computedomains.members import domain_member_report
 from domains.computedomains.models import ChannelAllocation, MemberState, Phase
 from domains.computedomains.placing import (
     domain_place,
@@ -108,7 +108,7 @@ def test_a_failing_member_degrades_the_domain_and_recovery_restores_it(topology,
 def test_a_report_about_another_domain_changes_nothing(topology, ns_a, tenant_a):
     domain = request_and_place(ns_a, tenant_a)
     node = domain_peers(domain)[0].node
-    agent_member_report(
+    domain_member_report(
         node_id=node.pk,
         report=status_report(domain_uid=str(uuid.uuid4()), generation_applied=9, step=Step.READY),
     )
@@ -331,7 +331,7 @@ def test_a_report_that_changes_nothing_costs_one_query(
     node = domain_peers(domain)[0].node
     steady = ready_report(domain)  # the report every member sent last
     with django_assert_num_queries(1):
-        agent_member_report(node_id=node.pk, report=steady)
+        domain_member_report(node_id=node.pk, report=steady)
 
 
 def test_controller_events_carry_the_request_id_of_the_request(topology, ns_a, tenant_a):

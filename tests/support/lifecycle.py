@@ -14,8 +14,8 @@ from typing import Any
 from django.contrib.auth.models import User
 
 from agentwire.messages import PeerStatus, StatusReport, Step, status_report
-from domains.agents.fold import agent_member_report
 from domains.audit.events import Actor
+from domains.computedomains.members import domain_member_report
 from domains.computedomains.models import ComputeDomain
 from domains.computedomains.placing import domain_place
 from domains.computedomains.services import domain_request
@@ -54,7 +54,7 @@ def report(node: Node, domain: ComputeDomain | None, step: str, **kw: Any) -> No
     if domain is not None:
         domain.refresh_from_db()
     generation = kw.pop("generation", domain.generation if domain else 0)
-    agent_member_report(
+    domain_member_report(
         node_id=node.pk,
         report=status_report(
             domain_uid=str(domain.uid) if domain is not None else None,
@@ -84,7 +84,7 @@ def all_ready(domain: ComputeDomain) -> ComputeDomain:
     """Every member's agent reports ready (`ready_report`): the domain turns Ready."""
     ready = ready_report(domain)
     for node_id in domain.members.order_by("index").values_list("node_id", flat=True):
-        agent_member_report(node_id=node_id, report=ready)
+        domain_member_report(node_id=node_id, report=ready)
     domain.refresh_from_db()
     return domain
 

@@ -192,6 +192,9 @@ class JoinRequest(NodeFacts):
     service_account_token: NotRequired[Annotated[str, _text(16384, 1)]]
 
 
+# "node" on the wire (node_id, NodeRef, NodeFacts, the nodes/<id>/ URLs) is the tray: the
+# name agents have spoken since the first version, kept for compatibility. A Kubernetes
+# Node is always called that, in full.
 class JoinResponse(TypedDict):
     node_id: int
     hostname: str

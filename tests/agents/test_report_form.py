@@ -21,20 +21,18 @@ UID = "0b7e3c4e-8d6a-4f1e-9a55-3f7f0d2c9e11"
 
 
 def agent_report(**over: Any) -> dict[str, Any]:
-    """A report as nodeagent/agent.py `report_doc` writes it: a ready member of 18."""
-    doc: dict[str, Any] = {
-        "domain_uid": UID,
-        "generation_applied": 3,
-        "step": Step.READY,
-        "daemon_state": "READY",
-        "domain_state": "UP",
-        "peers": [{"index": i, "ip": f"10.1.0.{i}", "status": "CONNECTED"} for i in range(18)],
-        "channels_present": [1],
-        "clean": False,
-        "error": "",
-        "message": "",
-    }
-    return doc | over
+    """A report as nodeagent/agent.py `report_doc` writes it (every field of the contract):
+    a ready member of 18."""
+    doc = status_report(
+        domain_uid=UID,
+        generation_applied=3,
+        step=Step.READY,
+        daemon_state="READY",
+        domain_state="UP",
+        peers=[{"index": i, "ip": f"10.1.0.{i}", "status": "CONNECTED"} for i in range(18)],
+        channels_present=[1],
+    )
+    return dict(doc) | over
 
 
 def drf(data: Any) -> StatusReport | None:

@@ -11,6 +11,7 @@ file of its own, or signalling a pid from its namespace, reaches no daemon.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ from tests.support.agents import AgentFleet, wait_for
 from tests.support.dra import allocate, deallocate, published_slice
 from tests.support.kubelet import Kubelet
 from tests.support.processes import pods_supported, running, start_server, start_worker
+from tests.support.trays import Tray, facts_of
 
 pytestmark = [
     pytest.mark.e2e,
@@ -128,7 +130,7 @@ def test_a_peer_change_on_a_running_domain_reaches_the_daemons_only_through_thei
         deallocate(kube, claims[joiner])
         wait_for(lambda: domain.members.filter(active=True).count() == 2, 30, "two members")
         wait_for(lambda: fleet.leftovers(joiner) == [], 30, "the leaver clean")
-        assert HOSTS_BEGIN not in fleet.runner_hosts(joiner)
+        wait_for(lambda: HOSTS_BEGIN not in fleet.runner_hosts(joiner), 10, "its names gone")
         wait_for(lambda: phase_of(domain) == Phase.READY, 60, "the two still one domain")
         assert {h: fleet.daemon_pid(h) for h in first} == pids
 
@@ -139,6 +141,39 @@ def test_a_peer_change_on_a_running_domain_reaches_the_daemons_only_through_thei
         wait_for(lambda: phase_of(domain) == Phase.RELEASED, 60, "domain Released")
         for host in hosts:
             wait_for(lambda h=host: fleet.leftovers(h) == [], 30, "trays clean")
-            assert HOSTS_BEGIN not in fleet.runner_hosts(host)
+            wait_for(lambda h=host: HOSTS_BEGIN not in fleet.runner_hosts(h), 10, "names gone")
         for k in kubelet.values():
             k.close()
+
+
+def test_the_daemon_outlives_the_agents_pod_and_the_next_agent_adopts_it(portal, tenant_api):
+    """kill -9 of the agent's pod takes every process of its PID namespace with it; the
+    daemon lives in the runner's pod, serves on, and the next agent pod re-adopts it."""
+    (rack,) = factories.make_racks("2", ip_prefix=factories.tray_ip_prefix(32))
+    nodes = list(Node.objects.filter(rack=rack).order_by("slot"))
+    with tempfile.TemporaryDirectory(prefix="pods-") as tmp, contextlib.ExitStack() as stack:
+        trays = [
+            stack.enter_context(Tray(portal, facts_of(n), root=Path(tmp) / n.hostname, pods=True))
+            for n in nodes
+        ]
+        for tray in trays:
+            tray.wait_ready()
+        domain = request_domain(tenant_api, "outlives", 2)
+        wait_for(lambda: phase_of(domain) == Phase.READY, 60, "domain Ready")
+        victim, peer = trays
+        pid = victim.daemon_pid()
+        assert pid and victim.runner_status()["pid"] != pid  # numbered by the runner's pod
+        assert (victim.root / "dev/nvidia-caps/nvidia-cap4323").is_char_device()
+
+        victim.kill_agent()  # the agent's pod dies, and every process in it
+        assert victim.daemon_pid() == pid
+        assert victim.domain_status() == peer.domain_status() == "UP"
+        victim.start_agent()
+        wait_for(lambda: "re-adopted" in victim.log(), 30, "the new agent to re-adopt")
+        wait_for(lambda: victim.health().get("ok"), 30, "the agent to report again")
+        assert victim.daemon_pid() == pid and daemon_starts(victim.root) == 1
+        assert phase_of(domain) == Phase.READY
+
+        release_domain(tenant_api, "outlives")
+        wait_for(lambda: phase_of(domain) == Phase.RELEASED, 60, "domain Released")
+        wait_for(lambda: victim.daemon_pid() is None, 15, "the runner to stop its daemon")

@@ -111,7 +111,7 @@ def test_the_alert_rules_and_dashboard_queries_run_on_real_data(portal, tenant_a
         return rules if rules and len(done) == len(rules) else []
 
     rules = wait_for(evaluated, 30, "every rule evaluated")
-    assert len(rules) == 9
+    assert len(rules) == 12
     assert [(r["name"], r["health"], r.get("lastError", "")) for r in rules] == [
         (r["name"], "ok", "") for r in rules
     ]
@@ -120,5 +120,6 @@ def test_the_alert_rules_and_dashboard_queries_run_on_real_data(portal, tenant_a
     exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
     for expr in exprs:
         query = expr.replace("$window", "5m").replace("$namespace", ".*")
+        query = query.replace("$cluster", ".*")
         prometheus.query(query)  # Prometheus parses and evaluates it, or the test fails
     assert prometheus.query('max by (tenant_namespace, phase) (portal_domains{phase="Ready"})')

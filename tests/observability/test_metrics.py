@@ -364,7 +364,7 @@ def test_a_released_domain_leaves_the_live_series_and_counts_as_ended(staff, ns_
 def test_tray_conditions_are_series_an_alert_can_name(staff, topology):
     node = Node.objects.order_by("hostname").first()
     NodeCondition.objects.create(
-        node=node, type="FabricNotRegistered", blocking=True, message="x", since=timezone.now()
+        node=node, type="FabricNotReady", blocking=True, message="x", since=timezone.now()
     )
     found = families(scrape(staff))
     assert (
@@ -372,7 +372,7 @@ def test_tray_conditions_are_series_an_alert_can_name(staff, topology):
             found,
             "portal_tray_condition",
             node=node.hostname,
-            type="FabricNotRegistered",
+            type="FabricNotReady",
             blocking="true",
         )
         == 1

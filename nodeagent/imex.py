@@ -98,7 +98,9 @@ USR1_INTERVAL_S = 5.0
 # one (NVIDIA's IMEX guide, "Signal handling"); whoever signals it spaces its own by a little
 # more, so a busy moment cannot make one too early.
 USR1_SPACING_S = USR1_INTERVAL_S + 0.5
-HOSTS_BEGIN = "# BEGIN domain-portal IMEX peers (written by the node agent)"
+# Written by the daemon's parent: the IMEX runner, or the agent where it runs the daemon
+# itself. A block an older agent marked "(written by the node agent)" is ours too.
+HOSTS_BEGIN = "# BEGIN domain-portal IMEX peers"
 HOSTS_END = "# END domain-portal IMEX peers"
 
 
@@ -161,7 +163,7 @@ def remove_hosts(path: Path) -> None:
 def _without_block(text: str) -> str:
     lines, inside = [], False
     for line in text.splitlines():
-        if line == HOSTS_BEGIN:
+        if line.startswith(HOSTS_BEGIN):
             inside = True
         elif line == HOSTS_END:
             inside = False

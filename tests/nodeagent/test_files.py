@@ -85,3 +85,19 @@ def test_the_agents_block_is_taken_out_of_a_bind_mounted_hosts_file_on_release(t
     """)
     pod_copy = run_on_bind_mount(tmp_path, code)
     assert pod_copy.read_text() == POD_HOSTS
+
+
+def test_a_block_an_older_agent_marked_as_its_own_is_replaced_not_doubled(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text(
+        "127.0.0.1\tlocalhost\n"
+        "# BEGIN domain-portal IMEX peers (written by the node agent)\n"
+        "10.9.0.7\tportal-imex-0\n"
+        "# END domain-portal IMEX peers\n"
+    )
+    assert imex.write_hosts(hosts, {0: "10.9.0.1"})
+    assert hosts.read_text() == (
+        "127.0.0.1\tlocalhost\n"
+        "# BEGIN domain-portal IMEX peers\n10.9.0.1\tportal-imex-0\n"
+        "# END domain-portal IMEX peers\n"
+    )

@@ -43,6 +43,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/check_limits.py
 	PORTAL_TESTING=1 $(VENV)/bin/mypy
 
 format: $(STAMP)

@@ -149,6 +149,10 @@ def _check(page, path: str, status: int = 200) -> list[dict]:
         page.fill("#id_name", "axe")
         page.fill("#id_num_nodes", "2")
         page.wait_for_selector("[data-preview]")
+    return _axe(page)
+
+
+def _axe(page) -> list[dict]:
     page.wait_for_load_state("networkidle")
     page.evaluate(OPEN_ALL)
     return page.evaluate(RUN_AXE)
@@ -200,5 +204,58 @@ def test_no_page_has_a_serious_or_critical_axe_violation_for_any_role(
     others = [item for item in found if item[2]["impact"] not in FAILING]
     if others:  # shown, not failed: minor and moderate findings are for a person to judge
         print(_readable(others))
+    failing = [item for item in found if item[2]["impact"] in FAILING]
+    assert not failing, f"axe found serious or critical violations:\n{_readable(failing)}"
+
+
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_forms_answering_with_errors_and_warnings_have_no_serious_axe_violation(
+    viewport, axe_source, browser, login, portal_url, admin, tenant_a, ns_a
+):
+    """The states a walk over GET pages never reaches: a refused sign-in, a request the
+    server sends back with errors on its fields, a quota form's errors, a saved quota's
+    warning."""
+    factories.make_racks("18", ip_prefix=IP_PREFIX)
+    form(request_domain(ns_a, tenant_a, "train", num_nodes=2))
+    size = dict(zip(("width", "height"), VIEWPORTS[viewport], strict=True))
+    found: list[tuple[str, str, dict]] = []
+
+    anonymous = browser.new_context(base_url=portal_url, viewport=size)
+    try:
+        page = anonymous.new_page()
+        page.add_init_script(path=str(axe_source))
+        page.goto("/login/")
+        page.fill("#id_username", "alice")
+        page.fill("#id_password", "not-her-password")
+        page.click("button[type=submit]")
+        page.wait_for_selector(".errorlist, .form-error")
+        found += [("anonymous", "/login/ refused", v) for v in _axe(page)]
+    finally:
+        anonymous.close()
+
+    page = login(tenant_a).context.new_page()
+    page.set_viewport_size(size)
+    page.add_init_script(path=str(axe_source))
+    page.goto("/ns/team-a/request/")
+    page.fill("#id_name", "-Bad_Name-")
+    page.fill("#id_num_nodes", "2")
+    page.click("#submit-request")
+    page.wait_for_selector("#id_name-errors")
+    found += [("tenant", "request refused", v) for v in _axe(page)]
+
+    page = login(admin).context.new_page()
+    page.set_viewport_size(size)
+    page.add_init_script(path=str(axe_source))
+    page.goto("/manage/quotas/team-a/")
+    page.eval_on_selector("#save-quota", "b => b.form.noValidate = true")  # past the browser
+    page.fill("#id_max_gpus", "-3")
+    page.click("#save-quota")
+    page.wait_for_selector("#id_max_gpus-errors")
+    found += [("admin", "quota refused", v) for v in _axe(page)]
+    page.fill("#id_max_gpus", "4")  # below the 8 GPUs team-a holds: saved, with a warning
+    page.click("#save-quota")
+    page.wait_for_selector(".msg-warning")
+    found += [("admin", "quota saved below use", v) for v in _axe(page)]
+
     failing = [item for item in found if item[2]["impact"] in FAILING]
     assert not failing, f"axe found serious or critical violations:\n{_readable(failing)}"

@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+AXE := tests/browser/axe/node_modules/axe-core/axe.min.js
 
 # The tests' PostgreSQL and Redis: private servers started for the run and stopped after it
 # (domain_portal/devservices.py), unless these name running ones.
@@ -23,7 +24,12 @@ $(STAMP): pyproject.toml requirements/dev.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) $(AXE)
+
+# axe-core for the accessibility test, exactly as its lock pins it (npm, no build step).
+$(AXE): tests/browser/axe/package.json tests/browser/axe/package-lock.json
+	npm ci --prefix tests/browser/axe --no-audit --no-fund --loglevel=error
+	touch $(AXE)
 
 demo: $(STAMP)
 	bash scripts/demo.sh
@@ -33,7 +39,7 @@ demo: $(STAMP)
 demo-smoke: $(STAMP)
 	$(PY) scripts/demo_smoke.py
 
-test: $(STAMP)
+test: $(STAMP) $(AXE)
 	bash scripts/system_deps.sh
 	PORTAL_TESTING=1 $(PY) -m domain_portal.devservices \
 		--database-url "$(TEST_DATABASE_URL)" --redis-url "$(TEST_REDIS_URL)" -- \

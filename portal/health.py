@@ -14,6 +14,12 @@ def liveness(request: HttpRequest) -> JsonResponse:
 
 
 def readiness(request: HttpRequest) -> JsonResponse:
+    """503 when this process cannot do its work: the database or the broker (Redis) is away.
+
+    One agent's errors (a tray that cannot fetch its desired state or report) do not fail it:
+    the kubelet would take every web replica out of the Service for a fault that no replica
+    can fix, and the other trays' agents and the tenants would lose the portal too. Those
+    show on the Fleet and tray pages instead."""
     checks: dict[str, str] = {}
     try:
         with connection.cursor() as cursor:

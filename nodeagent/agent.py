@@ -209,13 +209,19 @@ class Agent:
         self.sync_facts()
         if self.dra is not None:
             self.dra.start()  # once joined: admitting a claim needs the node token
-            self.dra.publish_slice(dict(self.facts.document()))
+            self.publish_slice()  # first with the domain last known: the portal may be away
             self.dra.drop_stale_claims()
         want = self.fetch_desired(now)["domain"]
+        self.publish_slice()  # the slice names the domain the tray serves now
         report, delay = self.apply(want) if want else self.release()
         metrics.observed(report)
         self.send_report(report)
         return delay
+
+    def publish_slice(self) -> None:
+        if self.dra is not None:
+            held = self.desired["domain"] if self.desired else None
+            self.dra.publish_slice(dict(self.facts.document()), held["uid"] if held else "")
 
     def fetch_desired(self, now: float) -> DesiredState:
         """Fetch the desired state when nudged, when the poll interval is up, or at start.

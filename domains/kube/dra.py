@@ -36,12 +36,29 @@ DOMAIN_UID_LABEL = "portal.domains/domain-uid"
 DOMAIN_LABEL = "portal.domains/domain"
 
 
+def device_selector(domain: ComputeDomain) -> str:
+    """The CEL expression that keeps the scheduler to the trays the domain's admission takes.
+
+    Each tray's slice says which domain the tray serves (`domain`, its uid; "" free): a
+    placed domain (numNodes > 0) takes only its own trays, one that follows its workload
+    its own or free ones. Between a placement and the agent's next slice update (its next
+    fetch of the desired state, nudged at once) a placed domain's pods stay Pending and
+    are scheduled when the slice changes; a claim allocated from a slice that was stale
+    the other way is still refused by the agent's admission, with its reason.
+    """
+    attribute = f'device.attributes["{DRIVER_NAME}"].domain'
+    if domain.num_nodes > 0:
+        return f'{attribute} == "{domain.uid}"'
+    return f'{attribute} in ["", "{domain.uid}"]'
+
+
 def template_object(domain: ComputeDomain, version: str) -> dict[str, Any]:
     request: dict[str, Any] = {"name": REQUEST}
+    selectors = [{"cel": {"expression": device_selector(domain)}}]
     if version == "v1beta1":
-        request["deviceClassName"] = DEVICE_CLASS
+        request.update(deviceClassName=DEVICE_CLASS, selectors=selectors)
     else:
-        request["exactly"] = {"deviceClassName": DEVICE_CLASS}
+        request["exactly"] = {"deviceClassName": DEVICE_CLASS, "selectors": selectors}
     labels = {
         "app.kubernetes.io/managed-by": MANAGED_BY,
         DOMAIN_LABEL: domain.name,

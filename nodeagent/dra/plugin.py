@@ -108,7 +108,7 @@ class DraPlugin:
             self.started = False
         self.slices.remove(self.node_name)
 
-    def publish_slice(self, facts: dict[str, Any]) -> None:
+    def publish_slice(self, facts: dict[str, Any], domain: str = "") -> None:
         """Keep the tray's ResourceSlice current; API trouble is retried a few seconds on."""
         now = time.monotonic()
         if now < self.slice_retry_at:
@@ -116,7 +116,8 @@ class DraPlugin:
         clique = ""
         if facts.get("cluster_uuid") and facts.get("clique_id") is not None:
             clique = f"{facts['cluster_uuid']}.{facts['clique_id']}"
-        wanted = SliceFacts(node=self.node_name, clique=clique, gpus=len(facts.get("gpus", [])))
+        wanted = SliceFacts(node=self.node_name, clique=clique, gpus=len(facts.get("gpus", [])),
+                            domain=domain)  # fmt: skip
         try:
             self.slices.publish(wanted)
         except KubeError as exc:

@@ -2,9 +2,10 @@
 """The tray's ResourceSlice: one pool named after the node, one device named `channel`.
 
 The scheduler allocates a domain's claims to this device; its attributes say which NVLink
-clique and which tray it sits on, so CEL selectors and the pods' clique affinity can use
-them. The agent owns the slice: it creates it once it knows the tray's facts, rewrites it
-when they change (bumping the pool's generation) and deletes it when it stops serving the
+clique and which tray it sits on and which domain it serves (`domain`, the uid; "" while
+free), so the domain's claim template selects only trays its admission would take. The
+agent owns the slice: it creates it once it knows the tray's facts, rewrites it when they
+change (bumping the pool's generation) and deletes it when it stops serving the
 tray.
 
 `v1` (Kubernetes 1.34) lists a device's attributes on the device itself; `v1beta1` (1.32,
@@ -36,6 +37,7 @@ class SliceFacts:
     node: str  # the Kubernetes Node name (= the tray's hostname)
     clique: str  # "<cluster uuid>.<clique id>", the nvidia.com/gpu.clique label; "" unknown
     gpus: int
+    domain: str = ""  # the uid of the domain the tray serves now; "" free
 
 
 def slice_name(node: str) -> str:
@@ -47,6 +49,9 @@ def slice_object(facts: SliceFacts, *, version: str, generation: int) -> dict[st
         "type": {"string": "channel"},
         "tray": {"string": facts.node},
         "gpus": {"int": facts.gpus},
+        # Always present (a CEL selector that reads a missing attribute fails): the domain's
+        # ResourceClaimTemplate selects its own trays, or free ones, by it.
+        "domain": {"string": facts.domain},
     }
     if facts.clique:
         attributes["clique"] = {"string": facts.clique}

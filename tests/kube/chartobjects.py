@@ -41,9 +41,11 @@ def install_device_class(kube: ClusterKube) -> dict[str, Any]:
     return kube.apply({**klass, "apiVersion": "resource.k8s.io/v1"})
 
 
-def publish_slice(cluster: Cluster, node: str, clique: str = "") -> dict[str, Any]:
+def publish_slice(
+    cluster: Cluster, node: str, clique: str = "", domain: str = ""
+) -> dict[str, Any]:
     api = ResourceApi(cluster.api_client())
-    SlicePublisher(api).publish(SliceFacts(node=node, clique=clique, gpus=4))
+    SlicePublisher(api).publish(SliceFacts(node=node, clique=clique, gpus=4, domain=domain))
     published = api.get_slice(slice_name(node))
     assert published is not None
     return published

@@ -46,6 +46,11 @@ def test_a_published_domain_gets_its_template_naming_it(api, version, topology, 
     klass = request["deviceClassName"] if version == "v1beta1" else request["exactly"]
     assert request["name"] == "channel"
     assert (klass if isinstance(klass, str) else klass["deviceClassName"]) == DEVICE_CLASS
+    # The scheduler takes only the trays the placement gave the domain.
+    (selector,) = (request if version == "v1beta1" else request["exactly"])["selectors"]
+    assert selector["cel"]["expression"] == (
+        f'device.attributes["{DRIVER_NAME}"].domain == "{domain.uid}"'
+    )
     (config,) = devices["config"]
     assert config["opaque"]["driver"] == DRIVER_NAME
     assert config["opaque"]["parameters"] == {

@@ -101,10 +101,14 @@ def test_kube_scheduler_allocates_a_pods_claim_from_the_published_slices(
     real_kube, cluster, topology, ns_a, tenant_a
 ):
     install_device_class(real_kube)
-    for node in ("gb-r01-t01", "gb-r01-t02"):
-        real_kube.put_node(node, gpu_labels())
-        publish_slice(cluster, node, clique="c.1")
     domain = request_and_place(ns_a, tenant_a, num_nodes=2)
+    # The domain's two trays, one free and one serving another domain: the template's
+    # selector keeps the scheduler to the domain's own.
+    owners = {"gb-r01-t01": str(domain.uid), "gb-r01-t02": str(domain.uid),
+              "gb-r01-t03": "", "gb-r01-t04": "another-domains-uid"}  # fmt: skip
+    for node, owner in owners.items():
+        real_kube.put_node(node, gpu_labels())
+        publish_slice(cluster, node, clique="c.1", domain=owner)
     assert tasks.publish_domain(domain.pk) == "created"
 
     for i in range(2):
@@ -136,7 +140,8 @@ def test_kube_scheduler_allocates_a_pods_claim_from_the_published_slices(
         (reserved,) = claim["status"]["reservedFor"]
         assert (reserved["resource"], reserved["name"]) == ("pods", pod["metadata"]["name"])
 
-    # A third pod finds no free channel device: it stays pending, never half-allocated.
+    # A third pod finds none of the domain's trays free: it stays pending, never put on the
+    # free tray or the other domain's, and never half-allocated.
     real_kube.apply(pod_with_claim("worker-2", "team-a", domain.resource_claim_template))
 
     def unschedulable() -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from domains.audit.events import Actor
+from domains.computedomains.incidents import tell_tenants
 from domains.computedomains.models import DomainMember
 from domains.computedomains.selectors import RUNNING_PHASES
 from domains.errors import DomainError, InvalidInput, InvalidTransition
@@ -132,7 +133,10 @@ def tray_act(*, actor: Actor, node: Node, action: str, reason: str = "") -> Node
     refusal = tray_action_refusal(current, chosen)
     if refusal:
         raise InvalidTransition(refusal)
-    return chosen.service(actor=actor, node=current, reason=reason)
+    done = chosen.service(actor=actor, node=current, reason=reason)
+    if done.state != current.state:
+        tell_tenants(actor=actor, node=done, action=chosen.key, reason=reason)
+    return done
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ VERB_KINDS = {
     "domain.denied": Kind.APPROVAL_DECIDED,
     "domain.maintenance_scheduled": Kind.MAINTENANCE,
     "domain.maintenance_cancelled": Kind.MAINTENANCE,
+    "domain.tray_cordoned": Kind.TRAY_CORDONED,
+    "domain.tray_draining": Kind.TRAY_CORDONED,
 }
 
 
@@ -177,6 +179,8 @@ def _event_message(event: Event, kind: str) -> Message:
         Kind.APPROVAL_DECIDED: f"{name} was {event.verb.rsplit('.', 1)[-1]}",
         Kind.MAINTENANCE: f"Maintenance for {name}"
         + (" called off" if event.verb.endswith("cancelled") else " scheduled"),
+        Kind.TRAY_CORDONED: f"A tray of {name} is "
+        + ("draining" if event.verb.endswith("draining") else "cordoned"),
     }[Kind(kind)]
     body = event.message
     if kind == Kind.DEGRADED and event.details.get("nodes"):

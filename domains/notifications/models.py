@@ -26,6 +26,7 @@ class Kind(models.TextChoices):
     APPROVAL_ASKED = "approval.asked", "Approval asked"
     APPROVAL_DECIDED = "approval.decided", "Approval decided"
     MAINTENANCE = "maintenance", "Maintenance scheduled, called off or ahead"
+    TRAY_CORDONED = "domain.tray_cordoned", "A tray of the domain cordoned or draining"
 
 
 class Status(models.TextChoices):

@@ -88,7 +88,11 @@ def test_the_mark_down_form_says_tenants_read_its_reason(client, operator, topol
     page = client.get(url).content.decode()
     assert "Tenants whose domain uses this tray read this reason" in page
     cordon = reverse("operator:node_action", args=[node.hostname, "cordon"])
-    assert "read this reason" not in client.get(cordon).content.decode()
+    assert "read this reason" in client.get(cordon).content.decode()  # tenants are told too
+    node.state = "cordoned"
+    node.save(update_fields=["state"])
+    uncordon = reverse("operator:node_action", args=[node.hostname, "uncordon"])
+    assert "read this reason" not in client.get(uncordon).content.decode()
 
 
 def test_a_domain_that_follows_its_workload_says_it_waits_once_and_shows_no_eta(

@@ -75,6 +75,7 @@ from portal.web.views.tenant import with_queue_positions
 from portal.web.views.trays import accept_racks
 
 MARK_DOWN_NOTE = "Tenants whose domain uses this tray read this reason, word for word."
+TENANT_READS = ("mark_down", "cordon", "drain")  # actions whose reason tenants are told
 RACKS_PER_PAGE = 12
 BULK_LIMIT = 1000  # trays one bulk action may name
 SEARCH_RESULTS = 50
@@ -199,7 +200,7 @@ def node_action(request: SignedInRequest, hostname: str, action: str) -> HttpRes
     chosen = TRAY_ACTIONS[action]
     tray = get_object_or_404(Node, hostname=hostname)
     form = ReasonForm(request.POST or None)
-    if action == "mark_down":  # its member fails with this reason, on the tenant's page
+    if action in TENANT_READS:  # the tenant's page and notifications carry this reason
         form.fields["reason"].help_text = MARK_DOWN_NOTE
     if request.method == "POST" and form.is_valid():
         try:
@@ -253,6 +254,8 @@ def bulk_action(request: SignedInRequest) -> HttpResponse:
         messages.error(request, "Select at least one tray first.")
         return redirect(_next(request, data))
     form = ReasonForm(request.POST if confirmed else None)
+    if action in TENANT_READS:
+        form.fields["reason"].help_text = MARK_DOWN_NOTE
     if confirmed and form.is_valid():
         outcomes = trays_act(
             actor=Actor.for_user(request.user),

@@ -25,7 +25,7 @@ from django.utils.timesince import timesince
 
 from domains.inventory.parts import POWER, SWITCH, Part, WindowMark
 from domains.placement.model import CliqueSummary, TrayStatus
-from portal.web.fabric import RackView, TrayView
+from portal.web.fabric import DomainTag, RackView, TrayView
 
 # How many power shelves each rack model has (a rack records its compute and switch slots).
 POWER_SHELVES = {"gb200-nvl72": 8}
@@ -330,6 +330,14 @@ def _maintenance_bands(rack: RackView, trays_y: dict[int, int], now: datetime) -
                 f"<title>Maintenance {state}: {escape(w.reason)}, {when}</title></rect>"
             )
     return "".join(out)
+
+
+def domain_key(tag: DomainTag) -> SafeString:
+    colour = OUTLINES[tag.domain_id % len(OUTLINES)]
+    return mark_safe(  # noqa: S308 - a constant colour
+        '<svg class="dkey" viewBox="0 0 12 12" width="12" height="12" aria-hidden="true">'
+        f'<rect x="1" y="1" width="10" height="10" class="st-used do" stroke="{colour}"/></svg>'
+    )
 
 
 def _covered_by(window: WindowMark) -> Callable[[TrayView], int | None]:

@@ -112,6 +112,21 @@ class RackView:
     def free(self) -> int:
         return sum(c.free for c in self.cliques)
 
+    @property
+    def domains_here(self) -> list[tuple[DomainTag, int]]:
+        """Each domain on the rack's trays with how many of them it holds, by name."""
+        held: dict[str, tuple[DomainTag, int]] = {}
+        for tray in self.trays.values():
+            if tray.domain is not None:
+                key = tray.domain.uid or tray.domain.label
+                tag, count = held.get(key, (tray.domain, 0))
+                held[key] = (tag, count + 1)
+        return sorted(held.values(), key=lambda pair: pair[0].label)
+
+    @property
+    def parts_down(self) -> list[Part]:
+        return [p for p in self.parts if p.state == "down"]
+
 
 @dataclass(frozen=True)
 class Visibility:

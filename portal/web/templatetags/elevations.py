@@ -11,7 +11,7 @@ from django.utils.safestring import SafeString
 from domains.computedomains.trends import Series
 from domains.placement.model import CliqueSummary
 from portal.web import elevation as drawing
-from portal.web.fabric import RackView
+from portal.web.fabric import DomainTag, RackView
 from portal.web.sparkline import figure, sparkline
 
 register = template.Library()
@@ -41,3 +41,9 @@ def trend(series: Series) -> SafeString:
 def trend_figure(series: Series, which: str = "last") -> str:
     """The series' latest value ("last") or its peak ("peak"), with its unit for seconds."""
     return figure(series.peak if which == "peak" else series.last, series.unit)
+
+
+@register.simple_tag
+def domain_key(tag: DomainTag) -> SafeString:
+    """A small square in the outline colour a domain has on the elevations."""
+    return drawing.domain_key(tag)

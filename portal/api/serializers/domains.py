@@ -141,6 +141,9 @@ class MemberSerializer(serializers.Serializer):
     cliqueID = serializers.CharField(
         source="clique.label", help_text="Its `nvidia.com/gpu.clique` label."
     )
+    cliqueName = serializers.CharField(
+        source="clique.name", help_text="The clique's short name, as the web UI shows it."
+    )
     index = serializers.IntegerField(help_text="Its place in the domain, from 0.")
     status = serializers.SerializerMethodField(
         help_text="NVIDIA's: `Ready` when `state` is `ready`."

@@ -97,6 +97,12 @@ class NodeSerializer(serializers.ModelSerializer):
         default=None,
         help_text="Its `nvidia.com/gpu.clique` label; null: no multi-node NVLink.",
     )
+    cliqueName = serializers.CharField(
+        source="clique.name",
+        allow_null=True,
+        default=None,
+        help_text="The operator's short name of the clique (the web UI's), beside its label.",
+    )
     gpuCount = serializers.IntegerField(source="gpu_count", help_text="Its GPUs.")
     gpuProduct = serializers.CharField(source="gpu_product", help_text="e.g. NVIDIA GB200.")
     driverVersion = serializers.CharField(
@@ -124,7 +130,7 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["hostname", "managementIp", "rack", "slot", "clique", "gpuCount"]
+        fields = ["hostname", "managementIp", "rack", "slot", "clique", "cliqueName", "gpuCount"]
         fields += ["gpuProduct", "driverVersion", "imexVersion", "state", "stateReason"]
         fields += ["lastHeartbeat", "daemonState", "inUse", "domain"]
         extra_kwargs = {"hostname": {"help_text": "Its hostname, which names it in the API."}}

@@ -200,11 +200,9 @@ def _compute(rack: RackView, slot: int, y: int, maint: dict[int, str]) -> str:
     out.append(f'<text x="{WORD_X}" y="{y + 12}" class="w">{escape(word)}</text></g>')
     body = "".join(out)
     if tray.url:
-        aria = f"{tray.hostname}, slot {slot}: {' · '.join(words) or 'in use'}"
-        body = (
-            f'<a href="{escape(tray.url)}" aria-label="{escape(aria)}">'
-            f"<title>{_hover(tray, maint)}</title>{body}</a>"
-        )
+        # The link's name is its <title> (first child), which holds the words drawn on the
+        # tray: an aria-label would not, as SVG text pieces run together (WCAG 2.5.3).
+        body = f'<a href="{escape(tray.url)}"><title>{_hover(tray, maint)}</title>{body}</a>'
     else:
         body = body.replace(">", f"><title>{_hover(tray, maint)}</title>", 1)
     return body
@@ -261,7 +259,7 @@ def _part(rack: RackView, kind: str, n: int, part: Part | None, y: int) -> str:
     if part is not None and rack.url:
         kind_name = "switch_tray" if kind == SWITCH else "power_shelf"
         url = reverse("operator:impact", args=[kind_name, part.name])
-        body = f'<a href="{escape(url)}" aria-label="{escape(title)}">{body}</a>'
+        body = f'<a href="{escape(url)}"><title>{escape(title)}</title>{body}</a>'
     return body
 
 

@@ -272,6 +272,10 @@ class DesiredState(TypedDict):
     node: NodeRef
     domain: DesiredDomain | None
     release: ReleaseOrder | None
+    # Whether a claim may make the tray a new member now (ready, in a clique with an IP, no
+    # blocking condition): the DRA slice says so, so the scheduler never picks a tray the
+    # claim's admission would refuse. Left out by an older portal: taken as True.
+    eligible: NotRequired[bool]
 
 
 # --- status report -----------------------------------------------------------------------------

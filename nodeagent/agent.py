@@ -221,7 +221,10 @@ class Agent:
     def publish_slice(self) -> None:
         if self.dra is not None:
             held = self.desired["domain"] if self.desired else None
-            self.dra.publish_slice(dict(self.facts.document()), held["uid"] if held else "")
+            eligible = self.desired.get("eligible", True) if self.desired else True
+            self.dra.publish_slice(
+                dict(self.facts.document()), held["uid"] if held else "", eligible=eligible
+            )
 
     def fetch_desired(self, now: float) -> DesiredState:
         """Fetch the desired state when nudged, when the poll interval is up, or at start.

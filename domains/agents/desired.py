@@ -25,7 +25,7 @@ from agentwire.messages import ChannelSpec, DesiredDomain, DesiredState
 from domains.computedomains.models import AllocationMode, ComputeDomain, DomainMember
 from domains.computedomains.models import ChannelAllocation as Channel
 from domains.computedomains.selectors import RUNNING_PHASES, peers_settling
-from domains.inventory.models import Node
+from domains.inventory.models import Node, NodeCondition, NodeState
 from domains.security import hash_token
 from domains.sqlnames import column, statement
 from domains.tenancy.models import Namespace
@@ -48,7 +48,7 @@ def desired_state(node_id: int, *, token: str | None = None) -> DesiredState | N
     """The tray's desired state, read in one statement; None when there is no such tray or,
     with `token`, when it is not that tray's node token (or the tray is gone): the caller
     then lets the authenticating path answer, as it would for any refused token."""
-    params: list[Any] = [*RUNNING_PHASES, *RUNNING_PHASES, node_id]
+    params: list[Any] = [NodeState.READY, *RUNNING_PHASES, *RUNNING_PHASES, node_id]
     if token is not None:
         params.append(hash_token(token))
     with connection.cursor() as cursor:
@@ -56,12 +56,13 @@ def desired_state(node_id: int, *, token: str | None = None) -> DesiredState | N
         row = cursor.fetchone()
     if row is None:
         return None
-    (node_pk, hostname, index, domain_id, uid, name, namespace, generation, request_id, phase, mode,
-     num_nodes, peers, channels, slots) = row  # fmt: skip
+    (node_pk, hostname, eligible, index, domain_id, uid, name, namespace, generation, request_id,
+     phase, mode, num_nodes, peers, channels, slots) = row  # fmt: skip
     doc: DesiredState = {
         "node": {"id": node_pk, "hostname": hostname},
         "domain": None,
         "release": None,
+        "eligible": bool(eligible),
     }
     if uid is None:
         return doc
@@ -106,12 +107,18 @@ def _channels(mode: str, ledger: list[int]) -> ChannelSpec:
     return {"mode": "Single", "numbers": sorted(ledger)}
 
 
-# The tray, the membership that holds it (one at most: member_one_live_domain_per_node) and
+# The tray, whether a claim may make it a new member (what claims.py's tray check asks), the
+# membership that holds it (one at most: member_one_live_domain_per_node) and
 # its domain; while the domain runs, its peers (active members in index order, with their
 # trays' hostnames), its open channels and, for a domain that follows its workload, how many
 # trays its clique has. Column and table names come from the models (`statement`).
 _DESIRED_SQL = """
-SELECT n.{node.id}, n.{node.hostname}, m.{member.index}, d.{domain.id}, d.{domain.uid},
+SELECT n.{node.id}, n.{node.hostname},
+       n.{node.state} = %s AND NOT n.{node.gone} AND n.{node.clique} IS NOT NULL
+           AND n.{node.management_ip} IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM {condition} k
+                           WHERE k.{condition.node} = n.{node.id} AND k.{condition.blocking}),
+       m.{member.index}, d.{domain.id}, d.{domain.uid},
        d.{domain.name}, ns.{namespace.name}, d.{domain.generation}, d.{domain.request_id},
        d.{domain.phase}, d.{domain.allocation_mode}, d.{domain.num_nodes},
        CASE WHEN d.{domain.phase} IN ({running}) THEN (
@@ -145,6 +152,7 @@ def _desired_sql(with_token: bool) -> str:
         domain=ComputeDomain,
         namespace=Namespace,
         channel=Channel,
+        condition=NodeCondition,
         running=", ".join(["%s"] * len(RUNNING_PHASES)),
         auth=auth if with_token else "",
     )

@@ -41,15 +41,21 @@ def device_selector(domain: ComputeDomain) -> str:
 
     Each tray's slice says which domain the tray serves (`domain`, its uid; "" free): a
     placed domain (numNodes > 0) takes only its own trays, one that follows its workload
-    its own or free ones. Between a placement and the agent's next slice update (its next
-    fetch of the desired state, nudged at once) a placed domain's pods stay Pending and
-    are scheduled when the slice changes; a claim allocated from a slice that was stale
-    the other way is still refused by the agent's admission, with its reason.
+    its own or free ones that may take a new member now (`eligible`: ready, in a clique, no
+    blocking condition; a cordoned, draining, down or pending tray is not). Between a
+    placement and the agent's next slice update (its next fetch of the desired state,
+    nudged at once) a placed domain's pods stay Pending and are scheduled when the slice
+    changes; a claim allocated from a slice that was stale the other way is still refused
+    by the agent's admission, with its reason. Slices come from agents that publish both
+    attributes: upgrade the agents before the portal (a missing attribute fails the CEL).
     """
-    attribute = f'device.attributes["{DRIVER_NAME}"].domain'
+    attributes = f'device.attributes["{DRIVER_NAME}"]'
     if domain.num_nodes > 0:
-        return f'{attribute} == "{domain.uid}"'
-    return f'{attribute} in ["", "{domain.uid}"]'
+        return f'{attributes}.domain == "{domain.uid}"'
+    return (
+        f'{attributes}.domain == "{domain.uid}" '
+        f'|| ({attributes}.domain == "" && {attributes}.eligible)'
+    )
 
 
 def template_object(domain: ComputeDomain, version: str) -> dict[str, Any]:

@@ -108,7 +108,9 @@ class DraPlugin:
             self.started = False
         self.slices.remove(self.node_name)
 
-    def publish_slice(self, facts: dict[str, Any], domain: str = "") -> None:
+    def publish_slice(
+        self, facts: dict[str, Any], domain: str = "", *, eligible: bool = True
+    ) -> None:
         """Keep the tray's ResourceSlice current; API trouble is retried a few seconds on."""
         now = time.monotonic()
         if now < self.slice_retry_at:
@@ -117,7 +119,7 @@ class DraPlugin:
         if facts.get("cluster_uuid") and facts.get("clique_id") is not None:
             clique = f"{facts['cluster_uuid']}.{facts['clique_id']}"
         wanted = SliceFacts(node=self.node_name, clique=clique, gpus=len(facts.get("gpus", [])),
-                            domain=domain)  # fmt: skip
+                            domain=domain, eligible=eligible)  # fmt: skip
         try:
             self.slices.publish(wanted)
         except KubeError as exc:

@@ -38,6 +38,9 @@ class SliceFacts:
     clique: str  # "<cluster uuid>.<clique id>", the nvidia.com/gpu.clique label; "" unknown
     gpus: int
     domain: str = ""  # the uid of the domain the tray serves now; "" free
+    # May a claim make the tray a new member now (the portal's word: ready, in a clique, no
+    # blocking condition)? A cordoned, draining, down or pending tray is not.
+    eligible: bool = True
 
 
 def slice_name(node: str) -> str:
@@ -52,6 +55,7 @@ def slice_object(facts: SliceFacts, *, version: str, generation: int) -> dict[st
         # Always present (a CEL selector that reads a missing attribute fails): the domain's
         # ResourceClaimTemplate selects its own trays, or free ones, by it.
         "domain": {"string": facts.domain},
+        "eligible": {"bool": facts.eligible},
     }
     if facts.clique:
         attributes["clique"] = {"string": facts.clique}

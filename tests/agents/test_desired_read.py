@@ -8,6 +8,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from domains.agents.desired import desired_state, desired_state_for
 from domains.audit.events import Actor
@@ -22,7 +23,7 @@ from domains.computedomains.selectors import (
 )
 from domains.computedomains.services import domain_release
 from domains.computedomains.specs import DomainSpec
-from domains.inventory.models import Node
+from domains.inventory.models import Node, NodeCondition, NodeState
 from domains.security import generate_token, hash_token
 from tests import factories
 from tests.support.lifecycle import request_and_place
@@ -36,6 +37,12 @@ def as_the_selectors_say(node: Node) -> dict:
         "node": {"id": node.pk, "hostname": node.hostname},
         "domain": None,
         "release": None,
+        # What the claim path's tray check asks before a tray may become a member.
+        "eligible": node.state == NodeState.READY
+        and not node.gone
+        and node.clique_id is not None
+        and bool(node.management_ip)
+        and not node.conditions.filter(blocking=True).exists(),
     }
     member = desired_member(node)
     if member is None:
@@ -135,3 +142,21 @@ def test_on_the_fast_path_only_the_trays_own_token_reads_it(trays, ns_a, tenant_
     assert desired_state(mine.pk, token="") is None
     Node.objects.filter(pk=mine.pk).update(gone=True)
     assert desired_state(mine.pk, token=tokens[mine.pk]) is None  # a gone tray's token
+
+
+@pytest.mark.parametrize("what", ["cordoned", "draining", "down", "pending", "blocked", "no ip"])
+def test_a_tray_a_claim_could_not_join_is_not_eligible(trays, what):
+    tray = trays[0]
+    assert read(tray)["eligible"] is True
+    if what == "blocked":
+        NodeCondition.objects.create(
+            node=tray, type="FabricNotReady", message="IN_PROGRESS", since=timezone.now()
+        )
+    elif what == "no ip":
+        Node.objects.filter(pk=tray.pk).update(management_ip=None)
+    else:
+        Node.objects.filter(pk=tray.pk).update(state=what)
+    tray.refresh_from_db()
+    doc = read(tray)
+    assert doc["eligible"] is False
+    assert doc == as_the_selectors_say(tray)

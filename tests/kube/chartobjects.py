@@ -42,10 +42,11 @@ def install_device_class(kube: ClusterKube) -> dict[str, Any]:
 
 
 def publish_slice(
-    cluster: Cluster, node: str, clique: str = "", domain: str = ""
+    cluster: Cluster, node: str, clique: str = "", domain: str = "", *, eligible: bool = True
 ) -> dict[str, Any]:
     api = ResourceApi(cluster.api_client())
-    SlicePublisher(api).publish(SliceFacts(node=node, clique=clique, gpus=4, domain=domain))
+    facts = SliceFacts(node=node, clique=clique, gpus=4, domain=domain, eligible=eligible)
+    SlicePublisher(api).publish(facts)
     published = api.get_slice(slice_name(node))
     assert published is not None
     return published

@@ -156,6 +156,39 @@ def test_kube_scheduler_allocates_a_pods_claim_from_the_published_slices(
     assert claim is None or not (claim.get("status") or {}).get("allocation")
 
 
+def test_a_following_domains_pods_never_get_a_tray_its_admission_would_refuse(
+    real_kube, cluster, topology, ns_a, tenant_a
+):
+    install_device_class(real_kube)
+    domain = request_and_place(ns_a, tenant_a, name="wl", num_nodes=0)
+    # One free tray that may take a member; a cordoned (or draining, down, pending) one and
+    # one with a blocking condition, both free but not eligible; one serving another domain.
+    trays = {"gb-r01-t01": ("", True), "gb-r01-t02": ("", False), "gb-r01-t03": ("", False),
+             "gb-r01-t04": ("another-domains-uid", True)}  # fmt: skip
+    for node, (owner, eligible) in trays.items():
+        real_kube.put_node(node, gpu_labels())
+        publish_slice(cluster, node, clique="c.1", domain=owner, eligible=eligible)
+    assert tasks.publish_domain(domain.pk) == "created"
+
+    for i in range(2):
+        real_kube.apply(pod_with_claim(f"follower-{i}", "team-a", domain.resource_claim_template))
+
+    def placed() -> list[str] | None:
+        pods = [real_kube.get("pods", f"follower-{i}", "team-a") or {} for i in range(2)]
+        nodes = [p.get("spec", {}).get("nodeName") for p in pods]
+        pending = [p for p in pods if not p.get("spec", {}).get("nodeName")]
+        unschedulable = [
+            p for p in pending
+            if any(c["type"] == "PodScheduled" and c["status"] == "False"
+                   for c in (p.get("status") or {}).get("conditions") or [])
+        ]  # fmt: skip
+        return [n for n in nodes if n] if len(unschedulable) == 1 else None
+
+    # One pod takes the one eligible free tray; the other waits rather than take a tray
+    # that is cordoned, blocked or another domain's.
+    assert wait_for(placed, what="one follower scheduled, one unschedulable") == ["gb-r01-t01"]
+
+
 def install_agent_policy(kube: ClusterKube) -> None:
     objects = chart_objects()
     name = "portal-domain-portal-agent"

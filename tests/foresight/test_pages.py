@@ -47,7 +47,9 @@ def test_the_rack_page_shows_the_whole_rack_and_links_every_part(client, operato
     client.force_login(operator)
     page = client.get(reverse("operator:rack", args=["gb-r01"])).content.decode()
     assert 'class="blast-tenants">team-a, team-b<' in page
-    assert page.count('data-part="gb-r01-s') == 9 and page.count('data-part="gb-r01-p') == 8
+    # Each part is drawn in the rack's elevation and listed in its table.
+    assert page.count('<tr data-part="gb-r01-s') == 9 and page.count('data-part="gb-r01-s') == 18
+    assert page.count('<tr data-part="gb-r01-p') == 8 and page.count('data-part="gb-r01-p') == 16
     assert reverse("operator:impact", args=["power_shelf", "gb-r01-p1"]) in page
 
 
@@ -115,7 +117,8 @@ def test_a_rack_without_parts_says_so(client, operator, db):
     PowerShelf.objects.all().delete()
     client.force_login(operator)
     page = client.get(reverse("operator:rack", args=["gb-r01"])).content.decode()
-    assert page.count('data-part="gb-r01-p') == 0 and page.count('data-part="gb-r01-s') == 9
+    assert page.count('data-part="gb-r01-p') == 0 and page.count('<tr data-part="gb-r01-s') == 9
+    assert "not inventoried" in page  # the shelves drawn from the rack's layout, dashed
 
 
 def test_an_operator_schedules_maintenance_and_the_tenant_sees_it_ahead(

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from domains.agents.desired import desired_state_for
+from domains.inventory.models import Node
 from nodeagent.dra import DEVICE_CLASS
 from nodeagent.dra.kubeapi import ResourceApi
 from nodeagent.dra.slices import SliceFacts, SlicePublisher, slice_name
@@ -50,3 +52,13 @@ def publish_slice(
     published = api.get_slice(slice_name(node))
     assert published is not None
     return published
+
+
+def publish_as_its_agent(cluster: Cluster, tray: Node) -> dict[str, Any]:
+    """The tray's slice with what its agent learns from the portal's desired state: the
+    domain it serves and whether a claim may make it a new member."""
+    desired = desired_state_for(tray)
+    serving = desired["domain"]["uid"] if desired["domain"] else ""
+    clique = tray.clique.label if tray.clique else ""
+    eligible = desired.get("eligible", True)
+    return publish_slice(cluster, tray.hostname, clique=clique, domain=serving, eligible=eligible)

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from domains.agents.joining import agent_join
 from domains.computedomains.models import DomainClaim
 from domains.kube import tasks
-from tests.kube.chartobjects import install_device_class, publish_slice
+from tests.kube.chartobjects import install_device_class, publish_as_its_agent
 from tests.kube.cluster import ClusterKube, wait_for
 from tests.kube.conftest import gpu_labels
 from tests.kube.test_dra_cluster import claim_of, pod_with_claim
@@ -73,7 +73,7 @@ def test_a_claim_is_admitted_only_on_its_tray_for_its_domain(
     def publish(nodes) -> None:
         for node in nodes:
             real_kube.put_node(node.hostname, gpu_labels())
-            publish_slice(cluster, node.hostname, clique="c.1")
+            publish_as_its_agent(cluster, node)
 
     # team-b's pod, while only team-b's trays publish a channel: the scheduler allocates its
     # claim to one of them. Then team-a's trays publish theirs too.

@@ -15,7 +15,7 @@ from domains.kube import tasks
 from domains.kube.crd import computedomain_object
 from domains.kube.manifests import workload_manifests
 from nodeagent.dra import DRIVER_NAME
-from tests.kube.chartobjects import install_device_class, publish_slice
+from tests.kube.chartobjects import install_device_class, publish_as_its_agent
 from tests.kube.cluster import wait_for
 from tests.kube.schemas import (
     assert_valid_computedomain,
@@ -91,8 +91,9 @@ def test_kube_scheduler_puts_the_jobs_pods_on_the_placed_trays_with_their_channe
     for tray in topology.nodes.select_related("clique"):
         labels = {"nvidia.com/gpu.clique": tray.clique.label}
         real_kube.put_node(tray.hostname, labels, ip=tray.management_ip)
-        publish_slice(cluster, tray.hostname, clique=tray.clique.label)
     domain = request_and_place(ns_a, tenant_a, num_nodes=3)
+    for tray in topology.nodes.select_related("clique"):
+        publish_as_its_agent(cluster, tray)
     assert tasks.publish_domain(domain.pk) == "created"
     placed = {m.node.hostname for m in domain.members.select_related("node")}
 

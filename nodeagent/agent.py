@@ -33,6 +33,7 @@ from nodeagent.client import MalformedDocument, Nudger, PortalClient, PortalErro
 from nodeagent.config import AgentConfig
 from nodeagent.dra.claims import Serving
 from nodeagent.dra.plugin import DraPlugin, PluginConfig
+from nodeagent.dra.slices import scheduling
 from nodeagent.driver import CapabilityError, DriverRoot, ensure_imex_mgmt
 from nodeagent.facts import FactsKeeper
 from nodeagent.files import read_json, remove, write_atomic
@@ -220,11 +221,8 @@ class Agent:
 
     def publish_slice(self) -> None:
         if self.dra is not None:
-            held = self.desired["domain"] if self.desired else None
-            eligible = self.desired.get("eligible", True) if self.desired else True
-            self.dra.publish_slice(
-                dict(self.facts.document()), held["uid"] if held else "", eligible=eligible
-            )
+            domain, eligible = scheduling(self.desired)
+            self.dra.publish_slice(dict(self.facts.document()), domain, eligible=eligible)
 
     def fetch_desired(self, now: float) -> DesiredState:
         """Fetch the desired state when nudged, when the poll interval is up, or at start.

@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from agentwire.messages import DesiredState
 from nodeagent.dra import DEVICE_NAME, DRIVER_NAME
 from nodeagent.dra.kubeapi import GROUP, KubeError, ResourceApi
 
@@ -41,6 +42,16 @@ class SliceFacts:
     # May a claim make the tray a new member now (the portal's word: ready, in a clique, no
     # blocking condition)? A cordoned, draining, down or pending tray is not.
     eligible: bool = True
+
+
+def scheduling(desired: DesiredState | None) -> tuple[str, bool]:
+    """The slice's `domain` and `eligible` from the portal's desired state: the uid of the
+    domain the tray serves ("" free) and whether a claim may make it a new member (taken as
+    True when the portal leaves it out, or before the first fetch)."""
+    if desired is None:
+        return "", True
+    held = desired["domain"]
+    return (held["uid"] if held else ""), desired.get("eligible", True)
 
 
 def slice_name(node: str) -> str:

@@ -13,7 +13,7 @@ from domains.agents.desired import desired_state_for
 from domains.inventory.models import Node
 from nodeagent.dra import DEVICE_CLASS
 from nodeagent.dra.kubeapi import ResourceApi
-from nodeagent.dra.slices import SliceFacts, SlicePublisher, slice_name
+from nodeagent.dra.slices import SliceFacts, SlicePublisher, scheduling, slice_name
 from tests.kube.cluster import Cluster, ClusterKube
 
 CHART = Path(__file__).resolve().parents[2] / "deploy/helm/domain-portal"
@@ -57,8 +57,6 @@ def publish_slice(
 def publish_as_its_agent(cluster: Cluster, tray: Node) -> dict[str, Any]:
     """The tray's slice with what its agent learns from the portal's desired state: the
     domain it serves and whether a claim may make it a new member."""
-    desired = desired_state_for(tray)
-    serving = desired["domain"]["uid"] if desired["domain"] else ""
+    serving, eligible = scheduling(desired_state_for(tray))
     clique = tray.clique.label if tray.clique else ""
-    eligible = desired.get("eligible", True)
     return publish_slice(cluster, tray.hostname, clique=clique, domain=serving, eligible=eligible)

@@ -26,7 +26,7 @@ from tests.e2e.conftest import METRICS_TOKEN, phase_of, request_domain
 from tests.observability.test_prometheus_scrape import service_monitor_job
 from tests.support.agents import wait_for
 from tests.support.prometheus import PROMETHEUS, running_prometheus
-from tests.support.trays import Tray, facts_of
+from tests.support.trays import Tray, facts_of, trays_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -57,12 +57,7 @@ def agent_metrics(tray: Tray) -> dict[str, float]:
 def test_a_trays_agent_reports_its_reconciles_imex_state_runner_and_restarts(
     portal, tenant_api, nodes, tmp_path
 ):
-    trays = [Tray(portal, facts_of(n), root=tmp_path / n.hostname, runner=True) for n in nodes]
-    with contextlib.ExitStack() as stack:
-        for tray in trays:
-            stack.enter_context(tray)
-        for tray in trays:
-            tray.wait_ready()
+    with trays_of(portal, nodes, tmp_path, runner=True) as trays:
         domain = request_domain(tenant_api, "watched", 2)
         wait_for(lambda: phase_of(domain) == Phase.READY, 60, "domain Ready")
         victim, peer = trays
@@ -169,12 +164,7 @@ def pod_monitor_job(trays: list[Tray]) -> dict:
 def test_prometheus_joins_each_agents_figures_with_the_domain_its_tray_serves(
     portal, tenant_api, nodes, tmp_path
 ):
-    trays = [Tray(portal, facts_of(n), root=tmp_path / n.hostname, runner=True) for n in nodes]
-    with contextlib.ExitStack() as stack:
-        for tray in trays:
-            stack.enter_context(tray)
-        for tray in trays:
-            tray.wait_ready()
+    with trays_of(portal, nodes, tmp_path, runner=True) as trays:
         domain = request_domain(tenant_api, "joined", 2)
         wait_for(lambda: phase_of(domain) == Phase.READY, 60, "domain Ready")
         token = tmp_path / "metrics-token"

@@ -8,7 +8,6 @@ rolling update) while the tray serves a domain, NVML that cannot be loaded, the 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -17,7 +16,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import jsonschema
@@ -36,7 +34,7 @@ from nodeagent.emulator.tray import daemon_starts, set_faults
 from tests import factories
 from tests.e2e.conftest import phase_of, release_domain, request_domain, verbs
 from tests.support.agents import wait_for
-from tests.support.trays import Tray, facts_of
+from tests.support.trays import Tray, facts_of, trays_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -58,17 +56,6 @@ def operator_api(transactional_db, portal) -> Iterator[httpx.Client]:
     )
     yield client
     client.close()
-
-
-@contextlib.contextmanager
-def trays_of(portal: str, nodes: list[Node], root: Path, **kw: Any) -> Iterator[list[Tray]]:
-    trays = [Tray(portal, facts_of(n), root=root / n.hostname, **kw) for n in nodes]
-    with contextlib.ExitStack() as stack:
-        for tray in trays:
-            stack.enter_context(tray)
-        for tray in trays:
-            tray.wait_ready()
-        yield trays
 
 
 def tray_status(hostname: str) -> str:

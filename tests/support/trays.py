@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -264,3 +265,15 @@ class Tray:
                 gpu["fabric_state"] = state
         doc.update(changes)
         write_atomic(self.fabric_path, json.dumps(doc, indent=1) + "\n")
+
+
+@contextlib.contextmanager
+def trays_of(portal: str, nodes: list[Node], root: Path, **kw: Any) -> Iterator[list[Tray]]:
+    """A running Tray (agent, emulated daemon) per Node under `root`, each joined and ready."""
+    trays = [Tray(portal, facts_of(n), root=root / n.hostname, **kw) for n in nodes]
+    with contextlib.ExitStack() as stack:
+        for tray in trays:
+            stack.enter_context(tray)
+        for tray in trays:
+            tray.wait_ready()
+        yield trays

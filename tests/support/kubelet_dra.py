@@ -14,6 +14,12 @@ writes a new boot id, as a reboot of the machine would.
 
 The program prints one JSON line per pod event (`prepared`, `prepareFailed`, `unprepared`),
 each with its time, among its logs; `events()` reads them back.
+
+`KubeletFleet` runs one for every tray of an `AgentFleet`, as every Node has its kubelet:
+
+    with KubeletFleet(bin_dir, fleet, kubeconfig=..., root=kubelet_dir) as kubelets:
+        kubelets.wait_registered(DRIVER_NAME)
+        node, devices = kubelets.wait_prepared(pod_uid)
 """
 
 from __future__ import annotations
@@ -21,11 +27,16 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from nodeagent.config import CHANNELS_DIR
 from tests.support.processes import Proc, wait_until
+
+if TYPE_CHECKING:
+    from tests.support.agents import AgentFleet
 
 
 class KubeletDra:
@@ -128,3 +139,93 @@ class KubeletDra:
             for e in self.events()
             if e["event"] == "prepareFailed" and e["uid"] == pod_uid
         ]
+
+
+class KubeletFleet:
+    """One `KubeletDra` per tray of an `AgentFleet`: the kubelet of each Node, its tmpfs the
+    tray's CDI and channel directories, its boot id the tray's."""
+
+    def __init__(
+        self, bin_dir: Path, fleet: AgentFleet, *, kubeconfig: Path, root: Path | None = None
+    ) -> None:
+        """`root`: the kubelet directories' parent (each Node's is `<root>/<hostname>`), by
+        default the fleet's `kubelet_dir`, where its agents register their plugins."""
+        root = root or fleet.kubelet_dir
+        if root is None:
+            raise ValueError("root: the fleet has no kubelet_dir to share")
+        self.kubelets: dict[str, KubeletDra] = {}
+        for host in fleet.hostnames:
+            tray = fleet.tray_root(host)
+            self.kubelets[host] = KubeletDra(
+                bin_dir,
+                kubeconfig=kubeconfig,
+                node=host,
+                root=root / host,
+                tmpfs=(tray / "var/run/cdi", tray / CHANNELS_DIR),
+                boot_id_file=tray / "proc/sys/kernel/random/boot_id",
+            )
+
+    def __getitem__(self, node: str) -> KubeletDra:
+        return self.kubelets[node]
+
+    def __iter__(self) -> Iterator[KubeletDra]:
+        return iter(self.kubelets.values())
+
+    def start(self) -> KubeletFleet:
+        for kubelet in self.kubelets.values():
+            if kubelet.proc is None or not kubelet.proc.alive():
+                kubelet.start()
+        return self
+
+    def stop(self) -> None:
+        for kubelet in self.kubelets.values():
+            kubelet.stop()
+
+    def __enter__(self) -> KubeletFleet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def wait_registered(self, driver: str, timeout: float = 30) -> None:
+        """Every Node's kubelet took the driver's plugin."""
+        wait_until(
+            lambda: all(k.registered(driver) for k in self.kubelets.values()),
+            timeout,
+            what=f"{driver} registered with every kubelet",
+        )
+
+    def prepared(self, pod_uid: str) -> tuple[str, dict[str, list[str]]] | None:
+        """(the Node whose kubelet prepared the pod's claims, its containers' CDI device
+        ids), or None while no kubelet has."""
+        for node, kubelet in self.kubelets.items():
+            devices = kubelet.prepared(pod_uid)
+            if devices is not None:
+                return node, devices
+        return None
+
+    def wait_prepared(self, pod_uid: str, timeout: float = 30) -> tuple[str, dict[str, list[str]]]:
+        found: tuple[str, dict[str, list[str]]] = wait_until(
+            lambda: self.prepared(pod_uid), timeout, what=f"pod {pod_uid}'s claims prepared"
+        )
+        return found
+
+    def wait_all_prepared(
+        self, pod_uids: Iterable[str], timeout: float = 60
+    ) -> dict[str, tuple[str, dict[str, list[str]]]]:
+        """pod uid → (Node, CDI device ids per container), once every pod's claims are."""
+        uids = list(pod_uids)
+
+        def every() -> dict[str, tuple[str, dict[str, list[str]]]] | None:
+            found = {uid: self.prepared(uid) for uid in uids}
+            if any(v is None for v in found.values()):
+                return None
+            return {uid: v for uid, v in found.items() if v is not None}
+
+        done: dict[str, tuple[str, dict[str, list[str]]]] = wait_until(
+            every, timeout, what=f"{len(uids)} pods' claims prepared"
+        )
+        return done
+
+    def failures(self, pod_uid: str) -> list[str]:
+        return [e for k in self.kubelets.values() for e in k.failures(pod_uid)]

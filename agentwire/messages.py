@@ -304,6 +304,19 @@ class StatusReport(TypedDict):
     clean: Annotated[bool, wire(False)]
     error: Annotated[str, wire("", maxLength=2000)]
     message: Annotated[str, wire("", maxLength=2000)]
+    link_error: Annotated[
+        str,
+        wire(
+            "",
+            maxLength=2000,
+            description=(
+                "The newest failure of the agent's calls to the portal other than this report "
+                "(fetching the desired state, sending facts, joining, a claim's admission), as "
+                '"<call>: <what happened>", e.g. "desired state: HTTP 500 Internal Server '
+                'Error"; "" once that call succeeds again.'
+            ),
+        ),
+    ]
 
 
 # --- DRA claims (agent → portal) -----------------------------------------------------------

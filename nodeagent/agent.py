@@ -117,6 +117,8 @@ class Agent:
         self.desired: DesiredState | None = None
         self.nudged = True
         self.next_fetch = 0.0
+        self.link_retry = 0.0  # backoff of a failed desired-state fetch (0: none failed)
+        self.facts_retry_at = self.facts_backoff = 0.0  # of facts the portal did not take
         self.last_sent: StatusReport | None = None
         # A new agent process settles before its first report like any other: right after
         # a restart, one observation that the re-adopted daemon did not answer must not
@@ -207,22 +209,40 @@ class Agent:
         self.ensure_joined()
         now = time.monotonic()
         self.facts.refresh(now)
-        self.sync_facts()
+        self.sync_facts(now)
         if self.dra is not None:
             self.dra.start()  # once joined: admitting a claim needs the node token
             self.publish_slice()  # first with the domain last known: the portal may be away
             self.dra.drop_stale_claims()
-        want = self.fetch_desired(now)["domain"]
+        want = self.desired_or_last(now)["domain"]
         self.publish_slice()  # the slice names the domain the tray serves now
         report, delay = self.apply(want) if want else self.release()
         metrics.observed(report)
         self.send_report(report)
-        return delay
+        return min(delay, self.link_retry) if self.link_retry else delay
 
     def publish_slice(self) -> None:
         if self.dra is not None:
             domain, eligible = scheduling(self.desired)
             self.dra.publish_slice(dict(self.facts.document()), domain, eligible=eligible)
+
+    def desired_or_last(self, now: float) -> DesiredState:
+        """The desired state; when its fetch fails, the last one fetched (the tray keeps what
+        it holds, and its report says why it could not look: the portal hears of a tray it
+        cannot serve instead of taking it for lost). None fetched yet: the cycle fails."""
+        try:
+            desired = self.fetch_desired(now)
+        except Unauthorized:
+            raise
+        except PortalError as exc:
+            if self.desired is None:
+                raise
+            self.link_retry = min(max(self.link_retry * 2, 0.5), MAX_BACKOFF_S)
+            log = self.log.error if isinstance(exc, MalformedDocument) else self.log.warning
+            log("%s; keeping what the tray holds (retry in %.1fs)", exc, self.link_retry)
+            return self.desired
+        self.link_retry = 0.0
+        return desired
 
     def fetch_desired(self, now: float) -> DesiredState:
         """Fetch the desired state when nudged, when the poll interval is up, or at start.
@@ -297,12 +317,25 @@ class Agent:
             raise OSError(f"service-account token file {path} is empty")
         return {"service_account_token": token}
 
-    def sync_facts(self) -> None:
-        """Re-register the tray's facts and conditions when they differ from what was sent."""
+    def sync_facts(self, now: float) -> None:
+        """Re-register the tray's facts and conditions when they differ from what was sent.
+
+        A refused or failed send is tried again with backoff; the cycle goes on meanwhile,
+        and its report carries the failure (`link_error`)."""
         document = self.facts.changed()
-        if document is not None:
+        if document is None or now < self.facts_retry_at:
+            return
+        try:
             self.client.update_facts(document)
-            self.facts.accepted(document)
+        except Unauthorized:
+            raise
+        except PortalError as exc:
+            self.facts_backoff = min(max(self.facts_backoff * 2, 0.5), MAX_BACKOFF_S)
+            self.facts_retry_at = now + self.facts_backoff
+            self.log.warning("facts not sent: %s (retry in %.1fs)", exc, self.facts_backoff)
+            return
+        self.facts_backoff = self.facts_retry_at = 0.0
+        self.facts.accepted(document)
 
     # --- apply a domain -----------------------------------------------------------------------
     def apply(self, want: DesiredDomain) -> tuple[StatusReport, float]:
@@ -701,6 +734,7 @@ class Agent:
             "clean": clean,
             "error": error[:2000],
             "message": message[:2000],
+            "link_error": self.client.link_error,
         }
 
     def send_report(self, report: StatusReport) -> None:

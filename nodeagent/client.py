@@ -4,6 +4,11 @@
 The websocket carries one kind of message, "your desired state changed"; the agent then
 fetches the desired state over HTTP. Losing the socket costs only latency (the poll stays).
 
+The client remembers the newest failure of its calls other than the report itself
+(`link_error`, "desired state: HTTP 500 Internal Server Error"), until that call succeeds
+again: the agent sends it with every report, so that a portal which cannot serve a tray
+hears so from the tray.
+
 Every desired state is checked against the contract's JSON Schema (`agentwire.messages`)
 before the agent acts on it: a document it does not understand is refused with an error
 naming the field, and the tray keeps what it has (a malformed "domain" must never read as
@@ -12,11 +17,13 @@ naming the field, and the tray keeps what it has (a malformed "domain" must neve
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import httpx
@@ -38,15 +45,19 @@ from agentwire.messages import (
 )
 
 API = "/api/v1/agent"
+# What the portal refuses in any text of a report (a NUL, a lone surrogate).
+_NOT_IN_TEXT = re.compile(r"[\x00\ud800-\udfff]")
 
 
 class PortalError(RuntimeError):
     """The portal answered with an error (status kept) or could not be reached (status 0)."""
 
-    def __init__(self, message: str, status: int = 0, detail: str = "") -> None:
+    def __init__(self, message: str, status: int = 0, detail: str = "", what: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.detail = detail or message  # the portal's own sentence, when it sent one
+        # What happened, without the method and path: "HTTP 500 Internal Server Error".
+        self.what = what or message
 
 
 class Unauthorized(PortalError):
@@ -65,7 +76,8 @@ def check_desired(doc: Any) -> DesiredState:
     error = best_match(_DESIRED.iter_errors(doc))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(the document)"
-        raise MalformedDocument(f"desired state refused: {where}: {error.message[:300]}")
+        what = f"not the contract's form: {where}: {error.message[:300]}"
+        raise MalformedDocument(f"desired state refused: {where}: {error.message[:300]}", what=what)
     result: DesiredState = doc
     return result
 
@@ -76,12 +88,37 @@ class PortalClient:
         self.http = httpx.Client(base_url=self.base_url, timeout=timeout)
         self.node_id: int | None = None
         self.token: str = ""
+        self._failed: tuple[str, str] = ("", "")  # (call, "<call>: <what happened>")
 
     def close(self) -> None:
         self.http.close()
 
     def use(self, node_id: int, token: str) -> None:
         self.node_id, self.token = node_id, token
+
+    @property
+    def link_error(self) -> str:
+        """The newest failure of a call other than the report, "" once it succeeded again."""
+        return self._failed[1]
+
+    @contextlib.contextmanager
+    def _link(self, call: str, *, refusals: bool = False) -> Iterator[None]:
+        """Keep `call`'s failure as the link error, and clear it when `call` succeeds.
+        `refusals`: a 4xx answer (but 401) is the portal's decision, not a failure."""
+        try:
+            yield
+        except PortalError as exc:
+            if not (refusals and 400 <= exc.status < 500 and exc.status != 401):
+                text = _NOT_IN_TEXT.sub("", f"{call}: {exc.what}")[:2000].strip()
+                self._failed = (call, text)
+                raise
+            self._succeeded(call)
+            raise
+        self._succeeded(call)
+
+    def _succeeded(self, call: str) -> None:
+        if self._failed[0] == call:
+            self._failed = ("", "")
 
     def _call(self, method: str, path: str, *, request_id: str = "", **kw: Any) -> Any:
         headers = {"Authorization": f"Node {self.token}"} if self.token else {}
@@ -98,14 +135,16 @@ class PortalClient:
                 # new connection, rather than failing the agent's cycle into its backoff.
                 resp = self.http.request(method, path, headers=headers, **kw)
         except httpx.HTTPError as exc:
-            raise PortalError(f"{method} {path}: {exc}") from exc
-        if resp.status_code == 401:
-            raise Unauthorized(f"{method} {path}: 401 {resp.text[:200]}", 401)
+            what = f"no answer ({str(exc) or type(exc).__name__})"
+            raise PortalError(f"{method} {path}: {exc}", what=what) from exc
         if resp.status_code >= 400:
-            raise PortalError(
-                f"{method} {path}: {resp.status_code} {resp.text[:300]}",
-                resp.status_code,
-                _message_of(resp),
+            detail = _message_of(resp)
+            what = f"HTTP {resp.status_code} {resp.reason_phrase}".rstrip()
+            what += f": {detail}" if detail else ""
+            kind = Unauthorized if resp.status_code == 401 else PortalError
+            text = resp.text[: 200 if kind is Unauthorized else 300]
+            raise kind(
+                f"{method} {path}: {resp.status_code} {text}", resp.status_code, detail, what
             )
         return resp.json() if resp.content else None
 
@@ -120,15 +159,18 @@ class PortalClient:
             else {"join_token": join_token}
         )
         request = cast(JoinRequest, {**facts, **credential})
-        body: JoinResponse = self._call("POST", f"{API}/join/", json=request)
+        with self._link("join"):
+            body: JoinResponse = self._call("POST", f"{API}/join/", json=request)
         return int(body["node_id"]), str(body["token"])
 
     def update_facts(self, facts: NodeFacts) -> None:
         """Re-register the tray's facts and conditions under the node token."""
-        self._call("PUT", f"{API}/nodes/{self.node_id}/facts/", json=facts)
+        with self._link("facts"):
+            self._call("PUT", f"{API}/nodes/{self.node_id}/facts/", json=facts)
 
     def desired(self) -> DesiredState:
-        return check_desired(self._call("GET", f"{API}/nodes/{self.node_id}/desired/"))
+        with self._link("desired state"):
+            return check_desired(self._call("GET", f"{API}/nodes/{self.node_id}/desired/"))
 
     def report(self, report: StatusReport, *, request_id: str = "") -> None:
         self._call(
@@ -137,15 +179,17 @@ class PortalClient:
 
     def claim_admit(self, request: ClaimRequest) -> ClaimAdmission:
         """Ask the portal to admit a DRA claim on this tray (join the domain if it may)."""
-        body: ClaimAdmission = self._call(
-            "POST", f"{API}/nodes/{self.node_id}/claims/", json=request
-        )
+        with self._link("claim admission", refusals=True):
+            body: ClaimAdmission = self._call(
+                "POST", f"{API}/nodes/{self.node_id}/claims/", json=request
+            )
         return body
 
     def claim_leave(self, claim_uid: str) -> None:
         """The claim is unprepared here; 404 (the portal never heard of it) is fine."""
         try:
-            self._call("DELETE", f"{API}/nodes/{self.node_id}/claims/{claim_uid}/")
+            with self._link("claim release", refusals=True):
+                self._call("DELETE", f"{API}/nodes/{self.node_id}/claims/{claim_uid}/")
         except PortalError as exc:
             if exc.status != 404:
                 raise

@@ -319,3 +319,27 @@ def test_a_heartbeat_that_is_not_steady_writes_nothing(rack, case):
         Node.objects.filter(pk=node.pk).update(gone=True)
     assert agent_heartbeat(node_id=target, token=raw, report=report_) is False
     assert not Node.objects.filter(pk__in=[node.pk, other.pk]).exclude(agent_report={}).exists()
+
+
+# --- the agent's link errors ---------------------------------------------------------------
+
+
+def test_a_report_carries_the_agents_link_error_and_an_older_agents_report_has_none(rack):
+    client, node_id = join(rack.nodes.first())
+    url = f"/api/v1/agent/nodes/{node_id}/status/"
+    failing = idle_report(clean=True, link_error="desired state: HTTP 500 Internal Server Error")
+    assert client.post(url, failing, format="json").status_code == 200
+    node = Node.objects.get(pk=node_id)
+    assert node.agent_report["link_error"] == "desired state: HTTP 500 Internal Server Error"
+
+    older = {k: v for k, v in idle_report(clean=True).items() if k != "link_error"}
+    assert client.post(url, older, format="json").status_code == 200  # an agent before it
+    node.refresh_from_db()
+    assert node.agent_report["link_error"] == ""
+
+
+def test_a_link_error_over_2000_characters_is_refused_naming_the_field(rack):
+    client, node_id = join(rack.nodes.first())
+    long = idle_report(clean=True, link_error="x" * 2001)
+    resp = client.post(f"/api/v1/agent/nodes/{node_id}/status/", long, format="json")
+    assert resp.status_code == 400 and resp.json()["field"] == "link_error"

@@ -25,7 +25,6 @@ MAX_FUNCTION_LINES = 60
 PENDING: dict[str, str] = {
     "nodeagent/agent.py": "the agent's loop, split next into supervision, link and loop",
     "nodeagent/imex.py": "being reworked with the IMEX runner",
-    "nodeagent/emulator/imexd.py": "being reworked with the IMEX runner",
 }
 
 

@@ -3,8 +3,8 @@
 per-tray /proc files and NVML fabric facts, and a fleet runner for many emulated trays.
 
 Everything here follows `reference/IMEX-FACTS.md` and NVIDIA's IMEX guide, the unkind parts
-included (see imexd.py); the node agent drives these exactly as it drives NVIDIA's binaries,
-only the paths differ.
+included (see imexd.py and the modules it names); the node agent drives these exactly as it
+drives NVIDIA's binaries, only the paths differ.
 
 Per-tray layout under a tray root (the agent's `--root`):
 

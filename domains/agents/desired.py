@@ -25,7 +25,7 @@ from agentwire.messages import ChannelSpec, DesiredDomain, DesiredState
 from domains.computedomains.models import AllocationMode, ComputeDomain, DomainMember
 from domains.computedomains.models import ChannelAllocation as Channel
 from domains.computedomains.selectors import RUNNING_PHASES, peers_settling
-from domains.inventory.models import Node, NodeCondition, NodeState
+from domains.inventory.models import MaintenanceWindow, Node, NodeCondition, NodeState
 from domains.security import hash_token
 from domains.sqlnames import column, statement
 from domains.tenancy.models import Namespace
@@ -107,7 +107,7 @@ def _channels(mode: str, ledger: list[int]) -> ChannelSpec:
     return {"mode": "Single", "numbers": sorted(ledger)}
 
 
-# The tray, whether a claim may make it a new member (what claims.py's tray check asks), the
+# The tray, whether a claim may make it a new member (following.py's `join_refusal`), the
 # membership that holds it (one at most: member_one_live_domain_per_node) and
 # its domain; while the domain runs, its peers (active members in index order, with their
 # trays' hostnames), its open channels and, for a domain that follows its workload, how many
@@ -117,7 +117,13 @@ SELECT n.{node.id}, n.{node.hostname},
        n.{node.state} = %s AND NOT n.{node.gone} AND n.{node.clique} IS NOT NULL
            AND n.{node.management_ip} IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM {condition} k
-                           WHERE k.{condition.node} = n.{node.id} AND k.{condition.blocking}),
+                           WHERE k.{condition.node} = n.{node.id} AND k.{condition.blocking})
+           AND NOT EXISTS (SELECT 1 FROM {member} h
+                           WHERE h.{member.node} = n.{node.id} AND h.{member.active})
+           AND NOT EXISTS (SELECT 1 FROM {window_tray} wt
+                           JOIN {window} w ON w.{window.id} = wt.{window_tray.maintenancewindow}
+                           WHERE wt.{window_tray.node} = n.{node.id}
+                             AND w.{window.cancelled_at} IS NULL AND w.{window.ends_at} > now()),
        m.{member.index}, d.{domain.id}, d.{domain.uid},
        d.{domain.name}, ns.{namespace.name}, d.{domain.generation}, d.{domain.request_id},
        d.{domain.phase}, d.{domain.allocation_mode}, d.{domain.num_nodes},
@@ -153,6 +159,8 @@ def _desired_sql(with_token: bool) -> str:
         namespace=Namespace,
         channel=Channel,
         condition=NodeCondition,
+        window=MaintenanceWindow,
+        window_tray=MaintenanceWindow.nodes.through,
         running=", ".join(["%s"] * len(RUNNING_PHASES)),
         auth=auth if with_token else "",
     )

@@ -5,8 +5,9 @@ A pod that names a domain's ResourceClaimTemplate gets a claim; the scheduler al
 to the `channel` device of the tray it picks, and that tray's agent calls `claim_admit`
 before it hands the channel to the pod. The portal checks that the claim's namespace owns
 the domain and that the tray serves it: a *placed* domain admits only its member trays; a
-domain that *follows its workload* (`numNodes: 0`) lets the tray join (`follow`). Every
-refusal says what to do, and leaves nothing behind.
+domain that *follows its workload* (`numNodes: 0`) lets a tray of its clique join, if it
+may (domains/computedomains/following.py). Every refusal says what to do, and leaves
+nothing behind.
 
 `claim_release` is the unprepare: the claim is let go of, and for a domain that follows its
 workload the tray's last claim takes it out of the domain.
@@ -22,8 +23,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agentwire.messages import ClaimRef
 from domains.audit.events import CONTROLLER, Actor, record_event
 from domains.computedomains import admission
+from domains.computedomains.following import join_refusal
 from domains.computedomains.models import (
     AllocationMode,
     ChannelAllocation,
@@ -43,7 +46,7 @@ from domains.computedomains.phases import (
 )
 from domains.computedomains.selectors import RUNNING_PHASES, quota_usage
 from domains.errors import Conflict, NotFound, QuotaExceeded
-from domains.inventory.models import Node, NodeCondition, NodeState
+from domains.inventory.models import Node
 from domains.signals import (
     announce_desired_state,
     announce_nodes,
@@ -56,14 +59,9 @@ DAEMON_READY = "READY"  # the `nvidia-imex-ctl -q` word of a daemon that serves
 ADMITTING_PHASES = (Phase.ADMITTED, Phase.FORMING, Phase.READY, Phase.DEGRADED)
 
 
-@dataclass(frozen=True)
-class ClaimRef:
-    uid: str
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"ResourceClaim {self.namespace}/{self.name}"
+def claim_title(claim: ClaimRef) -> str:
+    """How a refusal or an event names the claim."""
+    return f"ResourceClaim {claim['namespace']}/{claim['name']}"
 
 
 @dataclass(frozen=True)
@@ -93,11 +91,11 @@ def claim_admit(
         )
         # Another namespace's domain is answered as one that does not exist: a refusal
         # names nothing of another tenant, not even that the uid is taken.
-        if found is None or not found.is_live or found.namespace.name != claim.namespace:
+        if found is None or not found.is_live or found.namespace.name != claim["namespace"]:
             raise NotFound(
-                f"{claim}: namespace {claim.namespace} has no live ComputeDomain {domain_uid}; "
-                "a claim can only use a live domain of its own namespace (is the claim's "
-                "ResourceClaimTemplate one of a domain that is gone?)"
+                f"{claim_title(claim)}: namespace {claim['namespace']} has no live ComputeDomain "
+                f"{domain_uid}; a claim can only use a live domain of its own namespace (is the "
+                "claim's ResourceClaimTemplate one of a domain that is gone?)"
             )
         domain = lock_domain(found.pk)
         assert domain is not None  # the row exists: we just read it
@@ -105,20 +103,24 @@ def claim_admit(
 
 
 def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef, *, may_join: bool) -> Admission:
-    held = DomainClaim.objects.filter(claim_uid=claim.uid, released_at__isnull=True).first()
+    held = DomainClaim.objects.filter(claim_uid=claim["uid"], released_at__isnull=True).first()
     if held is None:
         refused = (
-            DomainClaim.objects.filter(claim_uid=claim.uid, domain=domain)
+            DomainClaim.objects.filter(claim_uid=claim["uid"], domain=domain)
             .exclude(refusal="")
             .values_list("refusal", flat=True)
             .first()
         )
         if refused:
-            raise Conflict(f"{claim}: {refused}")
+            raise Conflict(f"{claim_title(claim)}: {refused}")
     if held is not None and held.node_id != node.pk:
-        raise Conflict(f"{claim} is already prepared on another tray (node {held.node_id})")
+        raise Conflict(
+            f"{claim_title(claim)} is already prepared on another tray (node {held.node_id})"
+        )
     if domain.phase not in ADMITTING_PHASES:
-        raise Conflict(f"{claim}: ComputeDomain {domain} is {domain.phase}; it takes no new pods")
+        raise Conflict(
+            f"{claim_title(claim)}: ComputeDomain {domain} is {domain.phase}; it takes no new pods"
+        )
     member = (
         DomainMember.objects.filter(domain=domain, node=node, active=True)
         .select_related("node")
@@ -127,9 +129,9 @@ def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef, *, may_join: bool
     joined = False
     if member is None and domain.follows_workload and not may_join:
         raise Conflict(
-            f"{claim}: tray {node.hostname} may not join a domain that follows its workload "
-            "on an unchecked claim: the portal checks claims with Kubernetes (its Kubernetes "
-            "integration is off, and PORTAL_UNVERIFIED_JOINS does not allow it)"
+            f"{claim_title(claim)}: tray {node.hostname} may not join a domain that follows its "
+            "workload on an unchecked claim: the portal checks claims with Kubernetes (its "
+            "Kubernetes integration is off, and PORTAL_UNVERIFIED_JOINS does not allow it)"
         )
     if member is None and domain.follows_workload:
         member, joined = _join(domain, node, claim), True
@@ -137,25 +139,25 @@ def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef, *, may_join: bool
         # Which trays were placed is the tenant's to see on its domain's page, not something
         # a tray's agent is told (its claim's namespace is the agent's word).
         raise Conflict(
-            f"{claim}: tray {node.hostname} is not one of the trays placed for the claim's "
-            "ComputeDomain: run the pods with the domain's manifests, which keep them on "
+            f"{claim_title(claim)}: tray {node.hostname} is not one of the trays placed for the "
+            "claim's ComputeDomain: run the pods with the domain's manifests, which keep them on "
             "those trays"
         )
     if held is None:
         DomainClaim.objects.create(
             domain=domain,
             node=node,
-            claim_uid=claim.uid,
-            namespace=claim.namespace,
-            name=claim.name,
+            claim_uid=claim["uid"],
+            namespace=claim["namespace"],
+            name=claim["name"],
         )
         record_event(
             actor=Actor.for_agent(node),
             verb="claim.prepared",
             obj=domain,
             node=node,
-            message=f"{claim} on {node.hostname}",
-            details={"claim_uid": claim.uid, "index": member.index},
+            message=f"{claim_title(claim)} on {node.hostname}",
+            details={"claim_uid": claim["uid"], "index": member.index},
         )
     return Admission(domain=domain, member=member, joined=joined)
 
@@ -193,9 +195,9 @@ def claim_release(*, node: Node, claim_uid: str) -> ComputeDomain:
 def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
     """The tray becomes a member with the lowest free index, if it may.
 
-    The checks the portal makes before placing a tray, made now: the tray is ready, not
-    cordoned and serves no other domain; it is in the clique of the members the domain has;
-    the namespace's quota has room for one more tray. The caller holds the domain's lock;
+    The checks the portal makes before placing a tray, made now: the tray may take a new
+    member (`following.join_refusal`); it is in the clique the domain keeps to; the
+    namespace's quota has room for one more tray. The caller holds the domain's lock;
     the namespace row is locked too, as for a request, so two joins cannot both take the
     last unit of quota.
     """
@@ -205,11 +207,15 @@ def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
     members = list(domain.members.filter(active=True).select_related("clique"))
     clique_id, ip = node.clique_id, node.management_ip
     assert clique_id is not None and ip  # _check_tray refused a tray without them
-    if members and clique_id != members[0].clique_id:
+    # The clique chosen when it was requested; a domain from before that choice keeps to
+    # its first member's.
+    clique = domain.clique if domain.clique_id else (members[0].clique if members else None)
+    if clique is not None and clique_id != clique.pk:
         raise Conflict(
-            f"{claim}: tray {node.hostname} is in clique {node.clique.label if node.clique else ''}"
-            f", but ComputeDomain {domain} runs in clique {members[0].clique.label}: keep the "
-            "pods in one NVLink clique (pod affinity on nvidia.com/gpu.clique)"
+            f"{claim_title(claim)}: tray {node.hostname} is in clique "
+            f"{node.clique.label if node.clique else ''}, but ComputeDomain {domain} keeps to "
+            f"clique {clique.label}: keep the pods in one NVLink clique (the domain's "
+            "ResourceClaimTemplate selects only that clique's trays)"
         )
     _check_quota(domain, namespace, quota, len(members), claim)
     taken = {m.index for m in members}
@@ -225,7 +231,7 @@ def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
         _take_channel(domain, clique_id, node, claim)
     now = timezone.now()
     deadline = now + settings.PORTAL["FORMATION_DEADLINE"]
-    message = f"{node.hostname} joining as #{index} for {claim}"
+    message = f"{node.hostname} joining as #{index} for {claim_title(claim)}"
     transition(
         domain,
         (Phase.ADMITTED, *RUNNING_PHASES),
@@ -236,7 +242,7 @@ def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
         node=node,
         details=lambda domain: {
             "index": index,
-            "claim_uid": claim.uid,
+            "claim_uid": claim["uid"],
             "generation": domain.generation,
         },
         bump=True,
@@ -250,17 +256,12 @@ def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
 
 
 def _check_tray(domain: ComputeDomain, node: Node, claim: ClaimRef) -> None:
-    why = ""
-    if node.state != NodeState.READY or node.gone:
-        why = f"is {'gone' if node.gone else node.get_state_display().lower()}, not ready"
-    elif node.clique_id is None or not node.management_ip:
-        why = "has no NVLink clique or management IP yet"
-    elif NodeCondition.objects.filter(node=node, blocking=True).exists():
-        why = "has a blocking condition (see its page)"
-    elif DomainMember.objects.filter(node=node, active=True).exists():
-        why = "serves another ComputeDomain"
+    why = join_refusal(node)
     if why:
-        raise Conflict(f"{claim}: tray {node.hostname} {why}; ComputeDomain {domain} cannot use it")
+        raise Conflict(
+            f"{claim_title(claim)}: tray {node.hostname} {why}; ComputeDomain {domain} cannot "
+            "use it"
+        )
 
 
 def _check_quota(
@@ -268,8 +269,8 @@ def _check_quota(
 ) -> None:
     if quota.max_nodes_per_domain is not None and have + 1 > quota.max_nodes_per_domain:
         raise QuotaExceeded(
-            f"{claim}: ComputeDomain {domain} already holds {have} trays, the most a domain "
-            f"may hold in namespace {namespace.name}"
+            f"{claim_title(claim)}: ComputeDomain {domain} already holds {have} trays, the most "
+            f"a domain may hold in namespace {namespace.name}"
         )
     usage = quota_usage(namespace)
     for what, used, more, limit in (
@@ -278,8 +279,8 @@ def _check_quota(
     ):
         if limit is not None and used + more > limit:
             raise QuotaExceeded(
-                f"{claim}: one more tray for ComputeDomain {domain} would exceed the quota of "
-                f"namespace {namespace.name} ({what}: {used} in use + {more} > {limit})"
+                f"{claim_title(claim)}: one more tray for ComputeDomain {domain} would exceed the "
+                f"quota of namespace {namespace.name} ({what}: {used} in use + {more} > {limit})"
             )
 
 
@@ -294,7 +295,9 @@ def _take_channel(domain: ComputeDomain, clique_id: int, node: Node, claim: Clai
         (c for c in range(1, settings.PORTAL["IMEX_CHANNEL_COUNT"]) if c not in taken), None
     )
     if free is None:
-        raise Conflict(f"{claim}: no free IMEX channel left in the clique of {node.hostname}")
+        raise Conflict(
+            f"{claim_title(claim)}: no free IMEX channel left in the clique of {node.hostname}"
+        )
     ChannelAllocation.objects.create(clique_id=clique_id, channel=free, domain=domain)
 
 

@@ -126,6 +126,12 @@ class ComputeDomain(models.Model):
     failed_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     formation_deadline = models.DateTimeField(null=True, blank=True)
+    # The NVLink clique a domain that follows its workload keeps to, chosen when it is
+    # requested: its claim template selects only that clique's trays, so no two pods can
+    # land in two cliques. None for a placed domain (its members say where it is).
+    clique = models.ForeignKey(
+        Clique, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
 
     class Meta:
         ordering = ["-created_at"]

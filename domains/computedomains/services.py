@@ -19,6 +19,7 @@ from django.utils import timezone
 from domains.audit.events import CONTROLLER, Actor, new_event, record_event, record_events
 from domains.computedomains import admission
 from domains.computedomains.fabric import topology_snapshot
+from domains.computedomains.following import clique_to_keep
 from domains.computedomains.forecast import spec_forecast
 from domains.computedomains.models import (
     ApprovalState,
@@ -109,6 +110,18 @@ def _admitted_message(clean: admission.CleanSpec, approval: bool) -> str:
     return "admitted; waiting for placement" if clean.num_nodes else WAITING_MESSAGE
 
 
+def _clique_to_keep(clean: admission.CleanSpec, now: datetime) -> int | None:
+    """A domain that follows its workload keeps to one clique, chosen now (following.py)."""
+    if clean.num_nodes:
+        return None
+    return clique_to_keep(
+        gpus_per_node=clean.gpus_per_node,
+        constraint=clean.placement_constraint,
+        target=clean.placement_target,
+        now=now,
+    )
+
+
 def _create(
     actor: Actor, namespace: Namespace, clean: admission.CleanSpec, source: str, approval: bool
 ) -> ComputeDomain:
@@ -134,6 +147,7 @@ def _create(
                 source=source,
                 request_id=get_request_id(),
                 admitted_at=None if approval else now,
+                clique_id=_clique_to_keep(clean, now),
             )
     except IntegrityError:
         # Only a request racing us for the same name can get here (namespace is locked,

@@ -28,7 +28,7 @@ from domains.inventory.models import (
     Node,
     Rack,
 )
-from domains.signals import announce_capacity_freed, announce_nodes
+from domains.signals import announce_capacity_freed, announce_desired_state, announce_nodes
 from domains.tenancy.selectors import Viewer, visible_namespace_ids
 
 REASON_MAX = 300
@@ -166,6 +166,8 @@ def maintenance_schedule(
         )
         _tell_domains(actor, window, hits, "domain.maintenance_scheduled")
         announce_nodes(n.pk for n in nodes)
+        # Their slices say whether a claim may make them new members; a window changes that.
+        announce_desired_state(n.pk for n in nodes)
     return window
 
 
@@ -190,6 +192,7 @@ def maintenance_cancel(*, actor: Actor, window: MaintenanceWindow) -> Maintenanc
         )
         _tell_domains(actor, locked, hits, "domain.maintenance_cancelled")
         announce_nodes(n.pk for n in nodes)
+        announce_desired_state(n.pk for n in nodes)
         announce_capacity_freed()
     return locked
 

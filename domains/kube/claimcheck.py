@@ -25,7 +25,8 @@ from django.conf import settings
 from kubernetes.client.exceptions import ApiException
 
 from agentwire.dra import DRIVER_NAME
-from domains.computedomains.claims import Admission, ClaimRef, claim_admit
+from agentwire.messages import ClaimRef
+from domains.computedomains.claims import Admission, claim_admit, claim_title
 from domains.errors import PermissionDenied, Unavailable
 from domains.inventory.models import Node
 from domains.kube.client import KubeUnavailable, api_client, call, is_not_found, kube_enabled
@@ -43,17 +44,17 @@ def claim_admit_checked(*, node: Node, claim: ClaimRef, domain_uid: str) -> Admi
 
 def _check_claim(node: Node, claim: ClaimRef, domain_uid: str) -> None:
     found = _read_claim(claim)
-    if found is None or found.get("metadata", {}).get("uid") != claim.uid:
+    if found is None or found.get("metadata", {}).get("uid") != claim["uid"]:
         raise PermissionDenied(
-            f"{claim} with uid {claim.uid} does not exist in the cluster: the tray's agent "
-            "asked for a claim Kubernetes does not have"
+            f"{claim_title(claim)} with uid {claim['uid']} does not exist in the cluster: the "
+            "tray's agent asked for a claim Kubernetes does not have"
         )
     devices = ((found.get("status") or {}).get("allocation") or {}).get("devices") or {}
     ours = [r for r in devices.get("results") or [] if r.get("driver") == DRIVER_NAME]
     if not any(r.get("pool") == node.hostname for r in ours):
         raise PermissionDenied(
-            f"{claim} is not allocated to tray {node.hostname}: only the tray the scheduler "
-            "allocated a claim to may prepare it"
+            f"{claim_title(claim)} is not allocated to tray {node.hostname}: only the tray the "
+            "scheduler allocated a claim to may prepare it"
         )
     named = {
         str(((c.get("opaque") or {}).get("parameters") or {}).get("domainID", ""))
@@ -62,8 +63,8 @@ def _check_claim(node: Node, claim: ClaimRef, domain_uid: str) -> None:
     }
     if named != {domain_uid}:
         raise PermissionDenied(
-            f"{claim} does not name ComputeDomain {domain_uid} in its allocation: the claim's "
-            "ResourceClaimTemplate decides its domain, not the tray"
+            f"{claim_title(claim)} does not name ComputeDomain {domain_uid} in its allocation: "
+            "the claim's ResourceClaimTemplate decides its domain, not the tray"
         )
 
 
@@ -73,11 +74,13 @@ def _read_claim(claim: ClaimRef) -> dict[str, Any] | None:
     try:
         return cast(dict[str, Any], call(
             templates.custom.get_namespaced_custom_object,
-            GROUP, templates.version, claim.namespace, "resourceclaims", claim.name,
+            GROUP, templates.version, claim["namespace"], "resourceclaims", claim["name"],
         ))  # fmt: skip
     except ApiException as exc:
         if is_not_found(exc):
             return None
         raise
     except KubeUnavailable as exc:
-        raise Unavailable(f"cannot check {claim} with Kubernetes now ({exc}); try again")
+        raise Unavailable(
+            f"cannot check {claim_title(claim)} with Kubernetes now ({exc}); try again"
+        )

@@ -40,22 +40,27 @@ def device_selector(domain: ComputeDomain) -> str:
     """The CEL expression that keeps the scheduler to the trays the domain's admission takes.
 
     Each tray's slice says which domain the tray serves (`domain`, its uid; "" free): a
-    placed domain (numNodes > 0) takes only its own trays, one that follows its workload
-    its own or free ones that may take a new member now (`eligible`: ready, in a clique, no
-    blocking condition; a cordoned, draining, down or pending tray is not). Between a
-    placement and the agent's next slice update (its next fetch of the desired state,
-    nudged at once) a placed domain's pods stay Pending and are scheduled when the slice
-    changes; a claim allocated from a slice that was stale the other way is still refused
-    by the agent's admission, with its reason. Slices come from agents that publish both
-    attributes: upgrade the agents before the portal (a missing attribute fails the CEL).
+    placed domain (numNodes > 0) takes only its own trays. One that follows its workload
+    takes its own, or free ones that may take a new member now (`eligible`: ready, in a
+    clique, no blocking condition, held by no domain, no maintenance window scheduled; a
+    cordoned, draining, down or pending tray is not) in the clique it keeps to (`clique`,
+    chosen when it was requested: domains/computedomains/following.py), so its pods never
+    straddle two cliques. Between a placement and the agent's next slice update (its next
+    fetch of the desired state, nudged at once) a placed domain's pods stay Pending and are
+    scheduled when the slice changes; a claim allocated from a slice that was stale the
+    other way is still refused by the agent's admission, with its reason. Slices come from
+    agents that publish both attributes: upgrade the agents before the portal (a missing
+    attribute fails the CEL).
     """
     attributes = f'device.attributes["{DRIVER_NAME}"]'
+    mine = f'{attributes}.domain == "{domain.uid}"'
     if domain.num_nodes > 0:
-        return f'{attributes}.domain == "{domain.uid}"'
-    return (
-        f'{attributes}.domain == "{domain.uid}" '
-        f'|| ({attributes}.domain == "" && {attributes}.eligible)'
-    )
+        return mine
+    free = f'{attributes}.domain == "" && {attributes}.eligible'
+    if domain.clique is not None:
+        # A tray not yet in a clique has no `clique` attribute: its slice is not eligible.
+        free += f' && {attributes}.clique == "{domain.clique.label}"'
+    return f"{mine} || ({free})"
 
 
 def template_object(domain: ComputeDomain, version: str) -> dict[str, Any]:

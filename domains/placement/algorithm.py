@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
 from domains.placement.model import (
     CliqueSummary,
@@ -62,6 +63,17 @@ def place_first_fit(request: PlacementRequest, topology: Topology) -> Placement 
         if len(free) >= request.num_nodes:
             return _placement(clique, free[: request.num_nodes], len(free))
     return _rejection(request, candidates)
+
+
+def clique_to_follow(request: PlacementRequest, topology: Topology) -> CliqueView | None:
+    """The clique a domain that follows its workload keeps to: of the cliques its constraint
+    allows, the one with the most trays free for it now (ties: the largest, then the first
+    in topology order), so its pods have the most room. None when the constraint allows no
+    clique. `request.num_nodes` is not used: such a domain asks for no number of trays."""
+    candidates, problem = _candidates(replace(request, num_nodes=1), topology)
+    if problem:
+        return None
+    return max(candidates, key=lambda c: (len(c.trays_for(request)), c.size), default=None)
 
 
 def free_runs(trays: Sequence[Tray]) -> list[list[Tray]]:

@@ -2,8 +2,9 @@
 """The tray's ResourceSlice: one pool named after the node, one device named `channel`.
 
 The scheduler allocates a domain's claims to this device; its attributes say which NVLink
-clique and which tray it sits on and which domain it serves (`domain`, the uid; "" while
-free), so the domain's claim template selects only trays its admission would take. The
+clique and which tray it sits on ("" while the clique is unknown), which domain it serves
+(`domain`, the uid; "" while free) and whether a claim may make it a new member
+(`eligible`), so the domain's claim template selects only trays its admission would take. The
 agent owns the slice: it creates it once it knows the tray's facts, rewrites it when they
 change (bumping the pool's generation) and deletes it when it stops serving the
 tray.
@@ -40,7 +41,8 @@ class SliceFacts:
     gpus: int
     domain: str = ""  # the uid of the domain the tray serves now; "" free
     # May a claim make the tray a new member now (the portal's word: ready, in a clique, no
-    # blocking condition)? A cordoned, draining, down or pending tray is not.
+    # blocking condition, held by no domain, no maintenance window scheduled)? A cordoned,
+    # draining, down or pending tray is not.
     eligible: bool = True
 
 
@@ -64,12 +66,11 @@ def slice_object(facts: SliceFacts, *, version: str, generation: int) -> dict[st
         "tray": {"string": facts.node},
         "gpus": {"int": facts.gpus},
         # Always present (a CEL selector that reads a missing attribute fails): the domain's
-        # ResourceClaimTemplate selects its own trays, or free ones, by it.
+        # ResourceClaimTemplate selects its own trays, or free ones of its clique, by them.
         "domain": {"string": facts.domain},
         "eligible": {"bool": facts.eligible},
+        "clique": {"string": facts.clique},
     }
-    if facts.clique:
-        attributes["clique"] = {"string": facts.clique}
     device: dict[str, Any] = {"name": DEVICE_NAME}
     if version == "v1beta1":
         device["basic"] = {"attributes": attributes}

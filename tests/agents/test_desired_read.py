@@ -4,15 +4,19 @@ only for the tray whose node token asks."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from agentwire.messages import ClaimRef
 from domains.agents.desired import desired_state, desired_state_for
 from domains.audit.events import Actor
-from domains.computedomains.claims import ClaimRef, claim_admit
+from domains.computedomains.claims import claim_admit
+from domains.computedomains.following import join_refusal
 from domains.computedomains.models import AllocationMode, ComputeDomain
 from domains.computedomains.selectors import (
     desired_member,
@@ -23,7 +27,7 @@ from domains.computedomains.selectors import (
 )
 from domains.computedomains.services import domain_release
 from domains.computedomains.specs import DomainSpec
-from domains.inventory.models import Node, NodeCondition, NodeState
+from domains.inventory.models import MaintenanceWindow, Node, NodeCondition
 from domains.security import generate_token, hash_token
 from tests import factories
 from tests.support.lifecycle import request_and_place
@@ -37,12 +41,8 @@ def as_the_selectors_say(node: Node) -> dict:
         "node": {"id": node.pk, "hostname": node.hostname},
         "domain": None,
         "release": None,
-        # What the claim path's tray check asks before a tray may become a member.
-        "eligible": node.state == NodeState.READY
-        and not node.gone
-        and node.clique_id is not None
-        and bool(node.management_ip)
-        and not node.conditions.filter(blocking=True).exists(),
+        # What the claim path asks before a tray may become a member.
+        "eligible": join_refusal(node) == "",
     }
     member = desired_member(node)
     if member is None:
@@ -160,3 +160,35 @@ def test_a_tray_a_claim_could_not_join_is_not_eligible(trays, what):
     doc = read(tray)
     assert doc["eligible"] is False
     assert doc == as_the_selectors_say(tray)
+
+
+def test_a_tray_held_by_a_domain_or_reserved_for_maintenance_is_not_eligible(
+    trays, ns_a, tenant_a, operator
+):
+    from domains.foresight.maintenance import maintenance_cancel, maintenance_schedule
+
+    free, member = trays[0], trays[1]
+    # Reserved for maintenance: a window scheduled on it and not over, however far off.
+    now = timezone.now()
+    window = maintenance_schedule(
+        actor=Actor.for_user(operator), starts_at=now + timedelta(days=3),
+        ends_at=now + timedelta(days=3, hours=2), reason="PSU swap", trays=[free.hostname],
+    )  # fmt: skip
+    doc = read(free)
+    assert doc["eligible"] is False and doc == as_the_selectors_say(free)
+    maintenance_cancel(actor=Actor.for_user(operator), window=window)
+    assert read(free)["eligible"] is True
+    MaintenanceWindow.objects.filter(pk=window.pk).update(  # one that is over
+        cancelled_at=None, starts_at=now - timedelta(hours=3), ends_at=now - timedelta(hours=1)
+    )
+    assert read(free)["eligible"] is True
+
+    # Held: a member while its domain runs, and after its release until its agent confirmed
+    # a clean tray (its desired state names no domain then: only the release).
+    domain = request_and_place(ns_a, tenant_a, name="d", num_nodes=2)
+    member = domain.members.order_by("index").first().node
+    assert read(member)["eligible"] is False
+    domain_release(actor=Actor.for_user(tenant_a), domain=domain)
+    releasing = read(member)
+    assert releasing["domain"] is None and releasing["release"] is not None
+    assert releasing["eligible"] is False and releasing == as_the_selectors_say(member)

@@ -183,7 +183,8 @@ def test_a_following_domains_pods_stay_in_one_clique_wherever_they_land(topology
 def test_a_following_domain_runs_as_many_pods_as_asked_within_one_clique_and_quota(
     topology, ns_a, tenant_a
 ):
-    from domains.computedomains.claims import ClaimRef, claim_admit
+    from agentwire.messages import ClaimRef
+    from domains.computedomains.claims import claim_admit
     from domains.errors import InvalidInput
     from domains.tenancy.models import Quota
 

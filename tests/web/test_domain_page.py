@@ -9,7 +9,8 @@ import uuid
 import pytest
 from django.urls import reverse
 
-from domains.computedomains.claims import ClaimRef, claim_admit, claim_release
+from agentwire.messages import ClaimRef
+from domains.computedomains.claims import claim_admit, claim_release
 from domains.inventory.models import Node
 from tests.support.lifecycle import request_domain
 
@@ -34,7 +35,7 @@ def test_a_domain_that_follows_its_workload_shows_it_waiting_then_joins_and_leav
     assert 'id="joins"' in page and "still in" in page
     assert "waiting for workload" not in page
 
-    claim_release(node=tray, claim_uid=claim.uid)
+    claim_release(node=tray, claim_uid=claim["uid"])
     page = client.get(url).content.decode()
     assert "still in" not in page.split('id="joins"', 1)[1]
 

@@ -17,12 +17,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agentwire.messages import ClaimAdmission
+from agentwire.messages import ClaimAdmission, ClaimRef
 from domains.agents.desired import desired_state_for
 from domains.agents.facts import agent_facts_update
 from domains.agents.heartbeats import agent_report
 from domains.agents.joining import agent_access_denied, agent_join
-from domains.computedomains.claims import ClaimRef, claim_release
+from domains.computedomains.claims import claim_release
 from domains.inventory.models import Node
 from domains.kube.claimcheck import claim_admit_checked
 from domains.kube.tokenreview import agent_token_verify

@@ -1,0 +1,112 @@
+"""A domain that follows its workload keeps to the clique chosen when it was requested, and
+its admission refuses exactly the trays its ResourceSlices call not eligible: a tray of
+another clique, one held by a domain (still being cleaned after a release) and one reserved
+for maintenance, even when it would be the domain's first member."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agentwire.messages import ClaimRef
+from domains.agents.desired import desired_state_for
+from domains.audit.events import Actor
+from domains.computedomains.claims import claim_admit
+from domains.computedomains.models import ComputeDomain, Phase
+from domains.computedomains.services import domain_release
+from domains.errors import Conflict
+from domains.foresight.maintenance import maintenance_schedule
+from domains.inventory.models import Clique, Node
+from domains.kube.dra import device_selector
+from nodeagent.dra.slices import scheduling
+from tests import factories
+from tests.support.lifecycle import request_and_place, request_domain
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def cliques(db) -> tuple[list[Node], list[Node]]:
+    """One rack, two cliques of four trays, in slot order."""
+    (rack,) = factories.make_racks("4,4", ip_prefix=factories.tray_ip_prefix(31))
+    first, second = rack.cliques.order_by("clique_id")
+    return (
+        list(first.nodes.order_by("slot")),
+        list(second.nodes.order_by("slot")),
+    )
+
+
+def claim(n: int = 0) -> ClaimRef:
+    return ClaimRef(uid=str(uuid.uuid4()), namespace="team-a", name=f"wl-{n}-channel")
+
+
+def follow(ns, user, name: str = "wl", **spec) -> ComputeDomain:
+    return request_domain(ns, user, name, num_nodes=0, **spec)
+
+
+def test_it_keeps_to_the_clique_with_the_most_free_trays(cliques, ns_a, tenant_a):
+    first, second = cliques
+    # Two of the first clique's trays taken by a placed domain: the second has more room.
+    placed = request_and_place(ns_a, tenant_a, name="placed", num_nodes=2)
+    assert {m.node.clique_id for m in placed.members.select_related("node")} == {first[0].clique_id}
+    domain = follow(ns_a, tenant_a)
+    assert domain.clique_id == second[0].clique_id
+    label = Clique.objects.get(pk=second[0].clique_id).label
+    assert device_selector(domain).endswith(f'.clique == "{label}")')
+    # A placed domain keeps to no clique of its own: its trays say where it is.
+    assert placed.clique_id is None and "clique" not in device_selector(placed)
+
+
+def test_its_placement_constraint_decides_the_clique(cliques, ns_a, tenant_a):
+    first, _ = cliques
+    target = Clique.objects.get(pk=first[0].clique_id)
+    domain = follow(ns_a, tenant_a, placement_constraint="clique", placement_target=target.label)
+    assert domain.clique_id == target.pk
+
+
+def test_even_its_first_member_must_be_in_its_clique(cliques, ns_a, tenant_a):
+    first, second = cliques
+    domain = follow(ns_a, tenant_a)  # both cliques equally free: the first
+    assert domain.clique_id == first[0].clique_id
+    with pytest.raises(Conflict, match="keep the pods in one NVLink clique"):
+        claim_admit(node=second[0], claim=claim(), domain_uid=str(domain.uid))
+    assert not domain.members.exists()
+    admitted = claim_admit(node=first[0], claim=claim(1), domain_uid=str(domain.uid))
+    assert admitted.joined and admitted.member.index == 0
+
+
+def test_it_refuses_the_trays_its_slices_call_not_eligible(cliques, ns_a, tenant_a, operator):
+    first, _ = cliques
+    # A placed domain on two trays, released: they stay held until their agents confirm
+    # a clean tray.
+    placed = request_and_place(ns_a, tenant_a, name="placed", num_nodes=2)
+    held = [m.node for m in placed.members.select_related("node").order_by("index")]
+    domain_release(actor=Actor.for_user(tenant_a), domain=placed)
+    placed.refresh_from_db()
+    assert placed.phase == Phase.RELEASING
+    assert {t.clique_id for t in held} == {first[0].clique_id}
+    label = Clique.objects.get(pk=first[0].clique_id).label
+    domain = follow(ns_a, tenant_a, placement_constraint="clique", placement_target=label)
+    free = [t for t in first if t not in held]
+    now = timezone.now()
+    maintenance_schedule(
+        actor=Actor.for_user(operator), starts_at=now + timedelta(days=7),
+        ends_at=now + timedelta(days=7, hours=4), reason="firmware", trays=[free[0].hostname],
+    )  # fmt: skip
+    refusals = {
+        held[0].hostname: "still being cleaned after one",
+        free[0].hostname: "is reserved for maintenance",
+    }
+    for tray in (held[0], free[0]):
+        tray.refresh_from_db()
+        serving, eligible = scheduling(desired_state_for(tray))
+        assert (serving, eligible) == ("", False)  # what its slice says
+        with pytest.raises(Conflict, match=refusals[tray.hostname]):
+            claim_admit(node=tray, claim=claim(), domain_uid=str(domain.uid))
+    assert not domain.members.exists()
+    # The tray its slice calls eligible is taken.
+    assert scheduling(desired_state_for(free[1])) == ("", True)
+    assert claim_admit(node=free[1], claim=claim(), domain_uid=str(domain.uid)).joined

@@ -1,0 +1,384 @@
+"""Workloads in the shape of NVIDIA's examples, applied as a user applies them.
+
+Each YAML file of `tests/kube/workloads` (or of the directory `NVIDIA_WORKLOADS_DIR` names,
+e.g. a copy of NVIDIA's own examples) is one test: its ComputeDomain(s) and the pods or Jobs
+naming their claim templates go to upstream's kube-apiserver in one `kubectl apply -n`,
+unchanged. From there only the product and Kubernetes act: the real `manage.py kube_sync`
+adopts the ComputeDomain, the real server and Celery worker place it and publish its
+ResourceClaimTemplate, node agents on emulated trays form it and publish each tray's
+ResourceSlice, kube-scheduler alone puts every pod on a tray (nothing in the manifests
+names one), and the kubelet's own DRA code on every Node (`KubeletFleet`) prepares its
+claims. The test then checks, for every pod, that it landed on one of its domain's trays
+(as the portal reports them, never arranged by the test), that its claim was allocated
+there, and that each of its container's CDI device ids resolves on that tray to the
+domain's channel: `channel0` in Single mode (as NVIDIA's driver gives it), every channel
+of the tray in All mode.
+
+A file without a ComputeDomain (NVIDIA's CRD, say: the cluster has it installed already)
+is skipped, saying so. Kubeflow's MPI operator is not run here: for an `MPIJob` the test
+takes its Worker replica's pod template and runs it as a Job of `replicas` pods
+(`restartPolicy: Never`, as a Job needs, when the replica names none); the Launcher is left
+out (it holds no claim, and waits for a control-plane Node).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from domains.computedomains.models import (
+    LIVE_PHASES,
+    AllocationMode,
+    ComputeDomain,
+    DomainSource,
+    Phase,
+)
+from domains.computedomains.selectors import domain_channels
+from domains.inventory.models import Node, NodeSource
+from domains.kube.dra import DOMAIN_UID_LABEL
+from domains.tenancy.models import Namespace
+from nodeagent.config import CHANNELS_DIR
+from nodeagent.dra import CDI_CLAIM_KIND, DRIVER_NAME
+from nodeagent.dra.slices import slice_name
+from tests import factories
+from tests.kube.chartobjects import install_device_class
+from tests.kube.cluster import Cluster, ClusterKube, kube_binaries, wait_for
+from tests.kube.conftest import RACK_LABEL
+from tests.kube.test_dra_cluster import claim_of
+from tests.support.agents import AgentFleet
+from tests.support.cdi import resolve
+from tests.support.kubelet_dra import KubeletFleet
+from tests.support.processes import (
+    VENV_BIN,
+    Proc,
+    process_env,
+    running,
+    start_server,
+    start_worker,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+WORKLOADS_DIR = Path(os.environ.get("NVIDIA_WORKLOADS_DIR") or Path(__file__).parent / "workloads")
+MANIFESTS = sorted([*WORKLOADS_DIR.glob("*.yaml"), *WORKLOADS_DIR.glob("*.yml")])
+if not MANIFESTS:
+    raise FileNotFoundError(f"no *.yaml manifests in {WORKLOADS_DIR} (NVIDIA_WORKLOADS_DIR)")
+
+IP_PREFIX = factories.tray_ip_prefix(33)  # this module's loopback range
+NAMESPACE = "workloads"  # `kubectl apply -n workloads -f <file>`
+SPARE_TRAYS = 2  # trays no domain of the file should get a pod on
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+ENV = {"PORTAL_KUBE_ENABLED": "1", "PORTAL_KUBE_RACK_LABEL": RACK_LABEL}
+
+
+# --- the manifests -----------------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    """One file's objects as applied, and the pods they make: bare pods by name, a Job's by
+    its name and parallelism."""
+
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    domains: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[str] = field(default_factory=list)
+    jobs: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def workers_job(mpijob: dict[str, Any]) -> dict[str, Any]:
+    """The MPIJob's Worker replicas as a Job (no MPI operator here; see the module's doc)."""
+    worker = mpijob["spec"]["mpiReplicaSpecs"]["Worker"]
+    replicas = int(worker.get("replicas", 1))
+    template = copy.deepcopy(worker["template"])
+    template["spec"].setdefault("restartPolicy", worker.get("restartPolicy") or "Never")
+    if template["spec"]["restartPolicy"] == "Always":
+        template["spec"]["restartPolicy"] = "Never"  # a Job refuses Always
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"{mpijob['metadata']['name']}-worker"},
+        "spec": {"parallelism": replicas, "completions": replicas, "template": template},
+    }
+
+
+def read_workload(path: Path, namespace: str) -> Workload:
+    found = Workload()
+    docs = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    if not any(doc["kind"] == "ComputeDomain" for doc in docs):
+        kinds = ", ".join(sorted({doc["kind"] for doc in docs})) or "nothing"
+        pytest.skip(f"{path.name} is no workload: no ComputeDomain ({kinds})")
+    for doc in docs:
+        kind = doc["kind"]
+        if kind == "MPIJob":
+            found.notes.append(
+                f"MPIJob {doc['metadata']['name']}: its Worker replicas run as a Job "
+                "(no MPI operator here), its Launcher is left out"
+            )
+            doc = workers_job(doc)
+            kind = "Job"
+        doc = {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}
+        if kind == "ComputeDomain":
+            found.domains.append(doc)
+        elif kind == "Pod":
+            found.pods.append(doc["metadata"]["name"])
+        elif kind == "Job":
+            spec = doc["spec"]
+            found.jobs[doc["metadata"]["name"]] = min(
+                int(spec.get("parallelism", 1)), int(spec.get("completions", 1))
+            )
+        else:
+            raise ValueError(f"{path.name}: a {kind} is not a workload this test can run")
+        found.objects.append(doc)
+    return found
+
+
+def trays_needed(workload: Workload) -> int:
+    """Every domain's trays (a domain that follows its workload: one per pod at most), and
+    some that must stay empty."""
+    pods = len(workload.pods) + sum(workload.jobs.values())
+    placed = sum(int(d["spec"].get("numNodes") or 0) for d in workload.domains)
+    return max(placed, pods) + SPARE_TRAYS
+
+
+# --- the processes -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def portal(django_db_setup, django_db_blocker, cluster: Cluster) -> Iterator[str]:
+    """The real server and Celery worker, publishing to upstream's API server."""
+    env = {"KUBECONFIG": str(cluster.kubeconfig), **ENV}
+    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", **env)
+    worker = start_worker(concurrency=4, **env)
+    with running(worker, server):
+        yield url
+
+
+@pytest.fixture
+def kube_sync(
+    real_kube: ClusterKube, cluster: Cluster, portal: str
+) -> Iterator[Callable[[], Proc]]:
+    """`manage.py kube_sync` as production runs it, started once the test's Nodes and
+    namespace are in the cluster (`start()`); stopped before `real_kube` cleans up."""
+    procs: list[Proc] = []
+
+    def start() -> Proc:
+        argv = [str(VENV_BIN / "python"), "manage.py", "kube_sync", "--watch-timeout", "5"]
+        proc = Proc("kube-sync", argv, process_env(KUBECONFIG=str(cluster.kubeconfig), **ENV))
+        procs.append(proc)
+        wait_for(lambda: "watching" in proc.log() or not proc.alive(), 30, "kube_sync to start")
+        assert proc.alive(), proc.log()
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.stop()
+
+
+@pytest.fixture
+def kubelet_root() -> Iterator[Path]:
+    """Every Node's kubelet directory, under a short path (unix sockets: 107 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="kw-") as tmp:
+        yield Path(tmp)
+
+
+def node_labels(tray: Node) -> dict[str, str]:
+    """What GPU feature discovery labels the tray's Node with (the portal's own facts)."""
+    assert tray.clique is not None and tray.rack is not None
+    return {
+        "nvidia.com/gpu.clique": tray.clique.label,
+        "nvidia.com/gpu.count": str(tray.gpu_count),
+        "nvidia.com/gpu.product": tray.gpu_product.replace(" ", "-"),  # as GFD writes it
+        RACK_LABEL: tray.rack.name,
+    }
+
+
+# --- the checks ----------------------------------------------------------------------------
+
+
+def pods_of(kube: ClusterKube, workload: Workload) -> list[dict[str, Any]] | None:
+    """Every pod the workload makes, once all exist."""
+    found = [kube.get("pods", name, NAMESPACE) for name in workload.pods]
+    for job, count in workload.jobs.items():
+        listed = kube.resource("pods").get(
+            namespace=NAMESPACE, label_selector=f"{JOB_NAME_LABEL}={job}"
+        )
+        items = [item.to_dict() for item in listed.items]
+        if len(items) < count:
+            return None
+        found += items
+    if any(pod is None for pod in found):
+        return None
+    return [pod for pod in found if pod is not None]
+
+
+def domain_of(pod: dict[str, Any], domains: dict[str, ComputeDomain]) -> ComputeDomain:
+    """The domain whose claim template the pod names (one per pod in these workloads)."""
+    names = [c.get("resourceClaimTemplateName") for c in pod["spec"].get("resourceClaims") or []]
+    (domain,) = [domains[name] for name in names if name in domains]
+    return domain
+
+
+def adopted(namespace: str, name: str) -> ComputeDomain | None:
+    return ComputeDomain.objects.filter(
+        namespace__name=namespace, name=name, phase__in=LIVE_PHASES
+    ).first()
+
+
+def members_of(domain: ComputeDomain) -> set[str]:
+    return set(domain.members.filter(active=True).values_list("node__hostname", flat=True))
+
+
+def check_devices(
+    fleet: AgentFleet, host: str, domain: ComputeDomain, cdi_ids: list[str], claim_uid: str
+) -> None:
+    """The container's CDI ids name the claim and resolve on the tray to the domain's
+    channel(s): channel0 in Single mode, every channel of the tray in All mode."""
+    assert set(cdi_ids) == {f"{CDI_CLAIM_KIND}={claim_uid}"}, cdi_ids
+    root = fleet.tray_root(host)
+    device = resolve([root / "var/run/cdi", root / "etc/cdi"], cdi_ids[0])
+    nodes = device["containerEdits"]["deviceNodes"]
+    major = fleet.proc_devices_major(host)
+    on_tray = fleet.channel_devices(host)
+    assert {(n["type"], n["major"]) for n in nodes} == {("c", major)}
+    channels = domain_channels(domain)
+    if domain.allocation_mode == AllocationMode.SINGLE:
+        (node,) = nodes
+        assert (node["path"], node["minor"]) == (f"/{CHANNELS_DIR}/channel0", 0)
+        (channel,) = channels
+        assert on_tray.get(f"channel{channel}") == (major, channel), sorted(on_tray)[:5]
+        return
+    assert sorted(n["minor"] for n in nodes) == channels
+    for n in nodes:
+        assert n["path"] == f"/{CHANNELS_DIR}/channel{n['minor']}"
+        st = os.lstat(n["hostPath"])
+        assert stat.S_ISCHR(st.st_mode)
+        assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (major, n["minor"])
+        assert Path(n["hostPath"]).is_relative_to(root)
+
+
+# --- the test ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=[p.name for p in MANIFESTS])
+def test_a_workload_applied_unchanged_runs_on_its_domains_trays_with_its_channels(
+    manifest, real_kube, cluster, portal, kube_sync, kubelet_root
+):
+    workload = read_workload(manifest, NAMESPACE)
+    install_device_class(real_kube)
+    real_kube.put_namespace(NAMESPACE)
+    (rack,) = factories.make_racks(str(trays_needed(workload)), ip_prefix=IP_PREFIX)
+    trays = list(Node.objects.filter(rack=rack).select_related("clique", "rack").order_by("slot"))
+    for tray in trays:
+        real_kube.put_node(tray.hostname, node_labels(tray), ip=tray.management_ip)
+    sync = kube_sync()
+    wait_for(
+        lambda: (
+            Node.objects.filter(rack=rack, source=NodeSource.KUBERNETES).count() == len(trays)
+            and Namespace.objects.filter(name=NAMESPACE, active=True).exists()
+        ),
+        30,
+        "kube_sync to see the Nodes and the namespace",
+    )
+
+    with (
+        AgentFleet(portal, trays, kubelet_dir=kubelet_root, kubeconfig=cluster.kubeconfig) as fleet,
+        KubeletFleet(kube_binaries(), fleet, kubeconfig=cluster.kubeconfig) as kubelets,
+    ):
+        fleet.wait_joined()
+        kubelets.wait_registered(DRIVER_NAME)
+        for tray in trays:
+            wait_for(
+                lambda t=tray: real_kube.get("resourceslices", slice_name(t.hostname)),
+                30,
+                f"{tray.hostname}'s slice",
+            )
+
+        for obj in workload.objects:  # kubectl apply -n workloads -f <file>
+            real_kube.apply(obj)
+
+        domains: dict[str, ComputeDomain] = {}
+        for obj in workload.domains:
+            name = obj["metadata"]["name"]
+            domain = wait_for(
+                lambda n=name: adopted(NAMESPACE, n),
+                30,
+                f"ComputeDomain {name} adopted; kube_sync said:\n{sync.log()[-2000:]}",
+            )
+            assert domain.source == DomainSource.KUBERNETES
+            domains[obj["spec"]["channel"]["resourceClaimTemplate"]["name"]] = domain
+
+        pods = wait_for(lambda: pods_of(real_kube, workload), 60, "the workload's pods")
+        uids = [pod["metadata"]["uid"] for pod in pods]
+        try:
+            prepared = kubelets.wait_all_prepared(uids, timeout=120)
+        except TimeoutError:
+            states = {
+                d.name: (d.phase, d.reason, d.message)
+                for d in ComputeDomain.objects.filter(pk__in=[d.pk for d in domains.values()])
+            }
+            failures = {uid: kubelets.failures(uid)[-1:] for uid in uids}
+            raise AssertionError(f"not all prepared: domains {states}, failures {failures}")
+
+        for domain in domains.values():
+            domain.refresh_from_db()
+        for pod_seen in pods:
+            name = pod_seen["metadata"]["name"]
+            pod = real_kube.get("pods", name, NAMESPACE)
+            assert pod is not None
+            spec = pod["spec"]
+            # Nothing but the scheduler chose the tray: the manifest names none.
+            assert not spec.get("affinity") and not spec.get("nodeSelector"), spec
+            assert spec["schedulerName"] == "default-scheduler"
+            conditions = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
+            assert conditions["PodScheduled"] == "True"
+            host = spec["nodeName"]
+            domain = domain_of(pod, domains)
+            members = members_of(domain)
+            assert host in members, f"{name} on {host}, {domain.name}'s trays are {members}"
+            node, devices = prepared[pod["metadata"]["uid"]]
+            assert node == host
+
+            claim = claim_of(real_kube, pod)
+            assert claim is not None
+            assert claim["metadata"]["labels"][DOMAIN_UID_LABEL] == str(domain.uid)
+            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            assert (result["driver"], result["pool"]) == (DRIVER_NAME, host)
+            with_claims = [
+                c["name"] for c in spec["containers"] if (c.get("resources") or {}).get("claims")
+            ]
+            assert sorted(devices) == sorted(with_claims)
+            for cdi_ids in devices.values():
+                check_devices(fleet, host, domain, cdi_ids, claim["metadata"]["uid"])
+
+        spare = {t.hostname for t in trays} - set().union(*map(members_of, domains.values()))
+        assert len(spare) >= SPARE_TRAYS
+        assert not {n for n, _ in prepared.values()} & spare
+        for domain in domains.values():
+            if domain.num_nodes == 0:
+                continue  # follows its workload: its trays are its pods'
+            # Its claims are prepared once each tray's daemon is ready; the portal's phase
+            # follows with the agents' next reports.
+            wait_for(
+                lambda d=domain: ComputeDomain.objects.get(pk=d.pk).phase == Phase.READY,
+                30,
+                f"{domain.name} Ready",
+            )
+            assert len(members_of(domain)) == domain.num_nodes
+
+            def published_ready(d: ComputeDomain = domain) -> dict[str, Any] | None:
+                obj = real_kube.get("computedomains", d.name, NAMESPACE) or {}
+                status = obj.get("status") or {}
+                return status if status.get("status") == "Ready" else None
+
+            status = wait_for(published_ready, 30, f"{domain.name} Ready on its object")
+            assert {n["name"] for n in status["nodes"]} == members_of(domain)

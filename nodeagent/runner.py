@@ -58,11 +58,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nodeagent import imex
 from nodeagent.config import AGENT_VERSION, Paths, split_command
 from nodeagent.driver import CapabilityError, DriverRoot, ensure_imex_mgmt
 from nodeagent.files import read_json, write_atomic
-from nodeagent.imex import Log, describe_exit
+from nodeagent.imex.files import write_hosts
+from nodeagent.imex.supervisor import USR1_SPACING_S, Log, describe_exit
 
 log = logging.getLogger("nodeagent.runner")
 
@@ -102,7 +102,7 @@ class Runner:
         # -1: not written by this process yet (a new pod's hosts file is the kubelet's copy)
         self.peers_generation = -1
         self.resolved = 0  # the agent's last `resolve` this runner acted on
-        self.usr1_at = -imex.USR1_SPACING_S
+        self.usr1_at = -USR1_SPACING_S
         self.stop_event = threading.Event()
         self.child: subprocess.Popen[bytes] | None = None
         self.instance = 0  # of the child (running or exited); 0: none started here
@@ -152,7 +152,7 @@ class Runner:
         except (AttributeError, TypeError, ValueError):
             log.error("request.json: peers must map slot numbers to IPs: %r", request["peers"])
             return
-        if imex.write_hosts(self.hosts_file, peers):
+        if write_hosts(self.hosts_file, peers):
             log.info("peers (generation %s) written to %s", generation, self.hosts_file)
         self.peers_generation = generation
 
@@ -164,7 +164,7 @@ class Runner:
             self.resolved = wanted  # the next daemon resolves every name at its start
             return
         now = time.monotonic()
-        if now < self.usr1_at + imex.USR1_SPACING_S:
+        if now < self.usr1_at + USR1_SPACING_S:
             return  # it would be ignored as too soon: sent once the window is over
         self.child.send_signal(signal.SIGUSR1)
         self.usr1_at, self.resolved = now, wanted

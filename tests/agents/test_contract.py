@@ -176,8 +176,8 @@ def test_what_the_agent_sends_follows_the_contract_and_the_portal_takes_it(rack,
     resp = client.put(f"/api/v1/agent/nodes/{node.pk}/facts/", document, format="json")
     assert resp.status_code == 200, resp.content
     for report in (
-        agent.report_doc(uid=None, generation=0, step=Step.IDLE, clean=True),
-        agent.report_doc(
+        agent.reporter.doc(uid=None, generation=0, step=Step.IDLE, clean=True),
+        agent.reporter.doc(
             uid="0b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11",
             generation=3,
             step=Step.WAITING_PEERS,

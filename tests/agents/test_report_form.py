@@ -21,7 +21,7 @@ UID = "0b7e3c4e-8d6a-4f1e-9a55-3f7f0d2c9e11"
 
 
 def agent_report(**over: Any) -> dict[str, Any]:
-    """A report as nodeagent/agent.py `report_doc` writes it (every field of the contract):
+    """A report as nodeagent/report.py `Reporter.doc` writes it (every field of the contract):
     a ready member of 18."""
     doc = status_report(
         domain_uid=UID,

@@ -11,8 +11,8 @@ from agentwire.messages import Step
 from domains.audit.models import Event
 from domains.computedomains.models import DomainMember, Phase
 from domains.inventory.models import Node
-from nodeagent import imex
 from nodeagent.config import Paths
+from nodeagent.imex.supervisor import STARTING
 from tests import factories
 from tests.e2e.conftest import IP_PREFIX, phase_of, release_domain, request_domain, verbs
 from tests.support.agents import AgentFleet, wait_for
@@ -75,7 +75,7 @@ def test_a_daemon_whose_agent_died_before_writing_its_pidfile_is_adopted_not_dou
         paths = Paths(fleet.tray_root(victim))
         pid = fleet.daemon_pid(victim)
         fleet.kill_agents()
-        paths.pidfile.write_text(f"{imex.STARTING}\n")
+        paths.pidfile.write_text(f"{STARTING}\n")
         restarted = timezone.now().isoformat()
         fleet.start()
 

@@ -102,9 +102,9 @@ def agent(portal, tmp_path) -> Iterator[Agent]:
         poll_interval=600,
     )
     made = Agent(config)
-    made.client.use(NODE["id"], "dpn_test")
+    made.link.client.use(NODE["id"], "dpn_test")
     yield made
-    made.client.close()
+    made.link.close()
 
 
 def test_a_failed_desired_state_fetch_is_in_the_next_report_and_gone_after_a_success(portal, agent):
@@ -130,7 +130,7 @@ def test_facts_the_portal_did_not_take_are_in_the_report_and_tried_again(portal,
     assert agent.facts.sent is None  # owed: sent again once the backoff is over
 
     del portal.failing["/facts/"]
-    agent.facts_retry_at = 0.0  # the backoff is over
+    agent.link.facts_retry_at = 0.0  # the backoff is over
     agent.cycle()
     assert agent.facts.sent is not None
     assert portal.reports[-1]["link_error"] == ""
@@ -140,10 +140,10 @@ def test_a_refused_claim_is_the_portals_answer_and_a_failed_one_a_link_error(por
     claim: Any = {"claim": {"uid": "u", "namespace": "n", "name": "c"}, "domain_uid": "d"}
     portal.failing["/claims/"] = 500
     with pytest.raises(PortalError):
-        agent.client.claim_admit(claim)
-    assert agent.client.link_error == "claim admission: HTTP 500 Internal Server Error: full"
+        agent.link.client.claim_admit(claim)
+    assert agent.link.client.link_error == "claim admission: HTTP 500 Internal Server Error: full"
 
     portal.failing["/claims/"] = 409  # the claim's domain is full: the kubelet is told
     with pytest.raises(PortalError, match="409"):
-        agent.client.claim_admit(claim)
-    assert agent.client.link_error == ""  # the portal answered
+        agent.link.client.claim_admit(claim)
+    assert agent.link.client.link_error == ""  # the portal answered

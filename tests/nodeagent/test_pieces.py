@@ -11,14 +11,16 @@ import time
 
 import pytest
 
-from nodeagent import imex
-from nodeagent.agent import TrayLog
 from nodeagent.channels import Channels, cdi_spec, channel_numbers, remove_cdi
 from nodeagent.config import Paths
 from nodeagent.driver import DriverRoot
 from nodeagent.emulator.tray import GpuFacts, TrayFacts, channel_major_for, prepare_tray
 from nodeagent.files import write_atomic
+from nodeagent.imex.ctl import parse_domain_json
+from nodeagent.imex.files import render_config, render_nodes
+from nodeagent.imex.supervisor import Daemon, log_tail
 from nodeagent.probe import ZERO_UUID, channel_major, clique_of, probe
+from nodeagent.traylog import TrayLog
 
 CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
 
@@ -115,12 +117,12 @@ def test_the_cdi_spec_describes_the_channel_device_nodes(tray):
 
 def test_the_imex_config_keeps_the_daemon_in_the_foreground(tray):
     paths = Paths(tray)
-    text = imex.render_config(paths=paths, bind_ip="127.12.7.3", server_port=50000, cmd_port=50005)
+    text = render_config(paths=paths, bind_ip="127.12.7.3", server_port=50000, cmd_port=50005)
     values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
     assert values["DAEMONIZE"] == "0" and values["IMEX_CMD_ENABLED"] == "1"
     assert values["IMEX_NODE_CONFIG_FILE"] == str(paths.nodes_file)
     assert values["BIND_INTERFACE_IP"] == values["IMEX_CMD_BIND_INTERFACE_IP"] == "127.12.7.3"
-    assert imex.render_nodes(["10.0.0.2", "10.0.0.1"]) == "10.0.0.2\n10.0.0.1\n"
+    assert render_nodes(["10.0.0.2", "10.0.0.1"]) == "10.0.0.2\n10.0.0.1\n"
 
 
 def test_files_are_written_atomically_and_only_when_they_change(tmp_path):
@@ -144,10 +146,10 @@ def test_the_domain_json_yields_state_and_this_nodes_peers():
             },
         },
     }
-    health = imex.parse_domain_json(json.dumps(doc), 1)
+    health = parse_domain_json(json.dumps(doc), 1)
     assert health.state == "DEGRADED"
     assert health.own_state == "READY"  # this node's row: the word `-q` would print
-    assert imex.parse_domain_json(json.dumps(doc), 0).own_state == ""
+    assert parse_domain_json(json.dumps(doc), 0).own_state == ""
     assert health.peers == [
         {"index": 0, "ip": "b", "status": "CONNECTED"},
         {"index": 2, "ip": "c", "status": "DISCONNECTED"},
@@ -160,10 +162,10 @@ def test_a_new_agent_re_adopts_the_running_daemon_instead_of_restarting_it(tray)
     # a stand-in long-running "daemon"; start() appends `-c <config>` to its command line
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     log = TrayLog("t")
-    first = imex.Daemon(sleeper, paths, log)
+    first = Daemon(sleeper, paths, log)
     first.start()
     try:
-        second = imex.Daemon(sleeper, paths, log)
+        second = Daemon(sleeper, paths, log)
         assert second.adopt() and second.pid == first.pid and second.running()
         second.stop(timeout=2)
         assert not second.running()
@@ -182,7 +184,7 @@ def test_a_daemon_that_ignores_sigterm_is_killed(tray):
         "-c",
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)",
     ]
-    daemon = imex.Daemon(stubborn, paths, TrayLog("t"))
+    daemon = Daemon(stubborn, paths, TrayLog("t"))
     daemon.start()
     time.sleep(0.3)
     started = time.monotonic()
@@ -262,27 +264,27 @@ def test_the_agent_reads_its_service_account_token_afresh_at_every_join(tmp_path
     token = tmp_path / "token"
     argv = ["--portal", "http://127.0.0.1:9", "--root", str(tmp_path), "--ip", "127.0.0.1"]
     agent = Agent(config_from(parser().parse_args([*argv, "--join-token", "dpj_x"])))
-    assert agent.join_credential() == {"join_token": "dpj_x"}
+    assert agent.link.join_credential() == {"join_token": "dpj_x"}
     agent = Agent(config_from(parser().parse_args([*argv, "--service-account-token-file",
                                                    str(token)])))  # fmt: skip
     token.write_text("first.jwt.sig\n")
-    assert agent.join_credential() == {"service_account_token": "first.jwt.sig"}
+    assert agent.link.join_credential() == {"service_account_token": "first.jwt.sig"}
     token.write_text("rotated.jwt.sig")  # the kubelet replaced it
-    assert agent.join_credential() == {"service_account_token": "rotated.jwt.sig"}
+    assert agent.link.join_credential() == {"service_account_token": "rotated.jwt.sig"}
     token.write_text("")
     with pytest.raises(OSError, match="empty"):  # the cycle backs off and tries again
-        agent.join_credential()
+        agent.link.join_credential()
 
 
 def test_a_logs_tail_is_its_last_lines_without_a_part_line_or_blanks(tmp_path):
     log = tmp_path / "nvidia-imex.log"
-    assert imex.log_tail(log) == []  # no log yet
+    assert log_tail(log) == []  # no log yet
     log.write_text("started\n\nbind 127.0.1.2:50000: Address already in use\n")
-    assert imex.log_tail(log) == ["started", "bind 127.0.1.2:50000: Address already in use"]
+    assert log_tail(log) == ["started", "bind 127.0.1.2:50000: Address already in use"]
     log.write_text("x" * 5000 + "\n" + "".join(f"line {i}\n" for i in range(8)))
-    assert imex.log_tail(log) == [f"line {i}" for i in range(3, 8)]
+    assert log_tail(log) == [f"line {i}" for i in range(3, 8)]
     log.write_text("y" * 9000 + "\nlast\n")  # the 4 KiB read starts mid-line
-    assert imex.log_tail(log) == ["last"]
+    assert log_tail(log) == ["last"]
 
 
 def test_the_spec_an_agent_wrote_under_nvidias_kind_is_removed_with_ours(tray):

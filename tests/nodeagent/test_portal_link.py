@@ -127,17 +127,17 @@ def test_a_nudge_whose_fetch_failed_is_fetched_on_the_next_cycle_not_a_poll_late
     )
     root = prepare_tray(tmp_path, facts)
     agent = Agent(AgentConfig(portal=portal.url, join_token="dpj_x", root=root, poll_interval=600))
-    agent.client.use(NODE["id"], "dpn_test")
+    agent.link.client.use(NODE["id"], "dpn_test")
     now = time.monotonic()
-    assert agent.fetch_desired(now) == IDLE  # at start: fetched
-    assert agent.fetch_desired(now + 1) == IDLE and portal.answered == 1  # not due: kept
+    assert agent.link.fetch_desired(now) == IDLE  # at start: fetched
+    assert agent.link.fetch_desired(now + 1) == IDLE and portal.answered == 1  # not due: kept
 
     portal.doc, portal.down = RELEASE, True
     agent.nudge()  # the portal changed the tray's desired state, and then failed the fetch
     with pytest.raises(PortalError):
-        agent.fetch_desired(now + 2)
+        agent.link.fetch_desired(now + 2)
     portal.down = False
     # The next cycle (after its backoff, long before the 10-minute poll) fetches again.
-    assert agent.fetch_desired(now + 3) == RELEASE
-    assert agent.fetch_desired(now + 4) == RELEASE and portal.answered == 2  # owed no more
-    agent.client.close()
+    assert agent.link.fetch_desired(now + 3) == RELEASE
+    assert agent.link.fetch_desired(now + 4) == RELEASE and portal.answered == 2  # owed no more
+    agent.link.close()

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from agentwire.messages import ConditionType
-from nodeagent import imex
 from nodeagent.channels import Channels, cdi_spec
 from nodeagent.config import Paths
 from nodeagent.driver import DriverRoot
 from nodeagent.emulator.tray import GpuFacts, TrayFacts, prepare_tray
 from nodeagent.files import write_atomic
 from nodeagent.host import enabled_links, foreign_daemons, host_service_condition
+from nodeagent.imex.files import config_values, render_config, write_config
 from nodeagent.probe import Gpu, fabric_verdict, probe
 
 CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
@@ -225,12 +225,12 @@ def test_a_running_nvidia_imex_that_is_not_ours_is_found(tray: Path, tmp_path: P
 # --- NVIDIA's IMEX defaults --------------------------------------------------------------------
 def test_the_imex_config_has_nvidias_grace_time_and_log_level_unless_told(tray: Path):
     paths = Paths(tray)
-    config = imex.render_config(paths=paths, bind_ip="10.0.0.1", server_port=50000, cmd_port=50005)
-    values = imex.config_values(config)
+    config = render_config(paths=paths, bind_ip="10.0.0.1", server_port=50000, cmd_port=50005)
+    values = config_values(config)
     assert values["IMEX_NODE_DISCONNECTED_GRACE_TIME"] == "-1"  # wait forever for a peer
     assert values["LOG_LEVEL"] == "4"  # INFO
-    told = imex.config_values(
-        imex.render_config(
+    told = config_values(
+        render_config(
             paths=paths,
             bind_ip="10.0.0.1",
             server_port=50000,
@@ -247,15 +247,15 @@ def test_only_new_peers_or_addresses_need_a_new_daemon(tray: Path):
     paths = Paths(tray)
 
     def write(ip: str = "10.0.0.1", nodes: str = "10.0.0.1\n", level: int = 4) -> bool:
-        config = imex.render_config(
+        config = render_config(
             paths=paths, bind_ip=ip, server_port=50000, cmd_port=50005, log_level=level
         )
-        return imex.write_config(paths=paths, config=config, nodes=nodes)
+        return write_config(paths=paths, config=config, nodes=nodes)
 
     assert write()  # the first config: a daemon has to start anyway
     assert not write()
     assert not write(level=2)  # a newer agent's log level waits for the next start
-    assert imex.config_values(paths.imex_config.read_text())["LOG_LEVEL"] == "2"
+    assert config_values(paths.imex_config.read_text())["LOG_LEVEL"] == "2"
     assert write(nodes="10.0.0.1\n10.0.0.2\n")
     assert write(ip="10.0.0.9")
 

@@ -45,7 +45,7 @@ def make_agent(root: Path, driver_version: str = "580.82.07") -> Agent:
 def agent(tmp_path):
     made = make_agent(tmp_path)
     yield made
-    made.client.close()
+    made.link.close()
 
 
 def desired(*, slots: int, members: int, index: int = 0, **more: Any) -> DesiredDomain:
@@ -68,7 +68,7 @@ def desired(*, slots: int, members: int, index: int = 0, **more: Any) -> Desired
 
 
 def test_the_nodes_file_lists_eighteen_names_whatever_the_cliques_size(agent):
-    present, error = agent.apply_files(desired(slots=3, members=2))
+    present, error = agent.files.apply(desired(slots=3, members=2))
     assert error == "" and present == [3]
     nodes = Paths(agent.cfg.root).nodes_file.read_text()
     assert nodes == "".join(f"portal-imex-{i}\n" for i in range(18))
@@ -76,19 +76,19 @@ def test_the_nodes_file_lists_eighteen_names_whatever_the_cliques_size(agent):
 
 def test_a_tray_added_to_the_clique_rewrites_no_members_nodes_file(agent):
     """The portal's slot count follows the clique's trays; a daemon must not follow it."""
-    agent.apply_files(desired(slots=3, members=2))
+    agent.files.apply(desired(slots=3, members=2))
     paths = Paths(agent.cfg.root)
     before = paths.nodes_file.stat().st_mtime_ns, paths.nodes_file.read_text()
     # A Node joins the clique (or is relabelled into it), and a third member joins: what a
     # running daemon reads only at its start stays as it is; the newcomer is a hosts line.
-    agent.apply_files(desired(slots=4, members=3))
+    agent.files.apply(desired(slots=4, members=3))
     assert (paths.nodes_file.stat().st_mtime_ns, paths.nodes_file.read_text()) == before
     hosts = paths.hosts.read_text()
     assert "127.12.7.3\tportal-imex-2\n" in hosts
 
 
 def test_a_member_index_beyond_the_names_is_refused_and_nothing_is_written(agent):
-    present, error = agent.apply_files(desired(slots=20, members=20, index=18))
+    present, error = agent.files.apply(desired(slots=20, members=20, index=18))
     assert present == [] and "member 18" in error and "18 names (0 to 17)" in error
     assert not Paths(agent.cfg.root).nodes_file.exists()
 
@@ -101,7 +101,7 @@ def test_a_driver_older_than_570_158_01_does_not_serve_a_domain_that_follows_its
     tmp_path, version, refused
 ):
     agent = make_agent(tmp_path, driver_version=version)
-    present, error = agent.apply_files(desired(slots=3, members=2))
+    present, error = agent.files.apply(desired(slots=3, members=2))
     assert bool(error) == refused
     if refused:
         assert present == [] and "needs NVIDIA driver 570.158.01 or newer" in error
@@ -110,5 +110,5 @@ def test_a_driver_older_than_570_158_01_does_not_serve_a_domain_that_follows_its
     # A domain with a fixed set of trays lists IPs: any driver serves it.
     want = desired(slots=3, members=2)
     del want["slots"]
-    assert agent.apply_files(want)[1] == ""
-    agent.client.close()
+    assert agent.files.apply(want)[1] == ""
+    agent.link.close()

@@ -40,7 +40,7 @@ from domains.inventory.models import Node
 from domains.security import hash_token
 from nodeagent.config import Paths
 from nodeagent.emulator.tray import IMEX_BIN
-from nodeagent.imex import own_daemon
+from nodeagent.imex.supervisor import own_daemon
 from tests.support.processes import (
     VENV_BIN,
     Proc,

@@ -37,7 +37,7 @@ from nodeagent.emulator.tray import (
     prepare_tray,
 )
 from nodeagent.files import read_json, write_atomic
-from nodeagent.imex import own_daemon
+from nodeagent.imex.supervisor import own_daemon
 from nodeagent.runner import status_path
 from tests.support.agents import JOIN_TOKEN, ensure_join_token
 from tests.support.processes import (

@@ -79,7 +79,7 @@ ReportSerializer = serializer_for(StatusReport, name="Report")
 # Every tray reports every few seconds and at each step of a formation, and validating a
 # report naming 18 peers through ReportSerializer would be most of the report's cost. The
 # agent always sends one form (every field, JSON types, text without surrounding blanks:
-# nodeagent/agent.py `report_doc`), in which the serializer would accept the report and
+# nodeagent/report.py `Reporter.doc`), in which the serializer would accept the report and
 # change nothing; anything else (a missing field, "5" for 5, blanks to trim, a value out of
 # range) is left to the serializer, the one place that names what is wrong.
 # tests/agents/test_report_form.py holds the two to that.

@@ -28,7 +28,7 @@ from domains.inventory.models import MaintenanceWindow
 from domains.notifications.models import Channel, Kind, Notification, Status, Subscription
 from domains.signals import after_commit
 from domains.tenancy.models import Namespace
-from domains.tenancy.selectors import can_view_namespace
+from domains.tenancy.selectors import can_view_namespace, is_operator
 
 # Audit verbs → the kind of notification they make.
 VERB_KINDS = {
@@ -52,7 +52,7 @@ class Message:
 
     key: str
     kind: str
-    namespace: Namespace
+    namespace: Namespace | None  # None: about the whole portal, told to operators only
     domain: ComputeDomain | None
     title: str
     body: str
@@ -98,18 +98,25 @@ def scan_ahead(*, now: datetime | None = None) -> int:
 # --- who hears of it ----------------------------------------------------------------------
 
 
-def _listeners(kind: str, namespace: Namespace) -> list[Subscription]:
-    """Active subscriptions wanting `kind` whose user may see `namespace` now."""
+def _listeners(kind: str, namespace: Namespace | None) -> list[Subscription]:
+    """Active subscriptions wanting `kind` whose user may see `namespace` now (operators,
+    for news about the whole portal: `namespace` None)."""
     subscriptions = Subscription.objects.filter(active=True, user__is_active=True).select_related(
         "user"
     )
     seen: dict[int, bool] = {}
     wanted = []
     for sub in subscriptions:
-        if kind not in sub.kinds or sub.namespace_id not in (None, namespace.pk):
+        if kind not in sub.kinds:
+            continue
+        if namespace is not None and sub.namespace_id not in (None, namespace.pk):
             continue
         if sub.user_id not in seen:
-            seen[sub.user_id] = can_view_namespace(sub.user, namespace)
+            seen[sub.user_id] = (
+                is_operator(sub.user)
+                if namespace is None
+                else can_view_namespace(sub.user, namespace)
+            )
         if seen[sub.user_id]:
             wanted.append(sub)
     return wanted

@@ -1,5 +1,6 @@
 """The fabric as the rack drawings show it to one viewer: racks, trays, GPUs, domains and
-clique summaries, with colours and links.
+clique summaries, with links. (Colours are the drawings' own: state as fill, domain as
+outline.)
 
 The rows come from one read (`domains.computedomains.fabric.fabric_read`, a constant number
 of queries however many racks); this module only decides what the viewer may know, once:
@@ -21,21 +22,6 @@ from domains.inventory.parts import Part, WindowMark
 from domains.placement.model import CliqueSummary, TrayStatus
 from domains.tenancy.selectors import Viewer, is_operator, namespaces_visible_to
 
-# Domain colours: light tints that keep dark text readable (contrast > 7:1), all blues,
-# violets and cyans, so that no domain looks like a state (free is green, cordoned and
-# draining amber, down red, like the Fleet's heat-map); the domain's name is always
-# written beside it.
-DOMAIN_PALETTE = (
-    "#9ecae1",
-    "#c7d2fe",
-    "#a5f3fc",
-    "#dadaeb",
-    "#e9d5ff",
-    "#bae6fd",
-    "#f5d0fe",
-    "#cbd5e1",
-)
-
 STATUS_WORDS = {
     TrayStatus.FREE: "free",
     TrayStatus.IN_USE: "in use",
@@ -54,14 +40,13 @@ class DomainTag:
     """A domain as one viewer may see it on a tray (anonymous when not theirs)."""
 
     label: str
-    colour: str
     url: str = ""
     uid: str = ""
     phase: str = ""
-    domain_id: int = 0  # tells two domains' outlines apart on the Fleet's elevations
+    domain_id: int = 0  # tells two domains' outlines apart on every rack drawing
 
 
-ANONYMOUS = DomainTag(label="in use", colour="#d4d4d8")
+ANONYMOUS = DomainTag(label="in use")  # no uid: drawn with no outline
 
 
 @dataclass
@@ -269,7 +254,6 @@ def _tag(holder: Holder, visibility: Visibility, links: bool) -> DomainTag:
     url = reverse("tenant:domain", args=[holder.namespace_name, holder.uid]) if links else ""
     return DomainTag(
         label=f"{holder.namespace_name}/{holder.name}" if visibility.operator else holder.name,
-        colour=DOMAIN_PALETTE[holder.domain_id % len(DOMAIN_PALETTE)],
         url=url,
         uid=holder.uid,
         phase=holder.phase,

@@ -6,11 +6,12 @@ from django.urls import include, path
 
 from portal.ratelimit import RateLimitedLoginView
 from portal.web import views
-from portal.web.views import account, admin, notifications, operator, tenant, trays
+from portal.web.views import account, admin, health, notifications, operator, tenant, trays
 
 operator_patterns = (
     [
         path("", operator.fabric, name="fabric"),
+        path("health/", health.banner, name="health"),
         path("racks/<str:name>/", operator.rack, name="rack"),
         path("cliques/<str:label>/", operator.clique, name="clique"),
         path("nodes/<str:hostname>/", operator.node, name="node"),

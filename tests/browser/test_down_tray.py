@@ -34,7 +34,8 @@ def test_the_tenants_drawing_and_formation_row_show_the_dead_tray_as_down(
     page = login(tenant_a).page(f"/ns/team-a/domains/{domain.uid}/")
     page.wait_for_selector('#domain-phase[data-phase="Degraded"]')
     tray = page.locator(f'#where-h ~ .rack-row g.tray[data-hostname="{dead.hostname}"]')
-    assert tray.locator(".tray-bg").get_attribute("fill") == "url(#cross-down)"
+    assert tray.get_attribute("data-kind") == "down"
+    assert tray.locator(".state-flag").get_attribute("fill") == "url(#el-down)"
     word = tray.locator("text.word").text_content() or ""
     assert word.startswith("▶ down") and "lands here" not in word
     alive = page.locator("#where-h ~ .rack-row g.tray.highlight text.word").all_text_contents()

@@ -47,13 +47,29 @@ def test_a_drawing_whose_trays_are_links_is_a_group_not_an_image(client, operato
     assert 'role="group"' in svg and "<a href=" in linked.split('<svg class="el"', 1)[1]
 
 
-def test_no_domain_colour_is_the_hue_of_a_tray_state():
-    import colorsys
+def _luminance(colour: str) -> float:
+    def channel(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
 
-    from portal.web.fabric import DOMAIN_PALETTE
+    r, g, b = (channel(int(colour[i : i + 2], 16) / 255) for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
-    for colour in DOMAIN_PALETTE:
-        r, g, b = (int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
-        hue = colorsys.rgb_to_hls(r, g, b)[0] * 360
-        # red (down) to amber (cordoned) to green (free): 0-160° and the reds past 330°
-        assert 160 < hue < 330 or colorsys.rgb_to_hls(r, g, b)[2] < 0.15, colour
+
+def test_every_domain_outline_stands_out_on_every_state_fill():
+    """One colour system: states fill, domains outline; an outline must be seen (3:1,
+    WCAG's non-text contrast) on whatever state its tray is in."""
+    from django.conf import settings
+
+    from portal.web.elevation import OUTLINES
+
+    css = (settings.BASE_DIR / "static" / "css" / "portal.css").read_text()
+    fills = dict(
+        re.findall(
+            r"\.st-(free|used|cordoned|draining|down|notready) \{ fill: (#[0-9a-f]{6}); \}", css
+        )
+    )
+    assert len(fills) == 6, fills
+    for outline in OUTLINES:
+        for state, fill in fills.items():
+            light, dark = sorted((_luminance(outline), _luminance(fill)), reverse=True)
+            assert (light + 0.05) / (dark + 0.05) >= 3, (outline, state)

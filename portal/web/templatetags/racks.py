@@ -1,21 +1,28 @@
-"""Server-side SVG rack elevations (in the manner of NetBox's), one per rack.
+"""Server-side SVG rack drawings for tenants and approvers (in the manner of NetBox's
+elevations), one per rack: where a request would land, or where a domain runs.
 
-A GB200 NVL72 rack is drawn top to bottom as the hardware sits: compute trays 1-10, the nine
-NVLink switch trays, compute trays 11-18. Each compute tray shows its four GPU cells, its
-slot number and one word (the domain's name, "in use", or the tray's state), so nothing is
-told by colour alone: cordoned and draining trays are also hatched, down trays crossed,
-silent ones dotted, unhealthy GPUs marked "!" or "x". Clique boundaries are outlined and
-labelled. Every tray carries a `<title>` (the hover card) and, where the viewer may follow
-it, a link. Built as one string: 100 racks by 27 rows must render in milliseconds.
+The same colour system as the Fleet's elevations (`portal.web.elevation`): a tray's *state*
+is its fill (free, in use, cordoned, draining, down, not ready), and cordoned, draining,
+down and not-ready trays also carry the same pattern swatch and their state in words, so
+nothing is told by colour alone; a *domain* is an outline around its trays plus its name
+written on each. A down tray is drawn down whoever holds it. Trays of other tenants are an
+anonymous "in use", with no outline. The trays a request would land on are outlined
+dashed and marked "▶ lands here"; a domain's own trays are marked "▶ <name>". Cliques are
+brackets in the gutter, as on the Fleet. Built as one string: a page of racks must render
+in milliseconds.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from django import template
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
+from portal.web import elevation
+from portal.web.elevation import OUTLINES, SWATCH, tray_kind
 from portal.web.fabric import RackView, TrayView
 
 register = template.Library()
@@ -24,44 +31,20 @@ WIDTH = 250
 ROW = 18  # compute tray height
 SWITCH_ROW = 7
 TOP = 22
-LEFT = 26  # slot numbers
-GPU_X = 30
-GPU_W = 24
-TEXT_X = GPU_X + 4 * (GPU_W + 2) + 6
+LEFT = 30  # slot numbers end here; the clique bracket is left of them
+BODY_X = LEFT + 2
+GPU_X = BODY_X + 11  # after the state swatch
+GPU_W = 22
+TEXT_X = GPU_X + 4 * (GPU_W + 2) + 4
+WORD_CHARS = 21  # 9 px text between TEXT_X and the right edge
 
-STATE_FILL = {
-    "free": "#ecfdf5",
-    "in_use": "#e4e4e7",
-    "cordoned": "url(#hatch-cordoned)",
-    "draining": "url(#hatch-draining)",
-    "down": "url(#cross-down)",
-    "unknown": "url(#dots-unknown)",
-    "stale": "url(#dots-unknown)",
-    "blocked": "url(#cross-down)",
-}
-FLAGGED_STATES = ("cordoned", "draining", "down")
 GPU_MARK = {
     "healthy": ("#ffffff", ""),
     "degraded": ("#fdba74", "!"),
-    "failed": ("#b91c1c", "\u00d7"),
+    "failed": ("#7f1d1d", "\u00d7"),
 }
-
-DEFS = (
-    "<defs>"
-    '<pattern id="hatch-cordoned" width="6" height="6" patternUnits="userSpaceOnUse" '
-    'patternTransform="rotate(45)"><rect width="6" height="6" fill="#fef3c7"/>'
-    '<line x1="0" y1="0" x2="0" y2="6" stroke="#b45309" stroke-width="2"/></pattern>'
-    '<pattern id="hatch-draining" width="6" height="6" patternUnits="userSpaceOnUse" '
-    'patternTransform="rotate(-45)"><rect width="6" height="6" fill="#ffedd5"/>'
-    '<line x1="0" y1="0" x2="0" y2="6" stroke="#c2410c" stroke-width="3"/></pattern>'
-    '<pattern id="cross-down" width="8" height="8" patternUnits="userSpaceOnUse">'
-    '<rect width="8" height="8" fill="#fecaca"/>'
-    '<path d="M0 0L8 8M8 0L0 8" stroke="#991b1b" stroke-width="1.2"/></pattern>'
-    '<pattern id="dots-unknown" width="5" height="5" patternUnits="userSpaceOnUse">'
-    '<rect width="5" height="5" fill="#f4f4f5"/><circle cx="2.5" cy="2.5" r="1" '
-    'fill="#52525b"/></pattern>'
-    "</defs>"
-)
+# The state a tray's fill shows (`elevation.tray_kind`) → its fill class (static/css).
+FILL_CLASS = {"free": "st-free", "in use": "st-used"}
 
 
 def _rows(rack: RackView) -> list[tuple[str, int]]:
@@ -116,43 +99,43 @@ def _hover(tray: TrayView) -> str:
     return escape("\n".join(lines))
 
 
-# A clique: its id, name, and the y of its first and last rows in the drawing.
-Run = tuple[int | None, str, int, int]
-CHAR_W = 5.0  # a 9 px word's average character width
-LABEL_CHAR_W = 3.9  # a 7 px clique label's
+def _word(tray: TrayView, kind: str) -> str:
+    """What is written on the tray: its domain's name (with its state when flagged), or its
+    state; "▶" marks the trays a request would land on or the domain's own."""
+    if tray.domain is not None:
+        word = tray.domain.label
+        if kind not in ("free", "in use"):  # serves a domain and is flagged: say both
+            word = f"{kind if kind != 'notready' else tray.status_word} · {word}"
+    else:
+        word = tray.status_word
+    if tray.highlight:
+        word = "▶ lands here" if tray.preview and tray.domain is None else f"▶ {word}"
+    return word if len(word) <= WORD_CHARS else word[: WORD_CHARS - 1] + "…"
 
 
-def _tray(tray: TrayView | None, slot: int, y: int, chars: int = 20) -> str:
+def _tray(tray: TrayView | None, slot: int, y: int) -> str:
+    gutter = f'<text x="{LEFT - 3}" y="{y + 12}" class="slot">{slot:02d}</text>'
     if tray is None:
         return (
-            f'<g class="tray empty">'
-            f'<text x="{LEFT - 3}" y="{y + 12}" class="slot">{slot:02d}</text>'
-            f'<rect x="{GPU_X - 2}" y="{y}" width="{WIDTH - GPU_X - 2}" height="{ROW - 2}" '
+            f'<g class="tray empty">{gutter}'
+            f'<rect x="{BODY_X}" y="{y}" width="{WIDTH - BODY_X - 2}" height="{ROW - 2}" '
             f'class="empty-slot"/><text x="{TEXT_X}" y="{y + 12}" class="word">empty</text></g>'
         )
-    if tray.domain is not None:
-        fill, word = tray.domain.colour, tray.domain.label
-        if tray.state == "down":  # a dead tray is drawn dead, whoever held it
-            fill = STATE_FILL["down"]
-    else:
-        fill, word = STATE_FILL.get(tray.status, "#f4f4f5"), tray.status_word
-    # A tray can serve a domain and be cordoned, draining or down at once: say both.
-    flagged = tray.domain is not None and tray.state in FLAGGED_STATES
-    classes = f"tray status-{tray.status} state-{tray.state}"
+    kind = tray_kind(tray)
+    classes = f"tray status-{tray.status} state-{tray.state} k-{kind.replace(' ', '-')}"
     classes += " highlight" if tray.highlight else ""
     parts = [
         f'<g class="{classes}" data-hostname="{escape(tray.hostname)}" '
-        f'data-status="{tray.status}"><title>{_hover(tray)}</title>',
-        f'<text x="{LEFT - 3}" y="{y + 12}" class="slot">{slot:02d}</text>',
-        f'<rect x="{GPU_X - 2}" y="{y}" width="{WIDTH - GPU_X - 2}" height="{ROW - 2}" '
-        f'fill="{fill}" class="tray-bg"/>',
+        f'data-status="{tray.status}" data-kind="{kind}"><title>{_hover(tray)}</title>',
+        gutter,
+        f'<rect x="{BODY_X}" y="{y}" width="{WIDTH - BODY_X - 2}" height="{ROW - 2}" '
+        f'class="tray-bg {FILL_CLASS.get(kind, f"st-{kind}")}"/>',
     ]
-    if flagged:
+    if kind in SWATCH:
         parts.append(
-            f'<rect x="{WIDTH - 14}" y="{y}" width="12" height="{ROW - 2}" '
-            f'fill="{STATE_FILL[tray.state]}" class="state-flag"/>'
+            f'<rect x="{BODY_X}" y="{y}" width="8" height="{ROW - 2}" '
+            f'fill="{SWATCH[kind]}" class="state-flag"/>'
         )
-        word = f"{tray.state} · {word}"
     for i, gpu in enumerate(tray.gpus[:4]):
         colour, mark = GPU_MARK.get(gpu.health, ("#d4d4d8", "?"))
         x = GPU_X + i * (GPU_W + 2)
@@ -162,10 +145,8 @@ def _tray(tray: TrayView | None, slot: int, y: int, chars: int = 20) -> str:
         )
         if mark:
             parts.append(f'<text x="{x + GPU_W / 2}" y="{y + 12}" class="gpu-mark">{mark}</text>')
-    if tray.highlight:
-        word = "▶ lands here" if tray.preview else f"▶ {word}"
-    label = word if len(word) <= chars else word[: chars - 1] + "…"
-    parts.append(f'<text x="{TEXT_X}" y="{y + 12}" class="word">{escape(label)}</text></g>')
+    word = escape(_word(tray, kind))
+    parts.append(f'<text x="{TEXT_X}" y="{y + 12}" class="word">{word}</text></g>')
     body = "".join(parts)
     url = tray.domain.url if (tray.domain and tray.domain.url and not tray.url) else tray.url
     if url:
@@ -173,53 +154,75 @@ def _tray(tray: TrayView | None, slot: int, y: int, chars: int = 20) -> str:
     return body
 
 
-def _clique_runs(rack: RackView, positions: dict[int, int]) -> list[Run]:
-    """Each run of consecutive compute rows that belong to the same clique: (clique,
-    name, first y, last y)."""
+# A run of trays drawn one under another with the same key: (key, first y, last y).
+Run = tuple[int, int, int]
+
+
+def _runs(
+    rack: RackView, positions: dict[int, int], key: Callable[[TrayView], int | None]
+) -> list[Run]:
     runs: list[Run] = []
     previous_y = None
     for slot in sorted(positions):
         tray = rack.trays.get(slot)
-        clique, name = (tray.clique_id, tray.clique_name) if tray else (None, "")
+        value = key(tray) if tray is not None else None
         y = positions[slot]
-        contiguous = previous_y is not None and y - previous_y == ROW
-        if runs and runs[-1][0] == clique and contiguous:
-            runs[-1] = (clique, name, runs[-1][2], y)
-        else:
-            runs.append((clique, name, y, y))
+        adjacent = previous_y is not None and y - previous_y == ROW
+        if value is not None and runs and runs[-1][0] == value and adjacent:
+            runs[-1] = (value, runs[-1][1], y)
+        elif value is not None:
+            runs.append((value, y, y))
         previous_y = y
     return runs
 
 
-def _clique_outlines(runs: list[Run]) -> str:
-    """Outline and label each run; the label sits at the right of its first row, whose
-    word is cut short to leave it room (`_word_room`)."""
-    out: list[str] = []
-    for clique_id, name, y0, y1 in runs:
-        if clique_id is None:
-            continue
+def _domain_key(tray: TrayView) -> int | None:
+    """A domain the viewer may name (not another tenant's anonymous "in use")."""
+    return tray.domain.domain_id if tray.domain is not None and tray.domain.uid else None
+
+
+def _landing_key(tray: TrayView) -> int | None:
+    return 1 if tray.highlight and tray.preview and tray.domain is None else None
+
+
+def _outlines(rack: RackView, positions: dict[int, int]) -> str:
+    """Each domain's trays outlined in its colour; where a request would land, dashed."""
+    out = []
+    for domain_id, y0, y1 in _runs(rack, positions, _domain_key):
+        colour = OUTLINES[domain_id % len(OUTLINES)]
         out.append(
-            f'<rect x="1" y="{y0 - 1}" width="{WIDTH - 2}" height="{y1 - y0 + ROW}" '
-            f'class="clique-outline"><title>clique {escape(name)}</title></rect>'
-            f'<text x="{WIDTH - 4}" y="{y0 + 7}" class="clique-label">{escape(name[-12:])}</text>'
+            f'<rect x="{BODY_X + 1}" y="{y0 + 0.5}" width="{WIDTH - BODY_X - 4}" '
+            f'height="{y1 - y0 + ROW - 3}" class="do" stroke="{colour}"/>'
+        )
+    for _, y0, y1 in _runs(rack, positions, _landing_key):
+        out.append(
+            f'<rect x="{BODY_X + 1}" y="{y0 + 0.5}" width="{WIDTH - BODY_X - 4}" '
+            f'height="{y1 - y0 + ROW - 3}" class="landing"/>'
         )
     return "".join(out)
 
 
-def _word_room(runs: list[Run]) -> dict[int, int]:
-    """y of a clique's first row → how many characters its word may take, so that it
-    ends before the clique's label instead of running under it."""
-    room = {}
-    for clique_id, name, y0, _ in runs:
-        if clique_id is not None:
-            label_w = len(name[-12:]) * LABEL_CHAR_W
-            room[y0] = max(4, int((WIDTH - 4 - label_w - 4 - TEXT_X) / CHAR_W))
-    return room
+def _clique_brackets(rack: RackView, positions: dict[int, int]) -> str:
+    names = {t.clique_id: t.clique_name for t in rack.trays.values()}
+    out = []
+    for clique_id, y0, y1 in _runs(rack, positions, lambda t: t.clique_id):
+        bottom = y1 + ROW - 2
+        name = names.get(clique_id, "")
+        label = name.removeprefix(f"{rack.name}-")
+        room = max(2, int((bottom - y0) / 5))
+        label = label if len(label) <= room else "…" + label[-(room - 1) :]
+        out.append(
+            f'<g class="cq"><title>clique {escape(name)}</title>'
+            f'<path d="M12 {y0 + 1}H8V{bottom - 1}H12" class="cqb"/>'
+            f'<text transform="translate(5 {(y0 + bottom) / 2}) rotate(-90)" class="cql">'
+            f"{escape(label)}</text></g>"
+        )
+    return "".join(out)
 
 
 @register.simple_tag
 def rack_svg(rack: RackView) -> SafeString:
-    """The elevation of one rack as inline SVG."""
+    """The drawing of one rack as inline SVG."""
     rows = _rows(rack)
     height = TOP + sum(ROW if kind == "compute" else SWITCH_ROW for kind, _ in rows) + 4
     # An image's children are presentational: a drawing whose trays are links is a group
@@ -234,36 +237,28 @@ def rack_svg(rack: RackView) -> SafeString:
     ]
     positions: dict[int, int] = {}
     y = TOP
-    for kind, n in rows:  # where each compute tray sits, so its clique's label is known
-        if kind == "compute":
-            positions[n] = y
-        y += ROW if kind == "compute" else SWITCH_ROW
-    runs = _clique_runs(rack, positions)
-    room = _word_room(runs)
-    y = TOP
     for kind, n in rows:
         if kind == "switch":
             parts.append(
-                f'<rect x="{GPU_X - 2}" y="{y}" width="{WIDTH - GPU_X - 2}" '
+                f'<rect x="{BODY_X}" y="{y}" width="{WIDTH - BODY_X - 2}" '
                 f'height="{SWITCH_ROW - 1}" class="switch">'
                 f"<title>NVLink switch tray {n}</title></rect>"
             )
             y += SWITCH_ROW
             continue
-        parts.append(_tray(rack.trays.get(n), n, y, room.get(y, 20)))
+        positions[n] = y
+        parts.append(_tray(rack.trays.get(n), n, y))
         y += ROW
-    parts.append(_clique_outlines(runs))
+    parts.append(_outlines(rack, positions))
+    parts.append(_clique_brackets(rack, positions))
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - every interpolated value is escaped
 
 
 @register.simple_tag
 def rack_defs() -> SafeString:
-    """The fill patterns every rack drawing refers to: once per page, not once per rack."""
-    return mark_safe(  # noqa: S308 - a constant
-        '<svg class="rack-defs" width="0" height="0" aria-hidden="true" focusable="false" '
-        f'xmlns="http://www.w3.org/2000/svg">{DEFS}</svg>'
-    )
+    """The fill patterns every rack drawing refers to (the Fleet's own): once per page."""
+    return elevation.defs()
 
 
 @register.filter

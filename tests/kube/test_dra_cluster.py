@@ -6,25 +6,34 @@ keeps each agent to its own node's slice, run by the real CEL engine."""
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from agentwire.messages import ClaimRef
+from domains.audit.events import Actor
+from domains.computedomains.claims import claim_admit
+from domains.computedomains.services import domain_release
+from domains.foresight.maintenance import maintenance_schedule
 from domains.kube import tasks
 from nodeagent.dra import DEVICE_NAME, DRIVER_NAME
 from nodeagent.dra.kubeapi import ResourceApi
 from nodeagent.dra.slices import SliceFacts, SlicePublisher, slice_name, slice_object
+from tests import factories
 from tests.kube.chartobjects import (
     RELEASE_NAMESPACE,
     chart_objects,
     install_device_class,
+    publish_as_its_agent,
     publish_slice,
 )
 from tests.kube.cluster import Cluster, ClusterKube, wait_for
 from tests.kube.conftest import gpu_labels
-from tests.support.lifecycle import request_and_place
+from tests.support.lifecycle import request_and_place, request_domain
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
 
@@ -161,13 +170,14 @@ def test_a_following_domains_pods_never_get_a_tray_its_admission_would_refuse(
 ):
     install_device_class(real_kube)
     domain = request_and_place(ns_a, tenant_a, name="wl", num_nodes=0)
+    clique = topology.cliques.get().label  # the one clique: the domain keeps to it
     # One free tray that may take a member; a cordoned (or draining, down, pending) one and
     # one with a blocking condition, both free but not eligible; one serving another domain.
     trays = {"gb-r01-t01": ("", True), "gb-r01-t02": ("", False), "gb-r01-t03": ("", False),
              "gb-r01-t04": ("another-domains-uid", True)}  # fmt: skip
     for node, (owner, eligible) in trays.items():
         real_kube.put_node(node, gpu_labels())
-        publish_slice(cluster, node, clique="c.1", domain=owner, eligible=eligible)
+        publish_slice(cluster, node, clique=clique, domain=owner, eligible=eligible)
     assert tasks.publish_domain(domain.pk) == "created"
 
     for i in range(2):
@@ -187,6 +197,76 @@ def test_a_following_domains_pods_never_get_a_tray_its_admission_would_refuse(
     # One pod takes the one eligible free tray; the other waits rather than take a tray
     # that is cordoned, blocked or another domain's.
     assert wait_for(placed, what="one follower scheduled, one unschedulable") == ["gb-r01-t01"]
+
+
+def test_a_following_domains_pods_keep_to_its_clique_and_off_held_or_reserved_trays(
+    real_kube, cluster, ns_a, tenant_a, operator
+):
+    """Two cliques, each tray publishing its slice as its agent would: the domain keeps to
+    the clique with the most free trays, and kube-scheduler puts its pods only there, never
+    on a free, eligible tray of the other clique, on a tray a released domain still holds
+    or on one reserved for maintenance. The admission takes every pod it was given."""
+    install_device_class(real_kube)
+    (rack,) = factories.make_racks("4,8", ip_prefix=factories.tray_ip_prefix(41))
+    small, large = (list(c.nodes.order_by("slot")) for c in rack.cliques.order_by("clique_id"))
+    label = {t.pk: t.clique.label for t in rack.nodes.select_related("clique")}
+    # In the large clique: two trays a released domain still holds, one reserved for
+    # maintenance next week; five stay free there, four in the small one.
+    old = request_and_place(
+        ns_a, tenant_a, name="old", num_nodes=2,
+        placement_constraint="clique", placement_target=label[large[0].pk],
+    )  # fmt: skip
+    held = [m.node for m in old.members.select_related("node")]
+    domain_release(actor=Actor.for_user(tenant_a), domain=old)
+    reserved = next(t for t in large if t not in held)
+    now = timezone.now()
+    maintenance_schedule(
+        actor=Actor.for_user(operator), starts_at=now + timedelta(days=7),
+        ends_at=now + timedelta(days=7, hours=2), reason="PSU swap", trays=[reserved.hostname],
+    )  # fmt: skip
+    domain = request_domain(ns_a, tenant_a, "wl", num_nodes=0)
+    assert domain.clique_id == large[0].clique_id
+    eligible = {}
+    for tray in rack.nodes.select_related("clique"):
+        real_kube.put_node(tray.hostname, gpu_labels(), ip=tray.management_ip)
+        (device,) = publish_as_its_agent(cluster, tray)["spec"]["devices"]
+        eligible[tray.hostname] = device["attributes"]["eligible"]["bool"]
+    # The small clique's trays are as eligible as the free ones of the large clique: only
+    # the template's clique keeps the pods off them.
+    assert {t.hostname for t in small} < {name for name, yes in eligible.items() if yes}
+    assert not any(eligible[t.hostname] for t in (*held, reserved))
+    assert tasks.publish_domain(domain.pk) == "created"
+    free = {t.hostname for t in large if t not in held and t != reserved}
+    assert len(free) == 5
+
+    # One pod more than the clique has room for: it waits rather than take a tray the
+    # admission would refuse.
+    for i in range(6):
+        real_kube.apply(pod_with_claim(f"wl-{i}", "team-a", domain.resource_claim_template))
+
+    def settled() -> list[dict[str, Any]] | None:
+        pods = [real_kube.get("pods", f"wl-{i}", "team-a") or {} for i in range(6)]
+        bound = [p for p in pods if p.get("spec", {}).get("nodeName")]
+        waiting = [
+            p for p in pods
+            if any(c["type"] == "PodScheduled" and c["status"] == "False"
+                   for c in (p.get("status") or {}).get("conditions") or [])
+        ]  # fmt: skip
+        return bound if len(bound) == 5 and len(waiting) == 1 else None
+
+    bound = wait_for(settled, timeout=60, what="five pods scheduled, one unschedulable")
+    assert {p["spec"]["nodeName"] for p in bound} == free
+    trays = {t.hostname: t for t in rack.nodes.all()}
+    for pod in bound:
+        claim = claim_of(real_kube, pod)
+        assert claim is not None
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        ref = ClaimRef(uid=claim["metadata"]["uid"], namespace="team-a",
+                       name=claim["metadata"]["name"])  # fmt: skip
+        tray = trays[result["pool"]]
+        tray.refresh_from_db()
+        assert claim_admit(node=tray, claim=ref, domain_uid=str(domain.uid)).joined
+    assert domain.members.filter(active=True).count() == 5
 
 
 def install_agent_policy(kube: ClusterKube) -> None:

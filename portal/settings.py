@@ -294,6 +294,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
         "task": "notifications.scan_ahead",
         "schedule": float(os.environ.get("PORTAL_NOTIFY_SCAN_SECONDS", 60)),
     },
+    # The portal's health: operators told when it turns bad and when it recovers.
+    "health-watch": {
+        "task": "notifications.health_watch",
+        "schedule": float(os.environ.get("PORTAL_HEALTH_WATCH_SECONDS", 10)),
+    },
     # Publishes to Kubernetes whatever a lost message or an API outage left (no-op when off).
     "kube-reconcile": {
         "task": "kube.reconcile",

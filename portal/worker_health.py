@@ -6,12 +6,16 @@ Set PORTAL_WORKER_HEALTH_ADDR=host:port and the worker serves:
   process is wedged stops stamping, and the kubelet restarts it.
 - ``/readyz`` — ready for work: connected to the broker and the database answers.
 
+Every beat also stamps the cache, with or without the endpoints: the portal's health
+condition (domains/health/workers.py) reads it to say whether any worker is running.
+
 A bootstep rather than ``celery inspect ping`` as an exec probe: the probe costs one HTTP
 request instead of starting a Python interpreter and a broadcast round-trip every period.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,6 +26,8 @@ from typing import Any
 
 from celery import bootsteps
 from django.db import connection
+
+from domains.health.workers import worker_seen
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +45,15 @@ class WorkerHealth(bootsteps.StartStopStep):
         self.addr = os.environ.get("PORTAL_WORKER_HEALTH_ADDR", "")
         self.last_beat = time.monotonic()
         self.server: ThreadingHTTPServer | None = None
+        self.hostname = "worker"
         self._tref: Any = None
 
     def start(self, worker: Any) -> None:
+        self.hostname = str(getattr(worker, "hostname", "") or "worker")
+        self._tref = worker.timer.call_repeatedly(BEAT_EVERY_S, self._beat)
+        self._beat()
         if not self.addr:
             return
-        self._tref = worker.timer.call_repeatedly(BEAT_EVERY_S, self._beat)
         host, _, port = self.addr.rpartition(":")
         self.server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), _handler(self, worker))
         threading.Thread(target=self.server.serve_forever, name="health", daemon=True).start()
@@ -59,6 +68,9 @@ class WorkerHealth(bootsteps.StartStopStep):
 
     def _beat(self) -> None:
         self.last_beat = time.monotonic()
+        # The portal's health condition reads it; Redis away, the condition says so itself.
+        with contextlib.suppress(Exception):
+            worker_seen(self.hostname)
 
     def liveness(self) -> tuple[bool, dict[str, Any]]:
         age = time.monotonic() - self.last_beat

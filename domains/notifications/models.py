@@ -27,6 +27,7 @@ class Kind(models.TextChoices):
     APPROVAL_DECIDED = "approval.decided", "Approval decided"
     MAINTENANCE = "maintenance", "Maintenance scheduled, called off or ahead"
     TRAY_CORDONED = "domain.tray_cordoned", "A tray of the domain cordoned or draining"
+    PORTAL_HEALTH = "portal.health", "Portal degraded or down, and recovered (operators)"
 
 
 class Status(models.TextChoices):
@@ -126,3 +127,18 @@ class DeliveryAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt at {self.at:%H:%M:%S}: {self.status_code or self.error}"
+
+
+class HealthAlarm(models.Model):
+    """The portal's health as operators were last told it (one row per condition): what
+    was seen since when, and what was told when, so a flapping condition is told once."""
+
+    key = models.CharField(max_length=40, unique=True)
+    seen = models.CharField(max_length=10, help_text="ok, degraded or down, as last read.")
+    seen_since = models.DateTimeField(help_text="Since when it is ok, or not ok.")
+    told = models.CharField(max_length=10, default="ok", help_text="ok or bad, as last told.")
+    told_at = models.DateTimeField(null=True, blank=True)
+    reasons = models.JSONField(default=list, help_text="What was told, reason by reason.")
+
+    def __str__(self) -> str:
+        return f"{self.key}: seen {self.seen}, told {self.told}"

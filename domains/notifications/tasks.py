@@ -9,7 +9,7 @@ from celery import shared_task
 from django.conf import settings
 
 from domains.errors import DATABASE_AWAY, retry_on
-from domains.notifications import delivery, dispatch
+from domains.notifications import delivery, dispatch, health
 
 # PostgreSQL away: try again shortly (docs/reliability.md); anything else is a bug.
 DB_RETRY = retry_on(max_retries=8)
@@ -43,3 +43,10 @@ def deliver(self: Any, notification_id: int) -> str:
     except delivery.DeliveryFailed as exc:
         base = settings.PORTAL["NOTIFY_BACKOFF_S"]
         raise self.retry(exc=exc, countdown=base * 2**self.request.retries) from exc
+
+
+@shared_task(name="notifications.health_watch", **DB_RETRY)
+def health_watch() -> str:
+    """Read the portal's health and tell operators of a settled change (beat)."""
+    alarm = health.health_watch()
+    return alarm.seen if alarm is not None else "database away"

@@ -36,6 +36,7 @@ from domains.agents.heartbeats import agent_heartbeat, agent_report
 from domains.agents.selectors import node_for_token
 from domains.context import request_id_scope
 from domains.errors import DATABASE_AWAY, database_away
+from domains.health.calls import agent_call_failed
 from portal.api.agent.auth import token_from_header
 from portal.api.agent.serializers import ReportSerializer, canonical_report
 from portal.api.parsers import MAX_BODY, loads_bounded
@@ -160,12 +161,27 @@ def _serve(kind: str, node_id: int, token: str, body: bytes, rid: str) -> tuple[
                     raise
                 connection.close()
                 return None
-        except Exception:
+        except Exception as exc:
             log.exception("agent %s request for node %s failed", kind, node_id)
+            _record_failure(kind, node_id, token, exc)
             message = "The portal failed to handle this request; it has been logged."
             return 500, _dumps({"code": "server_error", "message": message})
         finally:
             close_old_connections()
+
+
+def _record_failure(kind: str, node_id: int, token: str, exc: Exception) -> None:
+    """The portal's health condition hears of a 500 to this tray's agent (as the Django views
+    record theirs), once the token is known to be the tray's: a made-up request must not
+    put a tray in the operators' banner."""
+    try:
+        node = node_for_token(token)
+    except Exception:  # the database is what fails: nobody can tell whose token it is
+        connection.close()
+        return
+    if node is not None and node.pk == node_id:
+        call = "desired state" if kind == "desired" else "status report"
+        agent_call_failed(node_id=node_id, call=call, status=500, exc=exc)
 
 
 def _answer(kind: str, node_id: int, token: str, body: bytes) -> tuple[int, bytes] | None:

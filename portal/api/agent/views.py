@@ -23,6 +23,7 @@ from domains.agents.facts import agent_facts_update
 from domains.agents.heartbeats import agent_report
 from domains.agents.joining import agent_access_denied, agent_join
 from domains.computedomains.claims import claim_release
+from domains.health.calls import agent_call_failed
 from domains.inventory.models import Node
 from domains.kube.claimcheck import claim_admit_checked
 from domains.kube.tokenreview import agent_token_verify
@@ -59,11 +60,30 @@ class JoinView(APIView):
 
 
 class NodeScopedView(APIView):
-    """Base for `nodes/<node_id>/…`: the token's node must be the URL's node."""
+    """Base for `nodes/<node_id>/…`: the token's node must be the URL's node.
+
+    A server error (5xx) answered to a tray's authenticated agent is recorded for the
+    portal's health condition (`domains.health.calls`): which call, when, and why."""
 
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [IsNodeAgent]
     action_name = ""
+    call = ""  # the call's name in the health condition: "desired state", "status report" …
+
+    def handle_exception(self, exc: Exception) -> Response:
+        try:
+            response = super().handle_exception(exc)
+        except Exception:
+            self._failed(exc, 500)
+            raise
+        if response.status_code >= 500:
+            self._failed(exc, response.status_code)
+        return response
+
+    def _failed(self, exc: Exception, status_code: int) -> None:
+        node = getattr(self.request, "_auth", None)  # set only once the token was accepted
+        if isinstance(node, Node) and node.pk == self.kwargs.get("node_id"):
+            agent_call_failed(node_id=node.pk, call=self.call, status=status_code, exc=exc)
 
     def own_node(self, request: Request, node_id: int) -> Node:
         node = cast(Node, request.auth)  # NodeTokenAuthentication puts the tray there
@@ -75,6 +95,7 @@ class NodeScopedView(APIView):
 
 class DesiredView(NodeScopedView):
     action_name = "read the desired state"
+    call = "desired state"
 
     @extend_schema(responses={200: dict}, tags=["agent"])
     def get(self, request: Request, node_id: int) -> Response:
@@ -83,6 +104,7 @@ class DesiredView(NodeScopedView):
 
 class StatusView(NodeScopedView):
     action_name = "report status"
+    call = "status report"
 
     @extend_schema(request=ReportSerializer, responses={200: dict}, tags=["agent"])
     def post(self, request: Request, node_id: int) -> Response:
@@ -98,6 +120,7 @@ class FactsView(NodeScopedView):
     """The tray's facts and conditions, re-registered by its agent under the node token."""
 
     action_name = "update the facts"
+    call = "facts"
 
     @extend_schema(request=FactsSerializer, responses={200: dict}, tags=["agent"])
     def put(self, request: Request, node_id: int) -> Response:
@@ -114,6 +137,7 @@ class ClaimsView(NodeScopedView):
     not (the agent passes the message to the kubelet, which shows it on the pod)."""
 
     action_name = "prepare a claim"
+    call = "claim"
 
     @extend_schema(
         request=ClaimRequestSerializer, responses={200: ClaimAdmissionSerializer}, tags=["agent"]
@@ -142,6 +166,7 @@ class ClaimView(NodeScopedView):
     """The agent unprepared the claim on its tray."""
 
     action_name = "unprepare a claim"
+    call = "claim release"
 
     @extend_schema(responses={204: None}, tags=["agent"])
     def delete(self, request: Request, node_id: int, claim_uid: str) -> Response:

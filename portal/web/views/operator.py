@@ -71,6 +71,7 @@ from portal.web.forms import (
     ReasonForm,
     apply_error,
 )
+from portal.web.views.health import health_context
 from portal.web.views.tenant import with_queue_positions
 from portal.web.views.trays import accept_racks
 
@@ -125,8 +126,9 @@ def fabric(request: SignedInRequest) -> HttpResponse:
         "trends": fleet_trends(now=now),
         "now": now,
     }
-    template = "operator/_fabric.html" if request.GET.get("partial") else "operator/fabric.html"
-    return render(request, template, context)
+    if request.GET.get("partial"):
+        return render(request, "operator/_fabric.html", context)
+    return render(request, "operator/fabric.html", context | health_context())
 
 
 @operator_required
@@ -186,8 +188,9 @@ def node(request: SignedInRequest, hostname: str) -> HttpResponse:
         "blast": blast_radius(tray_scope(tray)),
         "accept_racks": accept_racks() if tray.state == NodeState.PENDING else [],
     }
-    template = "operator/_node.html" if request.GET.get("partial") else "operator/node.html"
-    return render(request, template, context)
+    if request.GET.get("partial"):
+        return render(request, "operator/_node.html", context)
+    return render(request, "operator/node.html", context | health_context(tray))
 
 
 @operator_required

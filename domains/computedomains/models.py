@@ -313,3 +313,33 @@ class Tally(models.Model):
 
     def __str__(self) -> str:
         return f"{self.series}{{{self.label}}} le={self.le}: {self.count}"
+
+
+class Incident(models.Model):
+    """One episode of a tray being down: from its mark-down (by an operator, or by the
+    Kubernetes sync when its Node vanished) until it is marked up, with the domains that
+    had it then. Operators' notes to the affected tenants are events (`incidents`)."""
+
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="incidents")
+    started_at = models.DateTimeField(db_index=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    opened_by = models.CharField(max_length=150)  # the actor who marked it down
+    reason = models.CharField(max_length=300, blank=True)
+    domains = models.ManyToManyField(ComputeDomain, related_name="incidents", blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node"],
+                condition=Q(ended_at__isnull=True),
+                name="one_open_incident_per_tray",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"incident {self.pk}: {self.node} down since {self.started_at:%Y-%m-%d %H:%M} UTC"
+
+    @property
+    def is_open(self) -> bool:
+        return self.ended_at is None

@@ -13,6 +13,8 @@ from django.core.cache import cache
 from django.dispatch import receiver
 
 from domains import signals
+from domains.audit.models import Event
+from domains.computedomains.incidents import BACK_UP_VERBS, incident_close, incident_open
 from domains.computedomains.members import tray_marked_down
 from domains.computedomains.selectors import PEERS_MAX_S, PEERS_QUIET_S, peers_key
 from domains.computedomains.tasks import nudge_peers, place_domain, place_queued
@@ -34,8 +36,21 @@ def queue_queued_placement(sender: object, **kwargs: Any) -> None:
 
 @receiver(signals.node_marked_down, dispatch_uid="computedomains.tray_marked_down")
 def let_go_of_tray(sender: object, node_id: int, message: str, **kwargs: Any) -> None:
-    """Inside the transaction that marked the tray down: end or fail its membership."""
+    """Inside the transaction that marked the tray down: open its incident (while it still
+    knows the domains on the tray), then end or fail its membership."""
+    incident_open(node_id=node_id)
     tray_marked_down(node_id=node_id, message=message)
+
+
+@receiver(signals.event_recorded, dispatch_uid="computedomains.tray_back_up")
+def end_incident(sender: object, event_id: int, verb: str = "", **kwargs: Any) -> None:
+    """A tray left the down state (marked up, or Kubernetes brought it back): its incident
+    ends. Other verbs cost nothing here."""
+    if verb not in BACK_UP_VERBS:
+        return
+    row = Event.objects.filter(pk=event_id).values_list("node_id", "created_at").first()
+    if row is not None and row[0] is not None:
+        incident_close(node_id=row[0], at=row[1])
 
 
 @receiver(signals.peers_changed, dispatch_uid="computedomains.nudge_peers")

@@ -43,6 +43,9 @@ VERB_KINDS = {
     "domain.maintenance_cancelled": Kind.MAINTENANCE,
     "domain.tray_cordoned": Kind.TRAY_CORDONED,
     "domain.tray_draining": Kind.TRAY_CORDONED,
+    # An operator's note on the incident of a tray of the domain that is down: whoever hears
+    # that the domain is Degraded hears what the operators say about it.
+    "domain.incident_note": Kind.DEGRADED,
 }
 
 
@@ -190,7 +193,9 @@ def _event_message(event: Event, kind: str) -> Message:
         + ("draining" if event.verb.endswith("draining") else "cordoned"),
     }[Kind(kind)]
     body = event.message
-    if kind == Kind.DEGRADED and event.details.get("nodes"):
+    if event.verb == "domain.incident_note":
+        title = f"Operators' note on {name}: a tray of it is down"
+    elif kind == Kind.DEGRADED and event.details.get("nodes"):
         body = f"trays not ready: {', '.join(event.details['nodes'])}; {event.message}"
     if kind == Kind.FAILED and domain is not None and domain.reason:
         body = f"{domain.reason}: {event.message}"

@@ -6,7 +6,16 @@ from django.urls import include, path
 
 from portal.ratelimit import RateLimitedLoginView
 from portal.web import views
-from portal.web.views import account, admin, health, notifications, operator, tenant, trays
+from portal.web.views import (
+    account,
+    admin,
+    health,
+    incidents,
+    notifications,
+    operator,
+    tenant,
+    trays,
+)
 
 operator_patterns = (
     [
@@ -22,6 +31,8 @@ operator_patterns = (
         path("channels/", operator.channels, name="channels"),
         path("impact/<str:kind>/<str:name>/", operator.impact, name="impact"),
         path("maintenance/", operator.maintenance, name="maintenance"),
+        path("incidents/", incidents.incidents, name="incidents"),
+        path("incidents/<int:pk>/", incidents.incident, name="incident"),
         path(
             "maintenance/<int:pk>/cancel/",
             operator.maintenance_cancel_view,

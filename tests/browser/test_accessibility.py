@@ -18,6 +18,7 @@ from django.utils import timezone
 from domains.agents.heartbeats import agent_report
 from domains.agents.jointokens import join_token_create
 from domains.audit.events import Actor
+from domains.computedomains.models import Incident
 from domains.computedomains.services import domain_release
 from domains.foresight.maintenance import maintenance_schedule
 from domains.inventory.models import Rack
@@ -89,6 +90,7 @@ def _world(operator, admin, tenant_a, ns_a) -> dict[str, object]:
     return {
         "ready": ready, "degraded": degraded, "ended": ended, "racks": racks,
         "node": ready.members.order_by("index").first().node, "subscription": subscription,
+        "incident": Incident.objects.get(node=dead),
     }  # fmt: skip
 
 
@@ -119,6 +121,8 @@ def _pages(world: dict) -> dict[str, list[str]]:
         "/fabric/domains/?phase=Failed",
         "/fabric/channels/",
         "/fabric/maintenance/",
+        "/fabric/incidents/",
+        f"/fabric/incidents/{world['incident'].pk}/",
         f"/fabric/impact/switch_tray/{rack.name}-s01/",
         f"/fabric/impact/power_shelf/{rack.name}-p1/",
         "/tokens/",

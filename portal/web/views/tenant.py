@@ -18,6 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from domains.audit.events import Actor
 from domains.computedomains import services
 from domains.computedomains.fabric import placement_targets
+from domains.computedomains.incidents import domain_incident_notes
 from domains.computedomains.models import LIVE_PHASES, ComputeDomain, DomainMember, Phase
 from domains.computedomains.selectors import (
     domain_peers,
@@ -227,6 +228,7 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "down_members": down,
         "others_up": sum(1 for m in members if m.active) - len(down),
         "again_now": _request_again_url(namespace, domain) if down else "",
+        "incident_notes": list(domain_incident_notes(domain)[:5]) if down else [],
         "timeline": [member_timeline(m, domain) for m in members],
         "matrix": peer_matrix(members),
         "channels": channel_text(domain),

@@ -270,6 +270,11 @@ def kube_namespace_observed(*, name: str, labels: dict[str, str]) -> Namespace |
         return existing
 
 
+def kube_namespace_is_tenant(name: str) -> bool:
+    """Whether ComputeDomains there can be adopted now (an active tenant)."""
+    return Namespace.objects.filter(name=name, active=True).exists()
+
+
 def kube_namespace_vanished(*, name: str) -> None:
     """Deleted (or unlabelled): no new requests there; existing domains run on."""
     with transaction.atomic():

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db import DatabaseError, close_old_connections
 from django.db.models import F
@@ -31,7 +31,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from domains.kube import services, tasks
-from domains.kube.client import KubeRejected, KubeUnavailable, call
+from domains.kube.client import KubeRejected, KubeUnavailable, call, is_not_found
 from domains.kube.crd import API_GROUP, API_VERSION, PLURAL, computedomain_status
 from domains.kube.models import SyncState
 
@@ -88,7 +88,9 @@ def resources(api: client.ApiClient, enqueue: Enqueue | None = None) -> list[Res
             name="computedomains",
             list_fn=custom.list_cluster_custom_object,
             list_args=(API_GROUP, API_VERSION, PLURAL),
-            on_object=lambda o, listed: _computedomain_observed(o, enqueue, retry=listed),
+            on_object=lambda o, listed: _computedomain_observed(
+                o, enqueue, lambda name: _read_namespace(core, name), retry=listed
+            ),
             on_deleted=lambda o: services.kube_computedomain_deleted(
                 object_uid=o["metadata"]["uid"]
             ),
@@ -118,12 +120,38 @@ def _namespace_observed(obj: dict[str, Any]) -> None:
     services.kube_namespace_observed(name=name, labels=dict(obj["metadata"].get("labels") or {}))
 
 
-def _computedomain_observed(obj: dict[str, Any], enqueue: Enqueue, *, retry: bool) -> None:
+def _read_namespace(core: client.CoreV1Api, name: str) -> dict[str, Any] | None:
+    try:
+        resp: Any = call(core.read_namespace, name, _preload_content=False)  # raw, as watched
+    except ApiException as exc:
+        if is_not_found(exc):
+            return None
+        raise
+    return cast(dict[str, Any], json.loads(resp.data))
+
+
+def _computedomain_observed(
+    obj: dict[str, Any],
+    enqueue: Enqueue,
+    read_namespace: Callable[[str], dict[str, Any] | None],
+    *,
+    retry: bool,
+) -> None:
     """`retry`: try a refused object again (at a full list, i.e. at resync; not on each of
-    its watch events, which our own refusal write causes)."""
+    its watch events, which our own refusal write causes).
+
+    The object's namespace may not have reached the namespace watch yet (`kubectl create
+    namespace` and `kubectl apply` a moment apart; both lists at start run in parallel):
+    then it is read first, so that adoption never depends on which watch hears first (a
+    refusal would otherwise stand until the next resync)."""
     if obj["metadata"].get("deletionTimestamp"):
         services.kube_computedomain_deleted(object_uid=obj["metadata"]["uid"])
         return
+    ns_name = obj["metadata"]["namespace"]
+    if not services.kube_namespace_is_tenant(ns_name):
+        namespace = read_namespace(ns_name)
+        if namespace is not None:
+            _namespace_observed(namespace)
     seen = services.kube_computedomain_observed(obj=obj, retry_refused=retry)
     if seen.refusal is not None and not seen.refusal.reported:
         enqueue.refusal(seen.refusal.pk)

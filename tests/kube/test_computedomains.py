@@ -190,7 +190,7 @@ def test_a_numnodes_0_computedomain_is_adopted_and_waits_for_its_workload(
     ("namespace", "num_nodes", "reason", "text"),
     [
         ("team-b", 8, "QuotaExceeded", "over the quota of namespace team-b"),
-        ("elsewhere", 2, "Invalid", "namespace elsewhere is not a tenant"),
+        ("kube-public", 2, "Invalid", "namespace kube-public is not a tenant"),
     ],
 )
 @pytest.mark.cluster

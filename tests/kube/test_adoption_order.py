@@ -1,0 +1,53 @@
+"""A ComputeDomain adopted whichever watch hears first: its own or its namespace's.
+
+`kubectl create namespace x && kubectl apply -n x -f computedomain.yaml` makes both objects
+within milliseconds, and kube_sync watches Namespaces and ComputeDomains in separate
+threads; at its start it lists them in parallel too. Run against upstream's API server,
+the watchers stepped one at a time in the unkind order.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from domains.computedomains.models import ComputeDomain, DomainSource
+from domains.kube.crd import UID_ANNOTATION
+from domains.kube.models import RefusedComputeDomain
+from domains.tenancy.models import Namespace
+from tests.kube.conftest import computedomain
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
+
+
+def test_a_computedomain_heard_of_before_its_new_namespace_is_adopted_at_once(
+    real_kube, real_sync, topology
+):
+    real_sync.step()  # every watcher has listed: kube_sync is running
+    real_kube.put_namespace("fresh-tenant")  # kubectl create namespace
+    real_kube.apply(computedomain("train", "fresh-tenant", num_nodes=2))  # kubectl apply
+
+    real_sync.step("computedomains")  # its watch event comes before the namespace's
+    domain = ComputeDomain.objects.get(namespace__name="fresh-tenant", name="train")
+    assert domain.source == DomainSource.KUBERNETES
+    assert Namespace.objects.get(name="fresh-tenant").active
+    assert not RefusedComputeDomain.objects.exists()
+    obj = real_kube.get("computedomains", "train", "fresh-tenant")
+    assert obj is not None
+    assert obj["metadata"]["annotations"][UID_ANNOTATION] == str(domain.uid)
+
+    real_sync.step("namespaces")  # the namespace's own event changes nothing
+    assert ComputeDomain.objects.filter(name="train").count() == 1
+
+
+def test_a_computedomain_in_a_namespace_that_is_not_a_tenant_is_still_refused(
+    real_kube, real_sync, topology, settings
+):
+    settings.PORTAL = {**settings.PORTAL, "KUBE_NAMESPACE_LABEL": "portal.domains/tenant"}
+    real_sync.step()
+    real_kube.put_namespace("not-a-tenant")  # no tenant label
+    real_kube.apply(computedomain("train", "not-a-tenant", num_nodes=2))
+    real_sync.step("computedomains")
+    assert not ComputeDomain.objects.filter(name="train").exists()
+    assert not Namespace.objects.filter(name="not-a-tenant").exists()
+    refusal = RefusedComputeDomain.objects.get(name="train")
+    assert "not a tenant" in refusal.message

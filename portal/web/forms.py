@@ -16,7 +16,7 @@ from domains.errors import DomainError
 from domains.inventory.models import PartState
 from domains.notifications.models import Channel, Kind
 from domains.tenancy.models import Role
-from domains.tenancy.selectors import namespaces_visible_to
+from domains.tenancy.selectors import is_operator, namespaces_visible_to
 from portal.web.fleet import STATE_FILTERS, Filters
 
 # A GB200 compute tray has 4 GPUs; a GPU count asked for is rounded up to whole trays.
@@ -220,6 +220,11 @@ class SubscriptionForm(forms.Form):
         field = self.fields["namespace"]
         assert isinstance(field, forms.ChoiceField)
         field.choices = [("", "All I can see"), *((n, n) for n in names)]
+        if not is_operator(user):  # the portal's health is told to operators only
+            kinds = self.fields["kinds"]
+            assert isinstance(kinds, forms.MultipleChoiceField)
+            kinds.choices = [c for c in Kind.choices if c[0] != Kind.PORTAL_HEALTH]
+            kinds.initial = [k for k in Kind.values if k != Kind.PORTAL_HEALTH]
 
 
 class QuotaForm(forms.Form):

@@ -12,6 +12,7 @@ from domains.health.condition import DEGRADED, DOWN, OK, PortalHealth, Reason
 from domains.notifications import health as watch
 from domains.notifications.models import HealthAlarm, Notification
 from domains.notifications.services import subscription_create
+from portal.web.forms import SubscriptionForm
 
 pytestmark = pytest.mark.django_db
 
@@ -103,3 +104,12 @@ def test_with_the_database_away_nothing_is_written(listeners):
     away = PortalHealth(DOWN, (Reason("database", "The database does not answer."),))
     assert watch.health_watch(now=at(0), health=away) is None
     assert not HealthAlarm.objects.exists()
+
+
+def test_the_subscription_form_offers_the_portals_health_to_operators_only(operator, tenant_a):
+    def offered(user) -> list[str]:
+        return [value for value, _ in SubscriptionForm(user=user).fields["kinds"].choices]
+
+    assert "portal.health" in offered(operator)
+    assert "portal.health" not in offered(tenant_a)
+    assert "domain.ready" in offered(tenant_a)

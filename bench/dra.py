@@ -271,6 +271,9 @@ def stand_in(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
             )
             for kubelet in kubelets.values():
                 kubelet.close()
+    # Its cluster is gone: its trays with it (as the portal's Kubernetes sync marks the
+    # trays of vanished Nodes), so no later domain keeps to their clique.
+    nodes[0].__class__.objects.filter(pk__in=[n.pk for n in nodes]).update(gone=True)
     return figures
 
 

@@ -202,12 +202,12 @@ def test_an_18_pod_workload_forms_its_domain_and_scaling_it_to_9_restarts_no_dae
         )
         # Agent and runner are pods of their own: the daemons live in their runners' PID
         # namespaces, none of them the agents' (nor this test's).
-        agents_ns = pid_namespace(pod_process(fleet.proc))  # type: ignore[arg-type]
+        agents_ns = pid_namespace(pod_process(fleet.proc))
         runner_ns = {host: pid_namespace(pod_process(fleet.runners[host])) for host in hosts}
         assert agents_ns != pid_namespace(os.getpid())
         assert len(set(runner_ns.values())) == TRAYS
         for host in hosts:
-            assert pid_namespace(pids[host]) == runner_ns[host] != agents_ns  # type: ignore[arg-type]
+            assert pid_namespace(pids[host]) == runner_ns[host] != agents_ns
 
         # Scaled to 9 (`kubectl patch job train -p '{"spec":{"parallelism":9}}'`) while a
         # new tray joins the clique: a Kubernetes Node with its label, and its agent.
@@ -248,10 +248,13 @@ def test_an_18_pod_workload_forms_its_domain_and_scaling_it_to_9_restarts_no_dae
         for host in left:
             wait_for(lambda h=host: fleet.leftovers(h) == [], 60, f"{host} clean")
         wait_for(lambda: phase() == Phase.READY, 60, "the domain of 9 Ready")
-        # The clique's growth reached every member's desired state (its slot count counts
-        # the clique's trays), and no daemon that stayed was restarted for it or for the 9.
+        # The clique's growth is in every member's desired state (its slot count counts the
+        # clique's trays), and every agent has read it: each polls its desired state every
+        # `poll_interval` (2 s), nudged or not. No daemon that stayed was restarted, for the
+        # newcomer or for the 9 that left.
         member = next(n for n in nodes if n.hostname in stayed)
-        assert desired_state_for(member)["domain"]["slots"] == TRAYS + 1  # type: ignore[index]
+        assert desired_state_for(member)["domain"]["slots"] == TRAYS + 1
+        time.sleep(3 * fleet.poll_interval)
         for host in stayed:
             assert fleet.daemon_pid(host) == pids[host]
             assert daemon_starts(fleet.tray_root(host)) == 1

@@ -19,6 +19,7 @@ from domains.notifications.models import Notification
 from domains.notifications.services import subscription_create
 from tests import factories
 from tests.browser.conftest import IP_PREFIX, screenshot, wait_live
+from tests.browser.test_accessibility import AXE, FAILING, RUN_AXE
 from tests.support.agents import wait_for
 from tests.support.processes import running, start_server, start_worker
 from tests.support.trays import trays_of
@@ -61,6 +62,12 @@ def readyz(url: str) -> httpx.Response:
     return httpx.get(f"{url}/readyz", timeout=30)
 
 
+def serious_axe_findings(page) -> list[str]:
+    """axe-core's serious and critical findings on the page (the banners included)."""
+    page.wait_for_load_state("networkidle")
+    return [f"{v['id']}: {v['help']}" for v in page.evaluate(RUN_AXE) if v["impact"] in FAILING]
+
+
 def health_notices(user) -> list[str]:
     found = Notification.objects.filter(subscription__user=user, kind="portal.health")
     return list(found.order_by("created_at").values_list("title", flat=True))
@@ -74,6 +81,9 @@ def test_a_trays_agent_failed_by_the_portal_is_named_on_fleet_and_its_page_says_
     subscription_create(user=operator, channel="in_app", kinds=["portal.health"])
     with trays_of(portal_url, [node], tmp_path):
         session = login(operator)
+        if not AXE.exists():
+            pytest.fail(f"axe-core is not installed ({AXE} is missing)")
+        session.context.add_init_script(path=str(AXE))
         fleet = session.page("/fabric/")
         wait_live(fleet)
         with desired_state_broken():
@@ -82,11 +92,13 @@ def test_a_trays_agent_failed_by_the_portal_is_named_on_fleet_and_its_page_says_
             expect(agents.locator(f'a[data-hostname="{node.hostname}"]')).to_have_count(2)
             expect(agents.first).to_contain_text("desired state")
             screenshot(fleet, "fleet-health-banner")
+            assert serious_axe_findings(fleet) == []
 
             tray = session.page(f"/fabric/nodes/{node.hostname}/")
             expect(tray.locator("#agent-trouble-says")).to_contain_text("desired state: HTTP 500")
             expect(tray.locator("#agent-trouble-failure")).to_contain_text("ProgrammingError")
             screenshot(tray, "tray-agent-says")
+            assert serious_axe_findings(tray) == []
 
             ready = readyz(portal_url)
             assert ready.status_code == 200, ready.text  # one tray's trouble fails no replica

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import ROOT, banner
 
 DRIVER = "580.82.07"
+CAPS_MAJOR, CAP_MINOR = 508, 4323  # nvidia-caps and its fabric-imex-mgmt minor
 
 # Runs a daemon's script with the socket's send wrapped to count newline-terminated lines
 # sent to peers (identified by SERVER_PORT at either end); writes the count at exit.
@@ -116,6 +117,15 @@ class Trays:
         (tray / "run/nvidia-emu/fabric.json").write_text(
             f'{{"hostname": "bench-{ip}", "ip": "{ip}", "driver_version": "{DRIVER}"}}\n'
         )
+        # The driver's IMEX management device, which the daemon opens before it starts: the
+        # capability's minor, the nvidia-caps major, and the emulator's stand-in for the node.
+        (tray / "proc/driver/nvidia/capabilities").mkdir(parents=True)
+        (tray / "proc/driver/nvidia/capabilities/fabric-imex-mgmt").write_text(
+            f"DeviceFileMinor: {CAP_MINOR}\nDeviceFileMode: 256\nDeviceFileModify: 1\n"
+        )
+        (tray / "proc/devices").write_text(f"Character devices:\n{CAPS_MAJOR} nvidia-caps\n")
+        (tray / "dev/nvidia-caps").mkdir(parents=True)
+        (tray / f"dev/nvidia-caps/nvidia-cap{CAP_MINOR}").write_text(f"{CAPS_MAJOR}:{CAP_MINOR}\n")
 
     def config(self, i: int) -> str:
         return str(self.roots[i] / "etc/nvidia-imex/config.cfg")
@@ -241,7 +251,12 @@ def lone_start(emulator: Path, root: Path, prefix: str, runs: int) -> float:
         pid = trays.procs[0].pid
         deadline = time.monotonic() + 30
         while trays.ctl(0, "-q").strip() != "READY" and time.monotonic() < deadline:
+            if trays.procs[0].poll() is not None:
+                break
             time.sleep(0.002)
+        if trays.procs[0].poll() is not None:  # it refused to start: its cost is no figure
+            log = trays.roots[0] / "var/log/imex.log"
+            raise RuntimeError(f"the daemon exited before READY: {log.read_text().strip()}")
         costs.append(proc_cpu(pid) * 1000)
         trays.stop()
     return statistics.median(costs)

@@ -1,5 +1,8 @@
-"""The cluster's side of a DRA test: what the control plane and the scheduler do with a
-pod that names a domain's ResourceClaimTemplate, written into the Kubernetes API mock.
+"""The cluster's side of bench/dra.py's stand-in mode: what the control plane and the
+scheduler do with a pod that names a domain's ResourceClaimTemplate, written into the
+Kubernetes API mock. Tests use upstream's control plane instead (tests/kube: kube-scheduler
+allocates, the resourceclaim controller makes claims from templates); this stays as the
+stand-in baseline the benchmark compares them with.
 
     claim = allocate(kube, namespace="e2e", template="train-channel", pod="w-0", node=host)
 

@@ -1,4 +1,13 @@
-"""A kubelet stand-in for the DRA plugin tests: the real gRPC contract over unix sockets.
+"""A kubelet stand-in for the DRA plugin's wire-level tests: the real gRPC contract over
+unix sockets, each call made by the test itself.
+
+End-to-end tests use the kubelet's own DRA code instead (`tests.support.kubelet_dra`, built
+from upstream's packages, with its startup slice wipe and its 10-15 s retry backoff); this
+stand-in stays for what that cannot be asked to do: call the plugin directly with a chosen
+claim and read the answer field by field (tests/nodeagent/test_dra_plugin.py: versions
+offered and refused at registration, idempotent prepare and unprepare, a claim the plugin
+cannot serve), and the stand-in mode of bench/dra.py, a baseline without the kubelet's
+backoff.
 
 It does what the kubelet's plugin manager and DRA manager do with a DRA driver, in order:
 

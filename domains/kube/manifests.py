@@ -14,10 +14,12 @@ annotation is involved: the kubelet copies pod annotations only into the pod san
   affinity on ``kubernetes.io/hostname`` lists the members' hostnames, a node selector
   term names the clique (``nvidia.com/gpu.clique``), and pod anti-affinity on the hostname
   puts one pod on each tray (one IMEX daemon per tray).
-- **Domains that follow the workload** (`numNodes: 0`) pin nothing: the pods land where the
-  scheduler puts them and the trays join the domain as their claims are prepared. Pod
-  affinity on ``nvidia.com/gpu.clique`` keeps every pod in one NVLink clique, as NVIDIA's
-  examples do, and anti-affinity on the hostname keeps one pod per tray.
+- **Domains that follow the workload** (`numNodes: 0`) pin no tray: the pods land where the
+  scheduler puts them and the trays join the domain as their claims are prepared. A node
+  selector term names the clique the domain keeps to (chosen when it was requested; its
+  claim template selects only that clique's trays too), pod affinity on
+  ``nvidia.com/gpu.clique`` keeps every pod in one NVLink clique, as NVIDIA's examples do,
+  and anti-affinity on the hostname keeps one pod per tray.
 
 Placed domains have manifests only while they hold trays (Forming, Ready, Degraded): before
 placement there are no hostnames to name, after release they would point at trays that
@@ -106,7 +108,10 @@ class _Context:
                     f"in one NVLink clique ({_limit_reason(domain, most)})",
                     field="replicas",
                 )
-            return cls(domain, [], "", default if replicas is None else replicas)
+            ctx = cls(domain, [], "", default if replicas is None else replicas)
+            if domain.clique is not None:  # the clique it keeps to, chosen when requested
+                ctx.clique, ctx.clique_name = domain.clique.label, domain.clique.name
+            return ctx
         members = [m for m in domain_peers(domain) if m.active]
         if domain.phase not in MANIFEST_PHASES or not members:
             raise InvalidTransition(
@@ -147,15 +152,16 @@ def parse_replicas(values: list[str]) -> int | None:
 def follow_replicas(domain: ComputeDomain) -> tuple[int, int]:
     """(default, most) pods for a domain that follows its workload.
 
-    Most: one pod per tray of one NVLink clique, so the largest clique's tray count, and no
-    more than the namespace's quota lets one domain hold. Default: the trays the domain holds
-    now, or, while it waits for its workload, that most (one domain as large as it may be).
+    Most: one pod per tray of its NVLink clique (the clique it keeps to; for a domain that
+    predates those, the largest clique), and no more than the namespace's quota lets one
+    domain hold. Default: the trays the domain holds now, or, while it waits for its
+    workload, that most (one domain as large as it may be).
     """
+    trays = Node.objects.filter(clique__isnull=False)
+    if domain.clique_id is not None:
+        trays = trays.filter(clique_id=domain.clique_id)
     largest = (
-        Node.objects.filter(clique__isnull=False)
-        .values("clique_id")
-        .annotate(trays=Count("id"))
-        .aggregate(most=Max("trays"))["most"]
+        trays.values("clique_id").annotate(trays=Count("id")).aggregate(most=Max("trays"))["most"]
         or 1
     )
     cap = _quota_cap(domain)
@@ -178,22 +184,25 @@ def _limit_reason(domain: ComputeDomain, most: int) -> str:
     cap = _quota_cap(domain)
     if cap is not None and cap <= most:
         return f"the quota of namespace {domain.namespace.name} allows {cap} trays in one domain"
+    if domain.clique is not None:
+        return f"its clique {domain.clique.name} has {most} trays"
     return f"the largest clique has {most} trays"
 
 
 def _dump(ctx: _Context, obj: dict[str, Any]) -> str:
     template = ctx.domain.resource_claim_template
+    # The clique by both its names: the portal's pages call it by the short one.
+    clique = ctx.clique
+    if ctx.clique_name:
+        clique = f"{ctx.clique_name} ({CLIQUE_LABEL}={ctx.clique})"
     if ctx.follows:
+        one = f"clique {clique}" if ctx.clique else "one NVLink clique"
         where = (
-            f"{ctx.replicas} pod(s), one per tray, all in one NVLink clique; the domain follows\n"
+            f"{ctx.replicas} pod(s), one per tray, all in {one}; the domain follows\n"
             "# the workload: each tray joins it when its pod's claim is prepared (ask for\n"
             "# another number of pods with `replicas` on the portal's page or API)"
         )
     else:
-        # The clique by both its names: the portal's pages call it by the short one.
-        clique = ctx.clique
-        if ctx.clique_name:
-            clique = f"{ctx.clique_name} ({CLIQUE_LABEL}={ctx.clique})"
         where = f"{ctx.replicas} pod(s), one per placed tray, in clique {clique}"
     header = (
         f"# {obj['kind']} for ComputeDomain {ctx.namespace}/{ctx.name}: {where}.\n"
@@ -231,7 +240,9 @@ def _affinity(ctx: _Context, role: str) -> dict[str, Any]:
             {"key": HOSTNAME_LABEL, "operator": "In", "values": ctx.hostnames},
             {"key": CLIQUE_LABEL, "operator": "In", "values": [ctx.clique]},
         ]
-    else:  # wherever the scheduler puts them, as long as the node is in an NVLink clique
+    elif ctx.clique:  # wherever the scheduler puts them in the clique the domain keeps to
+        expressions = [{"key": CLIQUE_LABEL, "operator": "In", "values": [ctx.clique]}]
+    else:  # a domain from before cliques were chosen: any node in an NVLink clique
         expressions = [{"key": CLIQUE_LABEL, "operator": "Exists"}]
     affinity["nodeAffinity"] = {
         "requiredDuringSchedulingIgnoredDuringExecution": {

@@ -168,16 +168,18 @@ def test_a_following_domains_pods_stay_in_one_clique_wherever_they_land(topology
         (term,) = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
             "nodeSelectorTerms"
         ]
-        assert term["matchExpressions"] == [{"key": "nvidia.com/gpu.clique", "operator": "Exists"}]
+        # The clique the domain keeps to, chosen when it was requested (its claim template
+        # selects only that clique's trays too).
+        assert term["matchExpressions"] == [
+            {"key": "nvidia.com/gpu.clique", "operator": "In", "values": [domain.clique.label]}
+        ]
         (together,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert together["topologyKey"] == "nvidia.com/gpu.clique"
         (claim,) = template["spec"]["resourceClaims"]
         assert claim["resourceClaimTemplateName"] == "wl-channel"
-    assert (
-        "follows"
-        in workload_manifests(domain)["deployment"].splitlines()[0]
-        + (workload_manifests(domain)["deployment"].splitlines()[1])
-    )
+    header = " ".join(workload_manifests(domain)["deployment"].splitlines()[:2])
+    assert "follows" in header
+    assert f"in clique {domain.clique.name} (nvidia.com/gpu.clique={domain.clique.label})" in header
 
 
 def test_a_following_domain_runs_as_many_pods_as_asked_within_one_clique_and_quota(
@@ -211,7 +213,8 @@ def test_a_following_domain_runs_as_many_pods_as_asked_within_one_clique_and_quo
         max_nodes_per_domain=None, max_nodes=None, max_gpus=None
     )
     assert replicas() == 18
-    with pytest.raises(InvalidInput, match=r"from 1 to 18.*the largest clique has 18 trays"):
+    limit = rf"from 1 to 18.*its clique {domain.clique.name} has 18 trays"
+    with pytest.raises(InvalidInput, match=limit):
         workload_manifests(domain, replicas=19)
     # Once trays have joined: as many pods as it holds.
     for i, node in enumerate(topology.nodes.order_by("slot")[:3]):

@@ -45,7 +45,7 @@ from nodeagent.dra import CDI_CLAIM_KIND, DEVICE_NAME, DRIVER_NAME
 from nodeagent.dra.slices import slice_name
 from nodeagent.emulator.tray import daemon_starts
 from nodeagent.files import read_json
-from nodeagent.imex import HOSTS_BEGIN
+from nodeagent.imex.files import HOSTS_BEGIN
 from nodeagent.runner import status_path
 from tests import factories
 from tests.e2e.conftest import phase_of, release_domain, request_domain

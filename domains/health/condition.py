@@ -129,7 +129,8 @@ def _workers() -> list[Reason]:
 def _agents(now: datetime, *, redis: bool) -> list[Reason]:
     """Trays whose agent calls the portal failed, and trays whose agents say a call failed."""
     failed = calls.failures(now=now, redis=redis)
-    names = dict(Node.objects.filter(pk__in=list(failed), gone=False).values_list("pk", "hostname"))
+    found = Node.objects.filter(pk__in=list(failed), gone=False).order_by()
+    names = dict(found.values_list("pk", "hostname"))
     reasons = []
     if names:
         which = " and ".join(sorted({failed[pk].call for pk in names}))
@@ -145,6 +146,7 @@ def _agents(now: datetime, *, redis: bool) -> list[Reason]:
         .exclude(state=NodeState.DOWN)
         .filter(agent_report__has_key="link_error")
         .exclude(agent_report__link_error="")
+        .order_by()  # sorted here: the default order would join the racks
         .values_list("hostname", flat=True)
     )
     if told:

@@ -62,9 +62,22 @@ class Figures:
     all_prepared: list[float] = field(default_factory=list)
     to_ready: list[float] = field(default_factory=list)
     extra: dict[str, list[float]] = field(default_factory=dict)
+    counts: dict[str, list[int]] = field(default_factory=dict)  # per round
 
     def add(self, name: str, values: list[float]) -> None:
         self.extra.setdefault(name, []).extend(values)
+
+    def count(self, name: str, value: int) -> None:
+        self.counts.setdefault(name, []).append(value)
+
+
+def usr1_processed(fleet: Any, hosts: list[str]) -> int:
+    """SIGUSR1s the trays' daemons processed so far, from the emulated daemons' logs."""
+    return sum(
+        path.read_text(errors="replace").count("SIGUSR1: names re-resolved")
+        for host in hosts
+        if (path := fleet.tray_root(host) / DAEMON_LOG).exists()
+    )
 
 
 @dataclass
@@ -213,20 +226,11 @@ def stand_in(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
             }
             cpu: dict[str, float] = dict.fromkeys(procs, 0.0)
             resolves: list[int] = []  # SIGUSR1s the daemons processed, per round
-
-            def processed() -> int:
-                """SIGUSR1s processed so far, from the emulated daemons' logs."""
-                return sum(
-                    path.read_text(errors="replace").count("SIGUSR1: names re-resolved")
-                    for host in hosts
-                    if (path := fleet.tray_root(host) / DAEMON_LOG).exists()
-                )
-
             for rnd in range(rounds + 1):
                 before = {
                     k: sum(cpu_seconds(p, children=c) for p, c in v) for k, v in procs.items()
                 }
-                resolved_before = processed()
+                resolved_before = usr1_processed(fleet, hosts)
                 domain = request_domain(api, tenant, f"wl-{rnd}")
                 template = f"wl-{rnd}-channel"
                 wait(lambda t=template: kube.get("resourceclaimtemplates", t, NAMESPACE), 30, "RCT")
@@ -260,7 +264,7 @@ def stand_in(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
                 figures.all_prepared.append(max(took))
                 figures.to_ready.append(t_ready - t0)
                 figures.add("prepared → Ready", [t_ready - t0 - max(took)])
-                resolves.append(processed() - resolved_before)
+                resolves.append(usr1_processed(fleet, hosts) - resolved_before)
             print_figures("allocated", figures)
             print(f"all 18 prepared → domain Ready     {stats(figures.extra['prepared → Ready'])}")
             print(f"SIGUSR1s processed per round (18 daemons): {resolves}")
@@ -390,18 +394,28 @@ def real(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
                 )
             print(f"# {TRAYS} agents joined, slices published, plugins registered\n")
             bindings = Bindings(kube)
-            retries: list[int] = []
+            hosts = [n.hostname for n in nodes]
             try:
                 for rnd in range(rounds + 1):
-                    failed = real_round(api, tenant, kube, kubelets, bindings, rnd, figures)
+                    resolved_before = usr1_processed(fleet, hosts)
+                    real_round(api, tenant, kube, kubelets, bindings, rnd, figures)
                     if rnd:
-                        retries.append(failed)
+                        figures.count("usr1", usr1_processed(fleet, hosts) - resolved_before)
             finally:
                 bindings.stop()
             print_figures("pod created", figures)
-            print(f"pod created → bound (scheduler)    {stats(figures.extra['created → bound'])}")
-            print(f"bound → prepared (kubelet, agent)  {stats(figures.extra['bound → prepared'])}")
-            print(f"failed prepares (each a kubelet backoff of 10-15 s), per round: {retries}")
+            for what in (
+                "18 pods created (the bench's POSTs)",
+                "created → bound",
+                "first created → last bound",
+                "bound → prepared",
+            ):
+                print(f"{what:36} {stats(figures.extra[what])}")
+            print(
+                "failed prepares (each a kubelet backoff of 10-15 s), per round: "
+                f"{figures.counts['failed']}"
+            )
+            print(f"SIGUSR1s processed per round (18 daemons): {figures.counts['usr1']}")
     return figures
 
 
@@ -413,9 +427,9 @@ def real_round(
     bindings: Bindings,
     rnd: int,
     figures: Figures,
-) -> int:
+) -> None:
     """One round: 18 pods created, all prepared, the domain Ready; pods deleted, claims
-    unprepared, the domain released. Returns how many prepares failed."""
+    unprepared, the domain released. Round 0 adds no figures."""
     from kubernetes import client
 
     from domains.computedomains.models import Phase
@@ -432,13 +446,15 @@ def real_round(
         made = core.create_namespaced_pod(NAMESPACE, pod(f"wl-{rnd}-{i}", template))
         created[made.metadata.uid], names[made.metadata.uid] = at, made.metadata.name
     uids = set(created)
-
-    def prepared() -> dict[str, list[dict[str, Any]]] | None:
-        found = kubelet_events(kubelets, "prepared", uids)
-        return found if len(found) == TRAYS else None
+    spread = (datetime.now(UTC) - min(created.values())).total_seconds()
 
     done: dict[str, list[dict[str, Any]]] = {}
-    wait(lambda: done.update(prepared() or {}) or len(done) == TRAYS, 120, "all prepared", 0.1)
+
+    def all_prepared() -> bool:
+        done.update(kubelet_events(kubelets, "prepared", uids))
+        return len(done) == TRAYS
+
+    wait(all_prepared, 120, "all prepared", 0.1)
     t_ready = wait(lambda: phase_is(domain, Phase.READY), 120, "Ready")
     failed = sum(len(v) for v in kubelet_events(kubelets, "prepareFailed", uids).values())
     for name in names.values():
@@ -457,7 +473,9 @@ def real_round(
     resource.delete_collection_namespaced_resource_claim(NAMESPACE)
     release_domain(api, domain)
     if rnd == 0:
-        return failed
+        return
+    figures.count("failed", failed)
+    figures.add("18 pods created (the bench's POSTs)", [spread])
     took = {}
     for uid, events in done.items():
         at = datetime.fromisoformat(events[0]["time"])
@@ -468,10 +486,12 @@ def real_round(
             figures.add("bound → prepared", [(at - bound).total_seconds()])
     first = min(created.values())
     last = max(datetime.fromisoformat(e[0]["time"]) for e in done.values())
+    if all(uid in bindings.bound for uid in uids):
+        last_bound = max(bindings.bound[uid] for uid in uids)
+        figures.add("first created → last bound", [(last_bound - first).total_seconds()])
     figures.per_claim += list(took.values())
     figures.all_prepared.append((last - first).total_seconds())
     figures.to_ready.append(t_ready - t0)
-    return failed
 
 
 if __name__ == "__main__":

@@ -75,13 +75,17 @@ PEER_WORDS = {
 
 
 def peer_matrix(members) -> list[dict]:
-    """Rows: each member; cells: how it sees every peer (its own cell is "self")."""
+    """Rows: each member; cells: how it sees every peer (its own cell is "self"). The row
+    of a member whose tray is down says so: its daemon's last report no longer holds."""
     rows = []
     for m in members:
         cells = []
         for peer in members:
             if peer.index == m.index:
                 cells.append(("self", "-"))
+                continue
+            if m.active and m.node.state == "down":
+                cells.append(("tray-down", "down"))
                 continue
             status = (m.connections or {}).get(str(peer.index)) or ""
             cells.append((status or "unknown", PEER_WORDS.get(status, "·")))

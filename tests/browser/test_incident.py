@@ -109,6 +109,9 @@ def test_every_page_that_draws_or_lists_the_dead_tray_draws_it_down(login, tenan
     assert (mine.locator(f"{tray} text.word").text_content() or "").startswith("▶ down")
     row = mine.locator("#timeline tr").filter(has_text=host)
     assert row.locator("td.daemon").inner_text() == "unknown: tray down"
+    # The peer matrix: the dead tray's row is not its last report (all connected).
+    peers = mine.locator("#peer-matrix tbody tr").filter(has_text=host).locator("td")
+    assert peers.all_inner_texts() == ["-", "down"] or peers.all_inner_texts() == ["down", "-"]
     # The Fleet's elevation, the rack page and the clique page.
     ops.goto("/fabric/")
     assert ops.get_attribute(f'svg.el g.t[data-hostname="{host}"]', "class").startswith("t k-down")

@@ -5,15 +5,19 @@ the facts update reads is gone, as after a migration that did not run."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 
 import pytest
 from django.db import connection
 from django.test import Client
 
+from agentwire.messages import status_report
 from domains.agents.joining import agent_join
+from domains.computedomains.models import DomainMember
 from domains.health import calls
 from domains.inventory.models import NodeCondition
+from portal.api.agent import fastpath
 from tests import factories
 from tests.support.agents import ensure_join_token, node_facts
 
@@ -68,4 +72,24 @@ def test_another_trays_token_is_refused_and_puts_nothing_on_the_tray(joined):
     with column_gone(NodeCondition, "blocking"):
         answer = put_facts(node, other_token)
     assert answer.status_code == 403
+    assert calls.failure_of(node.pk) is None
+
+
+def test_a_failed_report_on_the_agents_fast_path_is_recorded_as_the_status_report(joined):
+    (node, token), _ = joined
+    body = json.dumps(status_report(step="idle", generation_applied=0)).encode()
+    with column_gone(DomainMember, "active"):  # the heartbeat's statement reads it
+        status, _ = fastpath._serve("status", node.pk, token, body, "rid-health-0001")
+    assert status == 500
+    failure = calls.failure_of(node.pk)
+    assert failure is not None and (failure.call, failure.status) == ("status report", 500)
+    assert "active" in failure.error
+
+
+def test_a_made_up_token_on_the_fast_path_puts_nothing_on_the_tray(joined):
+    (node, _), _ = joined
+    body = json.dumps(status_report(step="idle", generation_applied=0)).encode()
+    with column_gone(DomainMember, "active"):
+        status, _ = fastpath._serve("status", node.pk, "dpn_made-up", body, "rid-health-0002")
+    assert status == 500  # the statement fails before the token is checked
     assert calls.failure_of(node.pk) is None

@@ -85,7 +85,7 @@ def test_the_operators_note_reaches_the_tenant_and_no_other_tenant(
     notes = mine.inner_text("#domain-incident #incident-notes")
     assert "The PSU is being replaced; the tray is back by 14:00 UTC." in notes
     assert "Operator's note on tray" in mine.inner_text("#events-h ~ .table-wrap")
-    screenshot(mine, "tenant-domain-incident-note")
+    screenshot(mine, "tenant-domain-incident-note", full_page=False)
 
     other = login(tenant_b)
     page = other.page(f"/ns/team-a/domains/{domain.uid}/")

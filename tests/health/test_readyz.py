@@ -12,7 +12,7 @@ import pytest
 import portal.health
 from tests.support.agents import wait_for
 from tests.support.processes import ROOT, process_env, running, start_server
-from tests.support.services import PrivatePostgres
+from tests.support.services import PrivatePostgres, PrivateRedis
 
 
 @pytest.fixture
@@ -69,3 +69,20 @@ def test_it_fails_while_the_database_is_stopped_and_recovers_when_it_returns():
             assert body["health"]["status"] == "down" and "database" in body["health"]["parts"]
             pg.start()
             wait_for(lambda: _readyz(base).status_code == 200, 60, "ready with PostgreSQL back")
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_it_fails_while_redis_is_stopped_and_says_the_portal_is_down():
+    with PrivateRedis() as redis:
+        server, base = start_server(
+            REDIS_URL=redis.url, PORTAL_HEARTBEAT_STALE_S="3600", PORTAL_HEALTH_PROBE_WATCH_S="0"
+        )
+        with running(server):
+            assert _readyz(base).status_code == 200
+            redis.stop()
+            down = _readyz(base)
+            assert down.status_code == 503, down.text
+            assert down.json()["health"] == {"status": "down", "parts": ["redis"]}
+            redis.start()
+            wait_for(lambda: _readyz(base).status_code == 200, 30, "ready with Redis back")

@@ -330,6 +330,38 @@ def pod(name: str, template: str) -> dict[str, Any]:
     }
 
 
+@dataclass
+class Plane:
+    """The cluster side of the real mode."""
+
+    kube: Any  # tests.kube.cluster.ClusterKube
+    kubelets: Any  # tests.support.kubelet_dra.KubeletFleet
+    bindings: Bindings
+    pods: Any  # a CoreV1Api with a connection for each of the round's pods
+
+
+def pods_api(kubeconfig: Path) -> Any:
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    cfg.connection_pool_maxsize = TRAYS
+    return client.CoreV1Api(client.ApiClient(cfg))
+
+
+def create_pods(core: Any, rnd: int, template: str) -> dict[str, tuple[str, datetime]]:
+    """The round's pods, POSTed side by side (as a controller, or `kubectl apply` of 18
+    manifests from several clients, would): uid → (name, just before its POST)."""
+
+    def create(i: int) -> tuple[str, tuple[str, datetime]]:
+        at = datetime.now(UTC)
+        made = core.create_namespaced_pod(NAMESPACE, pod(f"wl-{rnd}-{i}", template))
+        return made.metadata.uid, (made.metadata.name, at)
+
+    with ThreadPoolExecutor(TRAYS) as pool:
+        return dict(pool.map(create, range(TRAYS)))
+
+
 def kubelet_events(kubelets: Any, kind: str, uids: set[str]) -> dict[str, list[dict[str, Any]]]:
     """uid → its `kind` events from every Node's kubelet (each log read once)."""
     found: dict[str, list[dict[str, Any]]] = {}
@@ -394,11 +426,12 @@ def real(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
                 )
             print(f"# {TRAYS} agents joined, slices published, plugins registered\n")
             bindings = Bindings(kube)
+            plane = Plane(kube, kubelets, bindings, pods_api(cluster.kubeconfig))
             hosts = [n.hostname for n in nodes]
             try:
                 for rnd in range(rounds + 1):
                     resolved_before = usr1_processed(fleet, hosts)
-                    real_round(api, tenant, kube, kubelets, bindings, rnd, figures)
+                    real_round(api, tenant, plane, rnd, figures)
                     if rnd:
                         figures.count("usr1", usr1_processed(fleet, hosts) - resolved_before)
             finally:
@@ -419,32 +452,21 @@ def real(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
     return figures
 
 
-def real_round(
-    api: Any,
-    tenant: Tenant,
-    kube: Any,
-    kubelets: Any,
-    bindings: Bindings,
-    rnd: int,
-    figures: Figures,
-) -> None:
+def real_round(api: Any, tenant: Tenant, plane: Plane, rnd: int, figures: Figures) -> None:
     """One round: 18 pods created, all prepared, the domain Ready; pods deleted, claims
     unprepared, the domain released. Round 0 adds no figures."""
     from kubernetes import client
 
     from domains.computedomains.models import Phase
 
+    kube, kubelets, bindings, core = plane.kube, plane.kubelets, plane.bindings, plane.pods
     domain = request_domain(api, tenant, f"wl-{rnd}")
     template = f"wl-{rnd}-channel"
     wait(lambda: kube.get("resourceclaimtemplates", template, NAMESPACE), 30, "RCT", 0.05)
-    core = client.CoreV1Api(kube.api)
-    created: dict[str, datetime] = {}  # uid → just before the pod's POST
-    names: dict[str, str] = {}
     t0 = time.monotonic()
-    for i in range(TRAYS):
-        at = datetime.now(UTC)
-        made = core.create_namespaced_pod(NAMESPACE, pod(f"wl-{rnd}-{i}", template))
-        created[made.metadata.uid], names[made.metadata.uid] = at, made.metadata.name
+    made = create_pods(core, rnd, template)
+    created = {uid: at for uid, (_, at) in made.items()}
+    names = {uid: name for uid, (name, _) in made.items()}
     uids = set(created)
     spread = (datetime.now(UTC) - min(created.values())).total_seconds()
 

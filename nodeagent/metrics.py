@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
@@ -36,9 +36,6 @@ from prometheus_client.registry import Collector
 from agentwire.messages import Condition
 from nodeagent.config import AGENT_VERSION
 from nodeagent.files import read_json
-
-if TYPE_CHECKING:
-    from nodeagent.dra.server import ClaimRef, PrepareResult
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -109,28 +106,6 @@ def observed(report: Any) -> None:
 
 def daemon_restarted() -> None:
     DAEMON_RESTARTS.inc()
-
-
-class Driver(Protocol):
-    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]: ...
-
-    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]: ...
-
-
-class MeteredDriver:
-    """The DRA plugin's driver, with each prepare timed and its refused claims counted."""
-
-    def __init__(self, driver: Driver) -> None:
-        self.driver = driver
-
-    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
-        with PREPARE.time():
-            results = self.driver.prepare(claims)
-        PREPARE_ERRORS.inc(sum(1 for r in results.values() if r.error))
-        return results
-
-    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
-        return self.driver.unprepare(claims)
 
 
 RUNNER_SKEW = "RunnerVersionSkew"

@@ -20,9 +20,8 @@ from nodeagent.client import PortalClient, PortalError
 from nodeagent.dra import DRIVER_NAME
 from nodeagent.dra.claims import BOOT_ID_FILE, PREPARE_WAIT_S, ClaimDriver, Refused, Serving
 from nodeagent.dra.kubeapi import KubeError, ResourceApi, api_client
-from nodeagent.dra.server import ClaimRef, PluginServer
+from nodeagent.dra.server import ClaimRef, MeteredDriver, PluginServer
 from nodeagent.dra.slices import SliceFacts, SlicePublisher
-from nodeagent.metrics import MeteredDriver
 
 log = logging.getLogger("nodeagent.dra")
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from nodeagent import metrics
 from nodeagent.dra import DRIVER_NAME
 from nodeagent.dra.pb import (
     dra_v1_pb2,
@@ -65,6 +66,23 @@ class Driver(Protocol):
     def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]: ...
 
     def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]: ...
+
+
+class MeteredDriver:
+    """A driver with each prepare timed and its refused claims counted (the agent's
+    /metrics)."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    def prepare(self, claims: list[ClaimRef]) -> dict[str, PrepareResult]:
+        with metrics.PREPARE.time():
+            results = self.driver.prepare(claims)
+        metrics.PREPARE_ERRORS.inc(sum(1 for r in results.values() if r.error))
+        return results
+
+    def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
+        return self.driver.unprepare(claims)
 
 
 def _claims(request: Any) -> list[ClaimRef]:

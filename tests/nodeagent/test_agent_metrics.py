@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nodeagent import metrics
 from nodeagent.client import PortalError
 from nodeagent.config import AGENT_VERSION, Paths
-from nodeagent.dra.server import ClaimRef, PreparedDevice, PrepareResult
+from nodeagent.dra.server import ClaimRef, MeteredDriver, PreparedDevice, PrepareResult
 from nodeagent.files import write_atomic
 from nodeagent.health import HealthServer
 from nodeagent.runner import status_path
@@ -137,7 +137,7 @@ def test_the_imex_states_a_cycle_observed_are_one_series_each(server):
 
 def test_a_prepare_is_timed_and_its_refused_claims_counted(server):
     before = scrape(server)
-    driver = metrics.MeteredDriver(Kubelet())
+    driver = MeteredDriver(Kubelet())
     answers = driver.prepare([ClaimRef("team-a", "u1", "good"), ClaimRef("team-a", "u2", "early")])
     assert answers["u1"].devices and answers["u2"].error  # passed through unchanged
     after = scrape(server)

@@ -2,17 +2,18 @@
 
 Each YAML file of `tests/kube/workloads` (or of the directory `NVIDIA_WORKLOADS_DIR` names,
 e.g. a copy of NVIDIA's own examples) is one test: its ComputeDomain(s) and the pods or Jobs
-naming their claim templates go to upstream's kube-apiserver in one `kubectl apply -n`,
-unchanged. From there only the product and Kubernetes act: the real `manage.py kube_sync`
-adopts the ComputeDomain, the real server and Celery worker place it and publish its
-ResourceClaimTemplate, node agents on emulated trays form it and publish each tray's
-ResourceSlice, kube-scheduler alone puts every pod on a tray (nothing in the manifests
-names one), and the kubelet's own DRA code on every Node (`KubeletFleet`) prepares its
-claims. The test then checks, for every pod, that it landed on one of its domain's trays
-(as the portal reports them, never arranged by the test), that its claim was allocated
-there, and that each of its container's CDI device ids resolves on that tray to the
-domain's channel: `channel0` in Single mode (as NVIDIA's driver gives it), every channel
-of the tray in All mode.
+naming their claim templates go to upstream's kube-apiserver unchanged, in one `kubectl
+apply -n` into a namespace made a moment before. From there only the product and
+Kubernetes act: the real `manage.py kube_sync` adopts the ComputeDomain, the real server,
+Celery worker and beat place it and publish its ResourceClaimTemplate, node agents on
+emulated trays form it and publish each tray's ResourceSlice, kube-scheduler alone puts
+every pod on a tray (nothing in the manifests names one), and the kubelet's own DRA code on
+every Node (`KubeletFleet`) prepares its claims. The test then checks, for every pod, that
+it landed on one of its domain's trays (as the portal reports them, never arranged by the
+test), that its claim was allocated there, and that each of its container's CDI device ids
+resolves on that tray to the domain's channel: `channel0` in Single mode (as NVIDIA's
+driver gives it), every channel of the tray in All mode. `kubectl delete -f` then releases
+the domains, removes their templates and leaves every tray clean.
 
 A file without a ComputeDomain (NVIDIA's CRD, say: the cluster has it installed already)
 is skipped, saying so. Kubeflow's MPI operator is not run here: for an `MPIJob` the test
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -45,7 +47,6 @@ from domains.computedomains.models import (
 from domains.computedomains.selectors import domain_channels
 from domains.inventory.models import Node, NodeSource
 from domains.kube.dra import DOMAIN_UID_LABEL
-from domains.tenancy.models import Namespace
 from nodeagent.config import CHANNELS_DIR
 from nodeagent.dra import CDI_CLAIM_KIND, DRIVER_NAME
 from nodeagent.dra.slices import slice_name
@@ -62,6 +63,7 @@ from tests.support.processes import (
     Proc,
     process_env,
     running,
+    start_beat,
     start_server,
     start_worker,
 )
@@ -74,7 +76,6 @@ if not MANIFESTS:
     raise FileNotFoundError(f"no *.yaml manifests in {WORKLOADS_DIR} (NVIDIA_WORKLOADS_DIR)")
 
 IP_PREFIX = factories.tray_ip_prefix(33)  # this module's loopback range
-NAMESPACE = "workloads"  # `kubectl apply -n workloads -f <file>`
 SPARE_TRAYS = 2  # trays no domain of the file should get a pod on
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 ENV = {"PORTAL_KUBE_ENABLED": "1", "PORTAL_KUBE_RACK_LABEL": RACK_LABEL}
@@ -155,11 +156,12 @@ def trays_needed(workload: Workload) -> int:
 
 @pytest.fixture(scope="module")
 def portal(django_db_setup, django_db_blocker, cluster: Cluster) -> Iterator[str]:
-    """The real server and Celery worker, publishing to upstream's API server."""
+    """The real server, Celery worker and beat, publishing to upstream's API server."""
     env = {"KUBECONFIG": str(cluster.kubeconfig), **ENV}
     server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", **env)
     worker = start_worker(concurrency=4, **env)
-    with running(worker, server):
+    beat = start_beat(PORTAL_KUBE_RECONCILE_SECONDS="2", **env)
+    with running(beat, worker, server):
         yield url
 
 
@@ -205,12 +207,12 @@ def node_labels(tray: Node) -> dict[str, str]:
 # --- the checks ----------------------------------------------------------------------------
 
 
-def pods_of(kube: ClusterKube, workload: Workload) -> list[dict[str, Any]] | None:
+def pods_of(kube: ClusterKube, workload: Workload, namespace: str) -> list[dict[str, Any]] | None:
     """Every pod the workload makes, once all exist."""
-    found = [kube.get("pods", name, NAMESPACE) for name in workload.pods]
+    found = [kube.get("pods", name, namespace) for name in workload.pods]
     for job, count in workload.jobs.items():
         listed = kube.resource("pods").get(
-            namespace=NAMESPACE, label_selector=f"{JOB_NAME_LABEL}={job}"
+            namespace=namespace, label_selector=f"{JOB_NAME_LABEL}={job}"
         )
         items = [item.to_dict() for item in listed.items]
         if len(items) < count:
@@ -273,21 +275,20 @@ def check_devices(
 def test_a_workload_applied_unchanged_runs_on_its_domains_trays_with_its_channels(
     manifest, real_kube, cluster, portal, kube_sync, kubelet_root
 ):
-    workload = read_workload(manifest, NAMESPACE)
+    # A namespace of its own, made just before the apply, as a user does: `kubectl create
+    # namespace` and `kubectl apply -n` a moment apart.
+    namespace = namespace_for(manifest)
+    workload = read_workload(manifest, namespace)
     install_device_class(real_kube)
-    real_kube.put_namespace(NAMESPACE)
     (rack,) = factories.make_racks(str(trays_needed(workload)), ip_prefix=IP_PREFIX)
     trays = list(Node.objects.filter(rack=rack).select_related("clique", "rack").order_by("slot"))
     for tray in trays:
         real_kube.put_node(tray.hostname, node_labels(tray), ip=tray.management_ip)
     sync = kube_sync()
     wait_for(
-        lambda: (
-            Node.objects.filter(rack=rack, source=NodeSource.KUBERNETES).count() == len(trays)
-            and Namespace.objects.filter(name=NAMESPACE, active=True).exists()
-        ),
+        lambda: Node.objects.filter(rack=rack, source=NodeSource.KUBERNETES).count() == len(trays),
         30,
-        "kube_sync to see the Nodes and the namespace",
+        "kube_sync to see the Nodes",
     )
 
     with (
@@ -303,82 +304,148 @@ def test_a_workload_applied_unchanged_runs_on_its_domains_trays_with_its_channel
                 f"{tray.hostname}'s slice",
             )
 
-        for obj in workload.objects:  # kubectl apply -n workloads -f <file>
+        real_kube.put_namespace(namespace)
+        for obj in workload.objects:  # kubectl apply -n <namespace> -f <file>
             real_kube.apply(obj)
-
-        domains: dict[str, ComputeDomain] = {}
-        for obj in workload.domains:
-            name = obj["metadata"]["name"]
-            domain = wait_for(
-                lambda n=name: adopted(NAMESPACE, n),
+        domains = {
+            obj["spec"]["channel"]["resourceClaimTemplate"]["name"]: wait_for(
+                lambda n=obj["metadata"]["name"]: adopted(namespace, n),
                 30,
-                f"ComputeDomain {name} adopted; kube_sync said:\n{sync.log()[-2000:]}",
+                f"ComputeDomain {obj['metadata']['name']} adopted; kube_sync said:\n"
+                f"{sync.log()[-2000:]}",
             )
-            assert domain.source == DomainSource.KUBERNETES
-            domains[obj["spec"]["channel"]["resourceClaimTemplate"]["name"]] = domain
+            for obj in workload.domains
+        }
+        assert {d.source for d in domains.values()} == {DomainSource.KUBERNETES}
 
-        pods = wait_for(lambda: pods_of(real_kube, workload), 60, "the workload's pods")
-        uids = [pod["metadata"]["uid"] for pod in pods]
-        try:
-            prepared = kubelets.wait_all_prepared(uids, timeout=120)
-        except TimeoutError:
-            states = {
-                d.name: (d.phase, d.reason, d.message)
-                for d in ComputeDomain.objects.filter(pk__in=[d.pk for d in domains.values()])
-            }
-            failures = {uid: kubelets.failures(uid)[-1:] for uid in uids}
-            raise AssertionError(f"not all prepared: domains {states}, failures {failures}")
-
+        pods = wait_for(lambda: pods_of(real_kube, workload, namespace), 60, "the pods")
+        prepared = all_prepared(kubelets, pods, domains)
         for domain in domains.values():
             domain.refresh_from_db()
         for pod_seen in pods:
-            name = pod_seen["metadata"]["name"]
-            pod = real_kube.get("pods", name, NAMESPACE)
+            pod = real_kube.get("pods", pod_seen["metadata"]["name"], namespace)
             assert pod is not None
-            spec = pod["spec"]
-            # Nothing but the scheduler chose the tray: the manifest names none.
-            assert not spec.get("affinity") and not spec.get("nodeSelector"), spec
-            assert spec["schedulerName"] == "default-scheduler"
-            conditions = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
-            assert conditions["PodScheduled"] == "True"
-            host = spec["nodeName"]
-            domain = domain_of(pod, domains)
-            members = members_of(domain)
-            assert host in members, f"{name} on {host}, {domain.name}'s trays are {members}"
-            node, devices = prepared[pod["metadata"]["uid"]]
-            assert node == host
-
-            claim = claim_of(real_kube, pod)
-            assert claim is not None
-            assert claim["metadata"]["labels"][DOMAIN_UID_LABEL] == str(domain.uid)
-            (result,) = claim["status"]["allocation"]["devices"]["results"]
-            assert (result["driver"], result["pool"]) == (DRIVER_NAME, host)
-            with_claims = [
-                c["name"] for c in spec["containers"] if (c.get("resources") or {}).get("claims")
-            ]
-            assert sorted(devices) == sorted(with_claims)
-            for cdi_ids in devices.values():
-                check_devices(fleet, host, domain, cdi_ids, claim["metadata"]["uid"])
+            check_pod(real_kube, fleet, pod, domains, prepared[pod["metadata"]["uid"]])
 
         spare = {t.hostname for t in trays} - set().union(*map(members_of, domains.values()))
         assert len(spare) >= SPARE_TRAYS
         assert not {n for n, _ in prepared.values()} & spare
         for domain in domains.values():
-            if domain.num_nodes == 0:
-                continue  # follows its workload: its trays are its pods'
-            # Its claims are prepared once each tray's daemon is ready; the portal's phase
-            # follows with the agents' next reports.
+            check_ready(real_kube, domain)
+
+        # kubectl delete -f <file>: the domains are released and every tray left clean.
+        delete_workload(real_kube, workload, pods)
+        for pod in pods:
+            wait_for(lambda u=pod["metadata"]["uid"]: kubelets.unprepared(u), 30, "unprepared")
+        for domain in domains.values():
             wait_for(
-                lambda d=domain: ComputeDomain.objects.get(pk=d.pk).phase == Phase.READY,
-                30,
-                f"{domain.name} Ready",
+                lambda d=domain: ComputeDomain.objects.get(pk=d.pk).phase == Phase.RELEASED,
+                60,
+                f"{domain.name} released",
             )
-            assert len(members_of(domain)) == domain.num_nodes
+            wait_for(
+                lambda d=domain: (
+                    real_kube.get("resourceclaimtemplates", d.resource_claim_template, namespace)
+                    is None
+                ),
+                30,
+                f"{domain.name}'s claim template removed",
+            )
+        for tray in trays:
+            assert fleet.leftovers(tray.hostname) == []
 
-            def published_ready(d: ComputeDomain = domain) -> dict[str, Any] | None:
-                obj = real_kube.get("computedomains", d.name, NAMESPACE) or {}
-                status = obj.get("status") or {}
-                return status if status.get("status") == "Ready" else None
 
-            status = wait_for(published_ready, 30, f"{domain.name} Ready on its object")
-            assert {n["name"] for n in status["nodes"]} == members_of(domain)
+def namespace_for(manifest: Path) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", manifest.stem.lower()).strip("-")
+    return f"wl-{slug}"[:63].rstrip("-")
+
+
+def all_prepared(
+    kubelets: KubeletFleet, pods: list[dict[str, Any]], domains: dict[str, ComputeDomain]
+) -> dict[str, tuple[str, dict[str, list[str]]]]:
+    uids = [pod["metadata"]["uid"] for pod in pods]
+    try:
+        return kubelets.wait_all_prepared(uids, timeout=120)
+    except TimeoutError:
+        states = {
+            d.name: (d.phase, d.reason, d.message)
+            for d in ComputeDomain.objects.filter(pk__in=[d.pk for d in domains.values()])
+        }
+        failures = {uid: kubelets.failures(uid)[-1:] for uid in uids}
+        raise AssertionError(f"not all prepared: domains {states}, failures {failures}")
+
+
+def check_pod(
+    kube: ClusterKube,
+    fleet: AgentFleet,
+    pod: dict[str, Any],
+    domains: dict[str, ComputeDomain],
+    prepared: tuple[str, dict[str, list[str]]],
+) -> None:
+    """Placed by the scheduler alone on one of its domain's trays; its claim allocated and
+    prepared there; its containers' CDI ids resolve there to the domain's channels."""
+    spec = pod["spec"]
+    assert not spec.get("affinity") and not spec.get("nodeSelector"), spec  # none in the file
+    assert spec["schedulerName"] == "default-scheduler"
+    conditions = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
+    assert conditions["PodScheduled"] == "True"
+    host = spec["nodeName"]
+    domain = domain_of(pod, domains)
+    members = members_of(domain)
+    assert host in members, f"{pod['metadata']['name']} on {host}, {domain.name} has {members}"
+    node, devices = prepared
+    assert node == host
+
+    claim = claim_of(kube, pod)
+    assert claim is not None
+    assert claim["metadata"]["labels"][DOMAIN_UID_LABEL] == str(domain.uid)
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"]) == (DRIVER_NAME, host)
+    with_claims = [
+        c["name"] for c in spec["containers"] if (c.get("resources") or {}).get("claims")
+    ]
+    assert sorted(devices) == sorted(with_claims)
+    for cdi_ids in devices.values():
+        check_devices(fleet, host, domain, cdi_ids, claim["metadata"]["uid"])
+
+
+def check_ready(kube: ClusterKube, domain: ComputeDomain) -> None:
+    """A placed domain: Ready on its numNodes trays, in the portal and on its object."""
+    if domain.num_nodes == 0:
+        return  # follows its workload: its trays are its pods'
+    # Its claims are prepared once each tray's daemon is ready; the portal's phase follows
+    # with the agents' next reports.
+    wait_for(
+        lambda: ComputeDomain.objects.get(pk=domain.pk).phase == Phase.READY,
+        30,
+        f"{domain.name} Ready",
+    )
+    assert len(members_of(domain)) == domain.num_nodes
+
+    def published_ready() -> dict[str, Any] | None:
+        obj = kube.get("computedomains", domain.name, domain.namespace.name) or {}
+        status = obj.get("status") or {}
+        return status if status.get("status") == "Ready" else None
+
+    status = wait_for(published_ready, 30, f"{domain.name} Ready on its object")
+    assert {n["name"] for n in status["nodes"]} == members_of(domain)
+
+
+def delete_workload(kube: ClusterKube, workload: Workload, pods: list[dict[str, Any]]) -> None:
+    """`kubectl delete -f`, in the file's order. No kubelet here stops containers, so the
+    pods go at once (as a kubelet confirms a stopped pod); and the garbage collector does
+    not run here, so what it would delete with its owner is deleted by hand: a Job's pods,
+    and every pod's generated ResourceClaims (the resourceclaim controller leaves those of
+    a pod that is gone to the garbage collector)."""
+    for obj in workload.objects:
+        meta = obj["metadata"]
+        plural = {"ComputeDomain": "computedomains", "Pod": "pods", "Job": "jobs"}[obj["kind"]]
+        kube.delete(plural, meta["name"], meta["namespace"])
+        if obj["kind"] == "Job":
+            for pod in pods:
+                if (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == meta["name"]:
+                    kube.delete("pods", pod["metadata"]["name"], meta["namespace"])
+    gone = {pod["metadata"]["uid"] for pod in pods}
+    for claim in kube.resource("resourceclaims").get().items:
+        if any(owner.uid in gone for owner in claim.metadata.ownerReferences or []):
+            kube.delete("resourceclaims", claim.metadata.name, claim.metadata.namespace)

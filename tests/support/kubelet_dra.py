@@ -229,3 +229,11 @@ class KubeletFleet:
 
     def failures(self, pod_uid: str) -> list[str]:
         return [e for k in self.kubelets.values() for e in k.failures(pod_uid)]
+
+    def unprepared(self, pod_uid: str) -> bool:
+        """Some kubelet unprepared the pod's claims (the pod is gone)."""
+        return any(
+            e["event"] == "unprepared" and e["uid"] == pod_uid
+            for k in self.kubelets.values()
+            for e in k.events()
+        )

@@ -90,7 +90,8 @@ def tenant_api(transactional_db, portal: str) -> Iterator[httpx.Client]:
 
 @pytest.fixture
 def kube(real_kube: ClusterKube) -> ClusterKube:
-    """The cluster with the chart's DeviceClass and the tenants' namespaces."""
+    """Upstream's API server (in this module `kube` is never conftest's API mock), with the
+    chart's DeviceClass and the tenants' namespaces."""
     for name in (NAMESPACE, "intruder"):
         real_kube.put_namespace(name)
     install_device_class(real_kube)

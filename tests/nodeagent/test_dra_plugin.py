@@ -3,7 +3,8 @@
 
 These tests cover the plugin alone: registration, the tray's ResourceSlice, and the claims
 it refuses before the portal is asked. The way through the portal (admission, joining,
-the daemon, CDI) is in tests/e2e/test_dra.py with real agents and a real server.
+the daemon, CDI) is in tests/kube/test_dra_e2e.py, with real agents and a real server,
+upstream's control plane and the kubelet's own DRA code.
 """
 
 from __future__ import annotations

@@ -117,18 +117,21 @@ def fail_formation(*, domain_id: int) -> bool:
         .order_by("index")
     )
     stuck = members[0] if members else None
+    # An agent that reports but cannot fetch its desired state says why (its link_error).
+    link = str((stuck.node.agent_report or {}).get("link_error") or "") if stuck else ""
+    says = f"; its agent says: {link}" if link else ""
     if stuck is None:
         message = "formation deadline passed"
     elif not stuck.step and not stuck.generation_applied:
         message = (
             f"formation deadline passed: {stuck.node.hostname} (#{stuck.index}) never "
-            "reported; its agent may be down"
+            "reported" + (says or "; its agent may be down")
         )
     else:
         said = f"; agent said: {stuck.message}" if stuck.message else ""
         message = (
             f"formation deadline passed: {stuck.node.hostname} (#{stuck.index}) stuck at step "
-            f"{stuck.step or stuck.state}{said}"
+            f"{stuck.step or stuck.state}{said}{says}"
         )
     details = {
         "stuck": [

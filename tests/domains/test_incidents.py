@@ -119,3 +119,29 @@ def test_the_tenant_reads_the_note_on_her_domain_page_and_another_tenant_cannot(
     assert 'id="incident-notes"' in body and "New PSU at 14:00." in body
     client.force_login(tenant_b)
     assert client.get(page).status_code == 404
+
+
+def test_the_incident_list_costs_the_same_queries_for_one_incident_or_many(
+    client, down, operator, ns_a, tenant_a, django_capture_on_commit_callbacks
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.force_login(operator)
+    url = reverse("operator:incidents")
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get(url).status_code == 200
+        return len(ctx.captured_queries)
+
+    one = queries()
+    actor = Actor.for_user(operator)
+    for name in ("b", "c"):
+        domain = form(request_domain(ns_a, tenant_a, name, num_nodes=1))
+        tray = domain.members.get().node
+        with django_capture_on_commit_callbacks(execute=True):
+            tray_act(actor=actor, node=tray, action="drain")
+            tray_act(actor=actor, node=tray, action="mark_down")
+    assert Incident.objects.count() == 3
+    assert queries() == one

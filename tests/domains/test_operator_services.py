@@ -42,6 +42,7 @@ def test_tray_actions_move_the_state_and_record_who_and_why(topology, operator):
         ("node.cordoned", "operator", "fan noise"),
         ("node.draining", "operator", "replace fan"),
         ("node.marked_down", "operator", "fan dead"),
+        ("incident.opened", "operator", "gb-r01-t01 down: fan dead; 0 domains hit"),
         ("node.uncordoned", "operator", ""),
     ]
 

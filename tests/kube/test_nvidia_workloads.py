@@ -322,16 +322,19 @@ def test_a_workload_applied_unchanged_runs_on_its_domains_trays_with_its_channel
         prepared = all_prepared(kubelets, pods, domains)
         for domain in domains.values():
             domain.refresh_from_db()
+        owner = {}
         for pod_seen in pods:
             pod = real_kube.get("pods", pod_seen["metadata"]["name"], namespace)
             assert pod is not None
+            owner[pod["metadata"]["uid"]] = domain_of(pod, domains)
             check_pod(real_kube, fleet, pod, domains, prepared[pod["metadata"]["uid"]])
 
         spare = {t.hostname for t in trays} - set().union(*map(members_of, domains.values()))
         assert len(spare) >= SPARE_TRAYS
         assert not {n for n, _ in prepared.values()} & spare
         for domain in domains.values():
-            check_ready(real_kube, domain)
+            hosts = {n for uid, (n, _) in prepared.items() if owner[uid] == domain}
+            check_ready(real_kube, domain, hosts)
 
         # kubectl delete -f <file>: the domains are released and every tray left clean.
         delete_workload(real_kube, workload, pods)
@@ -409,10 +412,9 @@ def check_pod(
         check_devices(fleet, host, domain, cdi_ids, claim["metadata"]["uid"])
 
 
-def check_ready(kube: ClusterKube, domain: ComputeDomain) -> None:
-    """A placed domain: Ready on its numNodes trays, in the portal and on its object."""
-    if domain.num_nodes == 0:
-        return  # follows its workload: its trays are its pods'
+def check_ready(kube: ClusterKube, domain: ComputeDomain, hosts: set[str]) -> None:
+    """Ready, in the portal and on its object, on its numNodes trays (placed) or on the
+    trays its pods run on (one that follows its workload); `hosts`: its pods' trays."""
     # Its claims are prepared once each tray's daemon is ready; the portal's phase follows
     # with the agents' next reports.
     wait_for(
@@ -420,7 +422,10 @@ def check_ready(kube: ClusterKube, domain: ComputeDomain) -> None:
         30,
         f"{domain.name} Ready",
     )
-    assert len(members_of(domain)) == domain.num_nodes
+    if domain.num_nodes > 0:
+        assert len(members_of(domain)) == domain.num_nodes
+    else:
+        assert members_of(domain) == hosts
 
     def published_ready() -> dict[str, Any] | None:
         obj = kube.get("computedomains", domain.name, domain.namespace.name) or {}

@@ -153,10 +153,15 @@ def test_the_kubelets_own_dra_code_registers_the_agent_and_gets_a_pods_claim_pre
                 return now if gone and now is not None else None
 
             wait_for(republished, 5, "the wiped slice published again")
-            assert any(
-                '"Deleted ResourceSlices"' in line and f"spec.nodeName={host}" in line
-                for line in kubelet.log().splitlines()
-            ), kubelet.log()[-3000:]
+            # klog writes its lines out every few seconds, so the wipe's line may come late.
+            wait_for(
+                lambda: any(
+                    '"Deleted ResourceSlices"' in line and f"spec.nodeName={host}" in line
+                    for line in kubelet.log().splitlines()
+                ),
+                15,
+                "the kubelet's log of its wipe",
+            )
             wait_for(lambda: kubelet.registered(DRIVER_NAME), 30, "the plugin to register again")
             # The pod is still there. A kubelet keeps only the claim's devices in its
             # checkpoint, not that it was prepared: it calls the plugin again, and (1.34)

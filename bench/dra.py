@@ -362,6 +362,17 @@ def create_pods(core: Any, rnd: int, template: str) -> dict[str, tuple[str, date
         return dict(pool.map(create, range(TRAYS)))
 
 
+def all_free(kube: Any) -> bool:
+    """Every tray's slice says it serves no domain and may join one (the last round's
+    release published): no pod of the round waits for a slice."""
+    slices = kube.resource("resourceslices").get().to_dict()["items"]
+    attributes = [d.get("attributes", {}) for s in slices for d in s["spec"].get("devices", [])]
+    return len(attributes) == TRAYS and all(
+        a.get("domain") == {"string": ""} and a.get("eligible") == {"bool": True}
+        for a in attributes
+    )
+
+
 def kubelet_events(kubelets: Any, kind: str, uids: set[str]) -> dict[str, list[dict[str, Any]]]:
     """uid → its `kind` events from every Node's kubelet (each log read once)."""
     found: dict[str, list[dict[str, Any]]] = {}
@@ -463,6 +474,7 @@ def real_round(api: Any, tenant: Tenant, plane: Plane, rnd: int, figures: Figure
     domain = request_domain(api, tenant, f"wl-{rnd}")
     template = f"wl-{rnd}-channel"
     wait(lambda: kube.get("resourceclaimtemplates", template, NAMESPACE), 30, "RCT", 0.05)
+    wait(lambda: all_free(kube), 60, "every slice free and eligible", 0.05)
     t0 = time.monotonic()
     made = create_pods(core, rnd, template)
     created = {uid: at for uid, (_, at) in made.items()}

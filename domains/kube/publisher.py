@@ -37,6 +37,7 @@ from domains.kube.crd import (
 )
 from domains.kube.dra import ClaimTemplates
 from domains.kube.models import PublishedDomain, RefusedComputeDomain
+from domains.kube.services import kube_computedomain_observed
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +220,23 @@ def report_refusal(*, refusal_id: int, cluster: Cluster | None = None) -> str:
     cluster.patch_status(refusal.namespace, refusal.name, {"status": "NotReady", "nodes": []})
     RefusedComputeDomain.objects.filter(pk=refusal.pk).update(reported=True)
     return "reported"
+
+
+def retry_refusal(*, refusal_id: int, cluster: Cluster | None = None) -> str:
+    """Try a refused object again now, as a resync would (its name became free)."""
+    refusal = RefusedComputeDomain.objects.filter(pk=refusal_id).first()
+    if refusal is None:
+        return "no such refusal"
+    cluster = cluster or Cluster()
+    current = cluster.get(refusal.namespace, refusal.name)
+    if current is None or current["metadata"]["uid"] != refusal.object_uid:
+        return "object gone"
+    seen = kube_computedomain_observed(obj=current, retry_refused=True)
+    if seen.domain is not None:
+        return f"adopted; {publish_domain(domain_id=seen.domain.pk, cluster=cluster)}"
+    if seen.refusal is not None and not seen.refusal.reported:
+        return f"refused again; {report_refusal(refusal_id=seen.refusal.pk, cluster=cluster)}"
+    return "refused again"
 
 
 # --- reconcile -----------------------------------------------------------------------------

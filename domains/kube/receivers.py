@@ -8,9 +8,10 @@ import logging
 from django.dispatch import receiver
 
 from domains import signals
-from domains.computedomains.models import ComputeDomain
+from domains.computedomains.models import ComputeDomain, Phase
 from domains.kube.client import kube_enabled
-from domains.kube.tasks import publish_domain
+from domains.kube.models import RefusedComputeDomain
+from domains.kube.tasks import publish_domain, retry_refusal
 
 log = logging.getLogger(__name__)
 
@@ -31,3 +32,25 @@ def publish_on_change(sender: object, domain_uid: str, **kwargs: object) -> None
         publish_domain.delay(domain_id)
     except Exception:
         log.warning("could not queue kube.publish_domain for %s; reconcile will", domain_uid)
+
+
+@receiver(signals.domain_changed, dispatch_uid="kube.retry_namesake_refusals")
+def retry_namesake_refusals(
+    sender: object, domain_uid: str, phase: str = "", **kwargs: object
+) -> None:
+    """A domain that ended frees its name: an object of that name refused while it released
+    (`kubectl delete -f` and `kubectl apply -f` again) is tried again now, not at the next
+    resync minutes later."""
+    if not kube_enabled() or phase not in (Phase.RELEASED, Phase.FAILED):
+        return
+    ended = ComputeDomain.objects.filter(uid=domain_uid).select_related("namespace").first()
+    if ended is None:
+        return
+    refusals = RefusedComputeDomain.objects.filter(
+        namespace=ended.namespace.name, name=ended.name
+    ).values_list("pk", flat=True)
+    for refusal_id in refusals:
+        try:
+            retry_refusal.delay(refusal_id)
+        except Exception:
+            log.warning("could not queue kube.retry_refusal %s; the next resync will", refusal_id)

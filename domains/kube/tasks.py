@@ -36,6 +36,14 @@ def report_refusal(refusal_id: int) -> str:
     return publisher.report_refusal(refusal_id=refusal_id)
 
 
+@shared_task(name="kube.retry_refusal", **RETRY)
+def retry_refusal(refusal_id: int) -> str:
+    """Adopt a refused kubectl-created ComputeDomain now if it can be (its name is free)."""
+    if not kube_enabled():
+        return "disabled"
+    return publisher.retry_refusal(refusal_id=refusal_id)
+
+
 @shared_task(name="kube.reconcile", acks_late=True)
 def reconcile() -> dict[str, int]:
     """Publish every domain whose object may differ from the database, in this task.

@@ -1,4 +1,5 @@
-"""A ComputeDomain adopted whichever watch hears first: its own or its namespace's.
+"""A ComputeDomain adopted whichever watch hears first: its own or its namespace's; and one
+applied again while its namesake releases, adopted once that ends.
 
 `kubectl create namespace x && kubectl apply -n x -f computedomain.yaml` makes both objects
 within milliseconds, and kube_sync watches Namespaces and ComputeDomains in separate
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from domains.computedomains.models import ComputeDomain, DomainSource
+from domains.computedomains.models import LIVE_PHASES, ComputeDomain, DomainSource, Phase
 from domains.kube.crd import UID_ANNOTATION
 from domains.kube.models import RefusedComputeDomain
 from domains.tenancy.models import Namespace
 from tests.kube.conftest import computedomain
+from tests.support.lifecycle import all_clean
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
 
@@ -51,3 +53,37 @@ def test_a_computedomain_in_a_namespace_that_is_not_a_tenant_is_still_refused(
     assert not Namespace.objects.filter(name="not-a-tenant").exists()
     refusal = RefusedComputeDomain.objects.get(name="train")
     assert "not a tenant" in refusal.message
+
+
+def test_a_computedomain_applied_again_while_its_namesake_releases_is_adopted_once_it_ends(
+    real_kube, real_sync, topology, ns_a, django_capture_on_commit_callbacks
+):
+    """`kubectl delete -f x.yaml && kubectl apply -f x.yaml`: the new object comes while
+    the old domain still releases, and is refused for its name; when that domain ends, the
+    new object is adopted then, not at the next resync minutes later."""
+    real_sync.step()
+    real_kube.apply(computedomain("train", "team-a", num_nodes=2))
+    real_sync.step("computedomains")
+    first = ComputeDomain.objects.get(namespace=ns_a, name="train")
+    assert first.phase == Phase.FORMING
+
+    real_kube.delete("computedomains", "train", "team-a")
+    real_sync.step("computedomains")
+    first.refresh_from_db()
+    assert first.phase == Phase.RELEASING  # its trays are still being cleaned
+    real_kube.apply(computedomain("train", "team-a", num_nodes=2))
+    real_sync.step("computedomains")
+    assert RefusedComputeDomain.objects.get(name="train").reason == "NameTaken"
+
+    with django_capture_on_commit_callbacks(execute=True):
+        all_clean(first)  # the old domain's trays report clean: it ends
+    first.refresh_from_db()
+    assert first.phase == Phase.RELEASED
+    second = ComputeDomain.objects.get(namespace=ns_a, name="train", phase__in=LIVE_PHASES)
+    assert second.source == DomainSource.KUBERNETES
+    assert not RefusedComputeDomain.objects.exists()
+    obj = real_kube.get("computedomains", "train", "team-a")
+    assert obj is not None
+    annotations = obj["metadata"]["annotations"]
+    assert annotations[UID_ANNOTATION] == str(second.uid)
+    assert annotations["portal.domains/phase"] != "Refused"

@@ -102,10 +102,11 @@ def _record(node_id: int, call: str, status: int, error: str, now: datetime) -> 
     if cached:
         try:
             cache.set(_key(node_id), entry, KEPT_S)
-            if fresh:
-                index = cache.get(INDEX_KEY) or []
-                if node_id not in index:
-                    cache.set(INDEX_KEY, [*index, node_id], KEPT_S)
+            # The trays with a failure, read by `failures`. Two trays failing at once may
+            # each write the list without the other: the next failure adds it back.
+            index = cache.get(INDEX_KEY) or []
+            if node_id not in index:
+                cache.set(INDEX_KEY, [*index, node_id], KEPT_S)
         except Exception:
             log.warning("could not keep the failure of %s for tray %s in Redis", call, node_id)
     if fresh:  # the pages that show the tray fetch again, and find the failure
@@ -134,9 +135,9 @@ def failures(*, now: datetime | None = None, redis: bool = True) -> dict[int, Ca
         try:
             index = cache.get(INDEX_KEY) or []
             found = cache.get_many([_key(i) for i in index])
-        except Exception:
-            found = {}
-        for node_id in index if found else []:
+        except Exception:  # Redis went away meanwhile: what this process saw
+            index, found = [], {}
+        for node_id in index:
             entry = found.get(_key(node_id))
             if entry and entry["at"] >= entries.get(node_id, {}).get("at", ""):
                 entries[node_id] = entry
@@ -144,7 +145,7 @@ def failures(*, now: datetime | None = None, redis: bool = True) -> dict[int, Ca
     return {f.node_id: f for f in every if f.current(now)}
 
 
-def failure_of(node_id: int, *, now: datetime | None = None) -> CallFailure | None:
+def failure_of(node_id: int) -> CallFailure | None:
     """The tray's last failure, current or not (the tray page says when it was)."""
     with _lock:
         entry = _local.get(node_id)

@@ -45,7 +45,7 @@ def tray_trouble(node: Node, *, now: datetime | None = None) -> TrayTrouble:
     """What is wrong with `node`'s agent, from its stored report and its call failures."""
     now = now or timezone.now()
     report = node.agent_report or {}
-    failure = calls.failure_of(node.pk, now=now)
+    failure = calls.failure_of(node.pk)
     error = str(report.get("error") or "")
     first, _, rest = error.partition("\n")
     log = rest.strip()

@@ -188,7 +188,22 @@ def _remove(cluster: Cluster, domain: ComputeDomain, row: PublishedDomain) -> st
         _save(row, last_error=f"ResourceClaimTemplate kept: {template}"[:2000])
         return f"{outcome}; template {template}"
     _save(row, removed=True, hash_="removed")
+    if template == "template removed":
+        _hand_over_template(cluster, domain)
     return outcome
+
+
+def _hand_over_template(cluster: Cluster, ended: ComputeDomain) -> None:
+    """A live domain of the same template name (its object applied again while this one
+    released) was refused the name meanwhile, and is not published again until it changes:
+    publish it now that the name is free."""
+    waiting = ComputeDomain.objects.filter(
+        namespace_id=ended.namespace_id,
+        resource_claim_template=ended.resource_claim_template,
+        phase__in=LIVE_PHASES,
+    ).exclude(pk=ended.pk)
+    for domain_id in waiting.values_list("pk", flat=True):
+        publish_domain(domain_id=domain_id, cluster=cluster)
 
 
 def _save(row: PublishedDomain, *, hash_: str | None = None, **fields: Any) -> None:

@@ -207,16 +207,7 @@ def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
     members = list(domain.members.filter(active=True).select_related("clique"))
     clique_id, ip = node.clique_id, node.management_ip
     assert clique_id is not None and ip  # _check_tray refused a tray without them
-    # The clique chosen when it was requested; a domain from before that choice keeps to
-    # its first member's.
-    clique = domain.clique if domain.clique_id else (members[0].clique if members else None)
-    if clique is not None and clique_id != clique.pk:
-        raise Conflict(
-            f"{claim_title(claim)}: tray {node.hostname} is in clique "
-            f"{node.clique.label if node.clique else ''}, but ComputeDomain {domain} keeps to "
-            f"clique {clique.label}: keep the pods in one NVLink clique (the domain's "
-            "ResourceClaimTemplate selects only that clique's trays)"
-        )
+    _check_clique(domain, node, members, claim)
     _check_quota(domain, namespace, quota, len(members), claim)
     taken = {m.index for m in members}
     index = next(i for i in range(len(members) + 1) if i not in taken)
@@ -253,6 +244,21 @@ def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
     )
     _announce_membership(domain, [node.pk])
     return member
+
+
+def _check_clique(
+    domain: ComputeDomain, node: Node, members: list[DomainMember], claim: ClaimRef
+) -> None:
+    """The tray is in the clique chosen when the domain was requested (a domain from before
+    that choice keeps to its first member's)."""
+    clique = domain.clique if domain.clique_id else (members[0].clique if members else None)
+    if clique is not None and node.clique_id != clique.pk:
+        raise Conflict(
+            f"{claim_title(claim)}: tray {node.hostname} is in clique "
+            f"{node.clique.label if node.clique else ''}, but ComputeDomain {domain} keeps to "
+            f"clique {clique.label}: keep the pods in one NVLink clique (the domain's "
+            "ResourceClaimTemplate selects only that clique's trays)"
+        )
 
 
 def _check_tray(domain: ComputeDomain, node: Node, claim: ClaimRef) -> None:

@@ -8,6 +8,8 @@ import time
 import pytest
 from django.core.cache import cache
 
+from agentwire.messages import status_report
+from domains.agents.heartbeats import agent_report
 from domains.health import calls, workers
 from domains.inventory.models import Node
 from tests import factories
@@ -52,3 +54,17 @@ def test_nothing_shows_while_all_is_well(client, operator, failing_tray):
     cache.delete(calls.INDEX_KEY)
     client.force_login(operator)
     assert client.get("/fabric/health/").content.decode().strip() == ""
+
+
+def test_a_tray_page_shows_the_daemons_last_log_lines_its_agent_sent(
+    client, operator, failing_tray
+):
+    error = "nvidia-imex exited (exit code 1); restarted it\nIts log ends:\nbind: Address in use"
+    agent_report(
+        node=failing_tray, report=status_report(step="failed", generation_applied=0, error=error)
+    )
+    client.force_login(operator)
+    page = client.get(f"/fabric/nodes/{failing_tray.hostname}/").content.decode()
+    assert 'id="agent-trouble"' in page
+    assert 'id="agent-trouble-error">nvidia-imex exited (exit code 1); restarted it<' in page
+    assert ">bind: Address in use</pre>" in page

@@ -152,6 +152,19 @@ def phase_is(domain: Any, phase: str) -> bool:
     return bool(domain.__class__.objects.get(pk=domain.pk).phase == phase)
 
 
+def join_spread(domain: Any) -> float:
+    """Seconds from the domain's first member joining to its last (joins are taken one at
+    a time, under the domain's lock)."""
+    from django.db.models import Max, Min
+
+    from domains.computedomains.models import DomainMember
+
+    found = DomainMember.objects.filter(domain=domain).aggregate(
+        first=Min("assigned_at"), last=Max("assigned_at")
+    )
+    return float((found["last"] - found["first"]).total_seconds())
+
+
 def request_domain(api: Any, tenant: Tenant, name: str) -> Any:
     from domains.computedomains.models import ComputeDomain, Phase
 
@@ -264,9 +277,11 @@ def stand_in(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
                 figures.all_prepared.append(max(took))
                 figures.to_ready.append(t_ready - t0)
                 figures.add("prepared → Ready", [t_ready - t0 - max(took)])
+                figures.add("first join → last join", [join_spread(domain)])
                 resolves.append(usr1_processed(fleet, hosts) - resolved_before)
             print_figures("allocated", figures)
-            print(f"all 18 prepared → domain Ready     {stats(figures.extra['prepared → Ready'])}")
+            for what in ("prepared → Ready", "first join → last join"):
+                print(f"{what:33} {stats(figures.extra[what])}")
             print(f"SIGUSR1s processed per round (18 daemons): {resolves}")
             print(
                 "CPU per round (prepare, join, Ready, unprepare, release): "
@@ -453,6 +468,7 @@ def real(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
                 "created → bound",
                 "first created → last bound",
                 "bound → prepared",
+                "first join → last join",
             ):
                 print(f"{what:36} {stats(figures.extra[what])}")
             print(
@@ -510,6 +526,7 @@ def real_round(api: Any, tenant: Tenant, plane: Plane, rnd: int, figures: Figure
         return
     figures.count("failed", failed)
     figures.add("18 pods created (the bench's POSTs)", [spread])
+    figures.add("first join → last join", [join_spread(domain)])
     took = {}
     for uid, events in done.items():
         at = datetime.fromisoformat(events[0]["time"])

@@ -60,10 +60,10 @@ class JoinView(APIView):
 
 
 class NodeScopedView(APIView):
-    """Base for `nodes/<node_id>/…`: the token's node must be the URL's node.
+    """Base for `nodes/<node_id>/…`: the token's node must be the URL's node."""
 
-    A server error (5xx) answered to a tray's authenticated agent is recorded for the
-    portal's health condition (`domains.health.calls`): which call, when, and why."""
+    # A server error (5xx) answered to a tray's authenticated agent is recorded for the
+    # portal's health condition (domains.health.calls): which call, when, and why.
 
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [IsNodeAgent]

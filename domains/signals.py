@@ -13,13 +13,23 @@ a change is about, or None.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.db import transaction
 from django.dispatch import Signal
 
-if TYPE_CHECKING:  # for annotations only: every app imports this module, not the reverse
-    from domains.computedomains.models import ComputeDomain
+
+class _Domain(Protocol):
+    """What `announce_domain` reads of a domain (every app imports this module, so it names
+    none of their models)."""
+
+    @property
+    def uid(self) -> Any: ...
+    @property
+    def namespace_id(self) -> Any: ...
+    @property
+    def phase(self) -> str: ...
+
 
 # kwargs: domain_uid (str), namespace_id (int), phase (str)
 domain_changed = Signal()
@@ -64,7 +74,7 @@ def after_commit(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
     transaction.on_commit(lambda: send_logged(signal, sender, **kwargs))
 
 
-def announce_domain(domain: ComputeDomain) -> None:
+def announce_domain(domain: _Domain) -> None:
     """This domain's status changed."""
     sender, uid, ns_id, phase = type(domain), str(domain.uid), domain.namespace_id, domain.phase
     after_commit(domain_changed, sender, domain_uid=uid, namespace_id=ns_id, phase=phase)

@@ -7,7 +7,7 @@ same transaction as the change; listeners hear of it once that transaction commi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.contrib.auth.models import User
 from django.db import models
@@ -17,10 +17,16 @@ from domains.audit.models import ActorKind, Event
 from domains.context import get_request_id
 from domains.signals import after_commit
 
-if TYPE_CHECKING:  # names for annotations only: every app imports this module, not the reverse
-    from domains.computedomains.models import ComputeDomain
-    from domains.inventory.models import Node
-    from domains.tenancy.models import Namespace
+# Every app above records events through this module, so it names none of their models,
+# not even for annotations: an event's namespace, domain and node are typed `Row` here, and
+# Django itself refuses an instance of the wrong model for each foreign key when the event
+# is made (ValueError).
+Row = Any
+
+
+class _Tray(Protocol):
+    @property
+    def hostname(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ class Actor:
         return cls(kind=ActorKind.USER, name=user.get_username(), user=user)
 
     @classmethod
-    def for_agent(cls, node: Node) -> Actor:
+    def for_agent(cls, node: _Tray) -> Actor:
         return cls(kind=ActorKind.AGENT, name=f"agent:{node.hostname}")
 
     @property
@@ -56,9 +62,9 @@ def record_event(
     verb: str,
     obj: models.Model,
     message: str = "",
-    namespace: Namespace | None = None,
-    domain: ComputeDomain | None = None,
-    node: Node | None = None,
+    namespace: Row | None = None,
+    domain: Row | None = None,
+    node: Row | None = None,
     details: dict[str, Any] | None = None,
 ) -> Event:
     """Write one audit/timeline line. `obj` also fills the event's own foreign key to its
@@ -84,9 +90,9 @@ def new_event(
     verb: str,
     obj: models.Model,
     message: str = "",
-    namespace: Namespace | None = None,
-    domain: ComputeDomain | None = None,
-    node: Node | None = None,
+    namespace: Row | None = None,
+    domain: Row | None = None,
+    node: Row | None = None,
     details: dict[str, Any] | None = None,
 ) -> Event:
     """The line `record_event` would write, not saved yet (for `record_events`)."""

@@ -29,7 +29,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,10 +230,12 @@ def domain_of(pod: dict[str, Any], domains: dict[str, ComputeDomain]) -> Compute
     return domain
 
 
-def adopted(namespace: str, name: str) -> ComputeDomain | None:
-    return ComputeDomain.objects.filter(
-        namespace__name=namespace, name=name, phase__in=LIVE_PHASES
-    ).first()
+def adopted(namespace: str, name: str, old: list[int]) -> ComputeDomain | None:
+    return (
+        ComputeDomain.objects.filter(namespace__name=namespace, name=name, phase__in=LIVE_PHASES)
+        .exclude(pk__in=old)
+        .first()
+    )
 
 
 def members_of(domain: ComputeDomain) -> set[str]:
@@ -268,94 +270,172 @@ def check_devices(
         assert Path(n["hostPath"]).is_relative_to(root)
 
 
-# --- the test ------------------------------------------------------------------------------
+# --- the tests -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("manifest", MANIFESTS, ids=[p.name for p in MANIFESTS])
 def test_a_workload_applied_unchanged_runs_on_its_domains_trays_with_its_channels(
     manifest, real_kube, cluster, portal, kube_sync, kubelet_root
 ):
-    # A namespace of its own, made just before the apply, as a user does: `kubectl create
-    # namespace` and `kubectl apply -n` a moment apart.
-    namespace = namespace_for(manifest)
-    workload = read_workload(manifest, namespace)
-    install_device_class(real_kube)
-    (rack,) = factories.make_racks(str(trays_needed(workload)), ip_prefix=IP_PREFIX)
-    trays = list(Node.objects.filter(rack=rack).select_related("clique", "rack").order_by("slot"))
-    for tray in trays:
-        real_kube.put_node(tray.hostname, node_labels(tray), ip=tray.management_ip)
-    sync = kube_sync()
-    wait_for(
-        lambda: Node.objects.filter(rack=rack, source=NodeSource.KUBERNETES).count() == len(trays),
-        30,
-        "kube_sync to see the Nodes",
-    )
+    with Run(manifest, real_kube, cluster, portal, kube_sync, kubelet_root) as run:
+        domains, pods = run.apply()
+        run.delete(domains, pods)
 
-    with (
-        AgentFleet(portal, trays, kubelet_dir=kubelet_root, kubeconfig=cluster.kubeconfig) as fleet,
-        KubeletFleet(kube_binaries(), fleet, kubeconfig=cluster.kubeconfig) as kubelets,
-    ):
-        fleet.wait_joined()
-        kubelets.wait_registered(DRIVER_NAME)
-        for tray in trays:
-            wait_for(
-                lambda t=tray: real_kube.get("resourceslices", slice_name(t.hostname)),
-                30,
-                f"{tray.hostname}'s slice",
-            )
 
-        real_kube.put_namespace(namespace)
-        for obj in workload.objects:  # kubectl apply -n <namespace> -f <file>
-            real_kube.apply(obj)
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="a known bug: the adopted ComputeDomain object is deleted at once while its "
+    "domain releases, and its claim template is kept until the old claims are gone, so the "
+    "new pods' claims are made from the old template, name the ended domain and are refused "
+    "for good; NVIDIA's driver holds the object (a finalizer) until its template is gone",
+)
+@pytest.mark.parametrize("manifest", MANIFESTS[:1], ids=[p.name for p in MANIFESTS[:1]])
+def test_a_workload_deleted_and_applied_again_at_once_runs_again(
+    manifest, real_kube, cluster, portal, kube_sync, kubelet_root
+):
+    """`kubectl delete -f x.yaml && kubectl apply -f x.yaml`: the new objects come while
+    the old domains still release their trays, under the same names."""
+    with Run(manifest, real_kube, cluster, portal, kube_sync, kubelet_root) as run:
+        old, old_pods = run.apply()
+        delete_workload(real_kube, run.workload, old_pods)
+        new, pods = run.apply(replacing=old)
+        run.delete(new, pods, ended=[*old.values()])
+
+
+class Run:
+    """One file's workload on its own trays: the Nodes, kube_sync, the agents and a kubelet
+    per Node; `apply()` and `delete()` as a user runs `kubectl apply -f` and `delete -f`."""
+
+    def __init__(
+        self,
+        manifest: Path,
+        kube: ClusterKube,
+        cluster: Cluster,
+        portal: str,
+        kube_sync: Callable[[], Proc],
+        kubelet_root: Path,
+    ) -> None:
+        # A namespace of its own, made just before the apply, as a user does: `kubectl
+        # create namespace` and `kubectl apply -n` a moment apart.
+        self.namespace = namespace_for(manifest)
+        self.workload = read_workload(manifest, self.namespace)
+        self.kube = kube
+        install_device_class(kube)
+        (rack,) = factories.make_racks(str(trays_needed(self.workload)), ip_prefix=IP_PREFIX)
+        self.trays = list(
+            Node.objects.filter(rack=rack).select_related("clique", "rack").order_by("slot")
+        )
+        for tray in self.trays:
+            kube.put_node(tray.hostname, node_labels(tray), ip=tray.management_ip)
+        self.sync = kube_sync()
+        wait_for(
+            lambda: (
+                Node.objects.filter(rack=rack, source=NodeSource.KUBERNETES).count()
+                == len(self.trays)
+            ),
+            30,
+            "kube_sync to see the Nodes",
+        )
+        self.fleet = AgentFleet(
+            portal, self.trays, kubelet_dir=kubelet_root, kubeconfig=cluster.kubeconfig
+        )
+        self.kubelets = KubeletFleet(kube_binaries(), self.fleet, kubeconfig=cluster.kubeconfig)
+
+    def __enter__(self) -> Run:
+        self.fleet.start()
+        try:
+            self.kubelets.start()
+            self.fleet.wait_joined()
+            self.kubelets.wait_registered(DRIVER_NAME)
+            for tray in self.trays:
+                wait_for(
+                    lambda t=tray: self.kube.get("resourceslices", slice_name(t.hostname)),
+                    30,
+                    f"{tray.hostname}'s slice",
+                )
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kubelets.stop()
+        self.fleet.__exit__()
+
+    def apply(
+        self, replacing: dict[str, ComputeDomain] | None = None
+    ) -> tuple[dict[str, ComputeDomain], list[dict[str, Any]]]:
+        """`kubectl apply -n <namespace> -f <file>`, then every check of a running workload;
+        the domains by claim template name, and the pods. `replacing`: domains of these
+        names that may still release (not the ones to wait for)."""
+        kube, namespace = self.kube, self.namespace
+        kube.put_namespace(namespace)
+        for obj in self.workload.objects:
+            kube.apply(obj)
+        old = [d.pk for d in (replacing or {}).values()]
         domains = {
             obj["spec"]["channel"]["resourceClaimTemplate"]["name"]: wait_for(
-                lambda n=obj["metadata"]["name"]: adopted(namespace, n),
+                lambda n=obj["metadata"]["name"]: adopted(namespace, n, old),
                 30,
                 f"ComputeDomain {obj['metadata']['name']} adopted; kube_sync said:\n"
-                f"{sync.log()[-2000:]}",
+                f"{self.sync.log()[-2000:]}",
             )
-            for obj in workload.domains
+            for obj in self.workload.domains
         }
         assert {d.source for d in domains.values()} == {DomainSource.KUBERNETES}
 
-        pods = wait_for(lambda: pods_of(real_kube, workload, namespace), 60, "the pods")
-        prepared = all_prepared(kubelets, pods, domains)
+        pods = wait_for(lambda: pods_of(kube, self.workload, namespace), 60, "the pods")
+        prepared = all_prepared(kube, self.kubelets, pods, domains)
         for domain in domains.values():
             domain.refresh_from_db()
         owner = {}
         for pod_seen in pods:
-            pod = real_kube.get("pods", pod_seen["metadata"]["name"], namespace)
+            pod = kube.get("pods", pod_seen["metadata"]["name"], namespace)
             assert pod is not None
             owner[pod["metadata"]["uid"]] = domain_of(pod, domains)
-            check_pod(real_kube, fleet, pod, domains, prepared[pod["metadata"]["uid"]])
+            check_pod(kube, self.fleet, pod, domains, prepared[pod["metadata"]["uid"]])
 
-        spare = {t.hostname for t in trays} - set().union(*map(members_of, domains.values()))
+        trays = {t.hostname for t in self.trays}
+        spare = trays - set().union(*map(members_of, domains.values()))
         assert len(spare) >= SPARE_TRAYS
         assert not {n for n, _ in prepared.values()} & spare
         for domain in domains.values():
             hosts = {n for uid, (n, _) in prepared.items() if owner[uid] == domain}
-            check_ready(real_kube, domain, hosts)
+            check_ready(kube, domain, hosts)
+        return domains, pods
 
-        # kubectl delete -f <file>: the domains are released and every tray left clean.
-        delete_workload(real_kube, workload, pods)
+    def delete(
+        self,
+        domains: dict[str, ComputeDomain],
+        pods: list[dict[str, Any]],
+        ended: Sequence[ComputeDomain] = (),
+    ) -> None:
+        """`kubectl delete -f <file>`: every claim unprepared, the domains (and `ended`)
+        released, their claim templates removed, every tray left clean."""
+        delete_workload(self.kube, self.workload, pods)
         for pod in pods:
-            wait_for(lambda u=pod["metadata"]["uid"]: kubelets.unprepared(u), 30, "unprepared")
-        for domain in domains.values():
+            uid = pod["metadata"]["uid"]
+            wait_for(lambda u=uid: self.kubelets.unprepared(u), 30, "unprepared")
+        for domain in [*domains.values(), *ended]:
             wait_for(
                 lambda d=domain: ComputeDomain.objects.get(pk=d.pk).phase == Phase.RELEASED,
                 60,
                 f"{domain.name} released",
             )
+        for domain in domains.values():
             wait_for(
                 lambda d=domain: (
-                    real_kube.get("resourceclaimtemplates", d.resource_claim_template, namespace)
+                    self.kube.get(
+                        "resourceclaimtemplates", d.resource_claim_template, self.namespace
+                    )
                     is None
                 ),
                 30,
                 f"{domain.name}'s claim template removed",
             )
-        for tray in trays:
-            assert fleet.leftovers(tray.hostname) == []
+        for tray in self.trays:
+            assert self.fleet.leftovers(tray.hostname) == []
 
 
 def namespace_for(manifest: Path) -> str:
@@ -364,18 +444,34 @@ def namespace_for(manifest: Path) -> str:
 
 
 def all_prepared(
-    kubelets: KubeletFleet, pods: list[dict[str, Any]], domains: dict[str, ComputeDomain]
+    kube: ClusterKube,
+    kubelets: KubeletFleet,
+    pods: list[dict[str, Any]],
+    domains: dict[str, ComputeDomain],
 ) -> dict[str, tuple[str, dict[str, list[str]]]]:
     uids = [pod["metadata"]["uid"] for pod in pods]
     try:
-        return kubelets.wait_all_prepared(uids, timeout=120)
+        return kubelets.wait_all_prepared(uids, timeout=60)
     except TimeoutError:
         states = {
-            d.name: (d.phase, d.reason, d.message)
+            str(d.uid): (d.name, d.phase, d.reason, d.message)
             for d in ComputeDomain.objects.filter(pk__in=[d.pk for d in domains.values()])
         }
         failures = {uid: kubelets.failures(uid)[-1:] for uid in uids}
-        raise AssertionError(f"not all prepared: domains {states}, failures {failures}")
+        pending = {}
+        for seen in pods:
+            pod = kube.get("pods", seen["metadata"]["name"], seen["metadata"]["namespace"]) or {}
+            claim = claim_of(kube, pod) if pod else None
+            pending[seen["metadata"]["name"]] = {
+                "node": (pod.get("spec") or {}).get("nodeName"),
+                "claim of domain": ((claim or {}).get("metadata") or {})
+                .get("labels", {})
+                .get(DOMAIN_UID_LABEL),
+                "allocated": bool(((claim or {}).get("status") or {}).get("allocation")),
+            }
+        raise AssertionError(
+            f"not all prepared: domains {states}, failures {failures}, pods {pending}"
+        )
 
 
 def check_pod(

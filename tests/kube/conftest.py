@@ -6,15 +6,21 @@ process."""
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
+from domains.audit.events import Actor
 from domains.kube.client import api_client
 from domains.kube.sync import Watcher, resources
+from domains.tenancy.tokens import token_create
 from portal.celery import app as celery_app
+from tests import factories
 from tests.kube.cluster import (
     BuildFailed,
     Cluster,
@@ -25,6 +31,7 @@ from tests.kube.cluster import (
 )
 from tests.kube.schemas import CRD_PATH, computedomain_errors, dra_errors
 from tests.support import kubemock
+from tests.support.processes import running, start_server, start_worker
 
 RACK_LABEL = "topology.kubernetes.io/rack"
 CLUSTER = "6f0b9b84-4c1e-4a8e-9d9e-2f1f3c0d9a11"
@@ -92,6 +99,39 @@ def real_kube(cluster, tmp_path, settings, monkeypatch) -> Iterator[ClusterKube]
     yield kube
     for plural in CLEANED:
         kube.delete_all(plural)
+
+
+@pytest.fixture(scope="module")
+def portal(django_db_setup, django_db_blocker, cluster: Cluster) -> Iterator[str]:
+    """The real server and Celery worker, publishing to upstream's API server."""
+    env = {"KUBECONFIG": str(cluster.kubeconfig), "PORTAL_KUBE_ENABLED": "1"}
+    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", **env)
+    worker = start_worker(concurrency=4, **env)
+    with running(worker, server):
+        yield url
+
+
+@pytest.fixture
+def tenant_api(request, transactional_db, portal: str) -> Iterator[httpx.Client]:
+    """A member of the test module's `NAMESPACE`, calling the portal's API with a token."""
+    namespace = request.module.NAMESPACE
+    ns = factories.make_namespace(namespace)
+    user = factories.make_user(f"{namespace}-tenant")
+    factories.add_member(user, ns, "member")
+    _, raw = token_create(actor=Actor.for_user(user), user=user, name=namespace)
+    with httpx.Client(
+        base_url=f"{portal}/api/v1/namespaces/{namespace}",
+        headers={"Authorization": f"Bearer {raw}"},
+        timeout=30,
+    ) as api:
+        yield api
+
+
+@pytest.fixture
+def kubelet_dirs() -> Iterator[Path]:
+    """Every tray's kubelet directory, under a short path (unix sockets: 107 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="kd-") as tmp:
+        yield Path(tmp)
 
 
 @pytest.fixture

@@ -27,19 +27,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import DomainClaim, DomainMember, Phase
 from domains.inventory.models import Node
-from domains.tenancy.tokens import token_create
 from nodeagent.config import CHANNELS_DIR, Paths
 from nodeagent.dra import CDI_CLAIM_KIND, DEVICE_NAME, DRIVER_NAME
 from nodeagent.dra.slices import slice_name
@@ -50,42 +46,18 @@ from nodeagent.runner import status_path
 from tests import factories
 from tests.e2e.conftest import phase_of, release_domain, request_domain
 from tests.kube.chartobjects import install_device_class
-from tests.kube.cluster import Cluster, ClusterKube, kube_binaries
+from tests.kube.cluster import ClusterKube, kube_binaries
 from tests.kube.conftest import gpu_labels
 from tests.kube.test_dra_cluster import claim_of, pod_with_claim
 from tests.support.agents import AgentFleet, wait_for
 from tests.support.cdi import resolve
 from tests.support.kubelet_dra import KubeletDra, KubeletFleet
-from tests.support.processes import pods_supported, running, start_server, start_worker
+from tests.support.processes import pods_supported
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 IP_PREFIX = factories.tray_ip_prefix(21)  # this module's loopback range
 NAMESPACE = "e2e"
-
-
-@pytest.fixture(scope="module")
-def portal(django_db_setup, django_db_blocker, cluster: Cluster) -> Iterator[str]:
-    """The real server and worker, publishing to upstream's API server."""
-    env = {"KUBECONFIG": str(cluster.kubeconfig), "PORTAL_KUBE_ENABLED": "1"}
-    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", **env)
-    worker = start_worker(concurrency=4, **env)
-    with running(worker, server):
-        yield url
-
-
-@pytest.fixture
-def tenant_api(transactional_db, portal: str) -> Iterator[httpx.Client]:
-    ns = factories.make_namespace(NAMESPACE)
-    user = factories.make_user("e2e-tenant")
-    factories.add_member(user, ns, "member")
-    _, raw = token_create(actor=Actor.for_user(user), user=user, name="e2e")
-    with httpx.Client(
-        base_url=f"{portal}/api/v1/namespaces/{NAMESPACE}",
-        headers={"Authorization": f"Bearer {raw}"},
-        timeout=30,
-    ) as api:
-        yield api
 
 
 @pytest.fixture
@@ -96,13 +68,6 @@ def kube(real_kube: ClusterKube) -> ClusterKube:
         real_kube.put_namespace(name)
     install_device_class(real_kube)
     return real_kube
-
-
-@pytest.fixture
-def kubelet_dirs() -> Iterator[Path]:
-    """Every tray's kubelet directory, under a short path (unix sockets: 107 bytes)."""
-    with tempfile.TemporaryDirectory(prefix="kd-") as tmp:
-        yield Path(tmp)
 
 
 @contextlib.contextmanager

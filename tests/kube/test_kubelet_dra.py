@@ -12,66 +12,28 @@ boot id) the pod's claim is prepared again with a fresh CDI spec.
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from domains.audit.events import Actor
 from domains.computedomains.models import LIVE_PHASES, ComputeDomain, Phase
 from domains.inventory.models import Node
-from domains.tenancy.tokens import token_create
 from nodeagent.config import CHANNELS_DIR
 from nodeagent.dra import CDI_CLAIM_KIND, DRIVER_NAME
 from nodeagent.dra.slices import slice_name
 from tests import factories
 from tests.kube.chartobjects import install_device_class
-from tests.kube.cluster import Cluster, kube_binaries, wait_for
+from tests.kube.cluster import kube_binaries, wait_for
 from tests.kube.conftest import gpu_labels
 from tests.kube.test_dra_cluster import claim_of, pod_with_claim
 from tests.support.agents import AgentFleet
 from tests.support.cdi import resolve
 from tests.support.kubelet_dra import KubeletDra
-from tests.support.processes import running, start_server, start_worker
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 IP_PREFIX = factories.tray_ip_prefix(29)  # this module's loopback range
 NAMESPACE = "e2e"
-
-
-@pytest.fixture(scope="module")
-def portal(django_db_setup, django_db_blocker, cluster: Cluster) -> Iterator[str]:
-    """The real server and worker, publishing to upstream's API server."""
-    env = {"KUBECONFIG": str(cluster.kubeconfig), "PORTAL_KUBE_ENABLED": "1"}
-    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", **env)
-    worker = start_worker(concurrency=4, **env)
-    with running(worker, server):
-        yield url
-
-
-@pytest.fixture
-def tenant_api(transactional_db, portal: str) -> Iterator[httpx.Client]:
-    ns = factories.make_namespace(NAMESPACE)
-    user = factories.make_user("kubelet-tenant")
-    factories.add_member(user, ns, "member")
-    _, raw = token_create(actor=Actor.for_user(user), user=user, name="kubelet")
-    with httpx.Client(
-        base_url=f"{portal}/api/v1/namespaces/{NAMESPACE}",
-        headers={"Authorization": f"Bearer {raw}"},
-        timeout=30,
-    ) as api:
-        yield api
-
-
-@pytest.fixture
-def kubelets() -> Iterator[Path]:
-    """Every tray's kubelet directory, under a short path (unix sockets: 107 bytes)."""
-    with tempfile.TemporaryDirectory(prefix="kd-") as tmp:
-        yield Path(tmp)
 
 
 def pod_on(node: str, name: str, template: str) -> dict[str, Any]:
@@ -80,7 +42,7 @@ def pod_on(node: str, name: str, template: str) -> dict[str, Any]:
 
 
 def test_the_kubelets_own_dra_code_registers_the_agent_and_gets_a_pods_claim_prepared(
-    real_kube, cluster, portal, tenant_api, kubelets
+    real_kube, cluster, portal, tenant_api, kubelet_dirs
 ):
     real_kube.put_namespace(NAMESPACE)
     install_device_class(real_kube)
@@ -90,13 +52,14 @@ def test_the_kubelets_own_dra_code_registers_the_agent_and_gets_a_pods_claim_pre
         real_kube.put_node(node.hostname, gpu_labels())
     host = nodes[0].hostname
 
-    with AgentFleet(portal, nodes, kubelet_dir=kubelets, kubeconfig=cluster.kubeconfig) as fleet:
+    fleet = AgentFleet(portal, nodes, kubelet_dir=kubelet_dirs, kubeconfig=cluster.kubeconfig)
+    with fleet:
         root = fleet.tray_root(host)
         kubelet = KubeletDra(
             kube_binaries(),
             kubeconfig=cluster.kubeconfig,
             node=host,
-            root=kubelets / host,
+            root=kubelet_dirs / host,
             tmpfs=(root / "var/run/cdi", root / CHANNELS_DIR),
             boot_id_file=root / "proc/sys/kernel/random/boot_id",
         ).start()

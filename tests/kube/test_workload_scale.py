@@ -19,31 +19,27 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from kubernetes import client
 
 from domains.agents.desired import desired_state_for
-from domains.audit.events import Actor
 from domains.computedomains.models import LIVE_PHASES, ComputeDomain, Phase
 from domains.inventory.models import Node
 from domains.inventory.seed import tray_ip
-from domains.tenancy.tokens import token_create
 from nodeagent.dra import CDI_CLAIM_KIND, DRIVER_NAME
 from nodeagent.dra.slices import slice_name
 from nodeagent.emulator.tray import GpuFacts, TrayFacts, daemon_starts
 from tests import factories
 from tests.kube.chartobjects import install_device_class
-from tests.kube.cluster import Cluster, ClusterKube, kube_binaries, wait_for
+from tests.kube.cluster import ClusterKube, kube_binaries, wait_for
 from tests.kube.conftest import gpu_labels
 from tests.kube.test_dra_cluster import claim_of
 from tests.support.agents import AgentFleet
 from tests.support.kubelet_dra import KubeletFleet
-from tests.support.processes import Proc, pods_supported, running, start_server, start_worker
+from tests.support.processes import Proc, pods_supported
 from tests.support.trays import Tray
 
 pytestmark = [
@@ -56,30 +52,6 @@ pytestmark = [
 IP_PREFIX = factories.tray_ip_prefix(34)  # this module's loopback range
 NAMESPACE = "scale"
 TRAYS = 18
-
-
-@pytest.fixture(scope="module")
-def portal(django_db_setup, django_db_blocker, cluster: Cluster) -> Iterator[str]:
-    """The real server and worker, publishing to upstream's API server."""
-    env = {"KUBECONFIG": str(cluster.kubeconfig), "PORTAL_KUBE_ENABLED": "1"}
-    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", **env)
-    worker = start_worker(concurrency=4, **env)
-    with running(worker, server):
-        yield url
-
-
-@pytest.fixture
-def tenant_api(transactional_db, portal: str) -> Iterator[httpx.Client]:
-    ns = factories.make_namespace(NAMESPACE)
-    user = factories.make_user("scale-tenant")
-    factories.add_member(user, ns, "member")
-    _, raw = token_create(actor=Actor.for_user(user), user=user, name="scale")
-    with httpx.Client(
-        base_url=f"{portal}/api/v1/namespaces/{NAMESPACE}",
-        headers={"Authorization": f"Bearer {raw}"},
-        timeout=30,
-    ) as api:
-        yield api
 
 
 def job(name: str, template: str, pods: int) -> dict[str, Any]:

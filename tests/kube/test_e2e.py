@@ -1,25 +1,23 @@
 """End to end on real processes: a GitOps user's ComputeDomain forms on trays that came from
 Kubernetes Nodes, its status reaches the object, and `kubectl delete` releases it.
 
-Real `manage.py kube_sync`, web server, Celery worker and node agents (emulated IMEX); only
-the API server is the mock. Trays use this suite's loopback range 127.15.<rack>.<slot>.
+Real `manage.py kube_sync`, web server, Celery worker and node agents (emulated IMEX), and
+upstream's API server. The trays come from Kubernetes Nodes, their GPUs from what their
+agents report. Trays use this suite's loopback range 127.15.<rack>.<slot>.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from domains.computedomains.models import ComputeDomain, DomainSource, Phase
-from domains.inventory.models import Gpu, Node, NodeSource
+from domains.inventory.models import Node, NodeSource
 from domains.kube.crd import UID_ANNOTATION
 from domains.tenancy.models import Namespace
 from tests import factories
+from tests.kube.cluster import ClusterKube
 from tests.kube.conftest import computedomain, gpu_labels
-from tests.kube.schemas import assert_valid_computedomain, computedomain_errors
-from tests.support import kubemock
+from tests.kube.schemas import assert_valid_computedomain
 from tests.support.agents import AgentFleet, wait_for
 from tests.support.processes import (
     VENV_BIN,
@@ -30,21 +28,9 @@ from tests.support.processes import (
     start_worker,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 TRAYS = [(f"k8s-r1-t{slot}", f"{factories.tray_ip_prefix(15)}.1.{slot}") for slot in range(1, 5)]
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[kubemock.KubeMock, dict[str, str]]]:
-    with kubemock.running() as mock:
-        mock.validators["computedomains"] = computedomain_errors
-        env = {
-            "KUBECONFIG": str(mock.write_kubeconfig(tmp_path / "kubeconfig")),
-            "PORTAL_KUBE_ENABLED": "1",
-            "PORTAL_KUBE_RACK_LABEL": "topology.kubernetes.io/rack",
-        }
-        yield mock, env
 
 
 def start_kube_sync(env: dict[str, str]) -> Proc:
@@ -56,12 +42,17 @@ def start_kube_sync(env: dict[str, str]) -> Proc:
 
 
 def test_a_kubectl_computedomain_forms_on_kubernetes_trays_and_kubectl_delete_releases_it(
-    cluster,
+    real_kube: ClusterKube, cluster
 ):
-    mock, env = cluster
+    kube = real_kube  # what `kubectl` does, against upstream's API server
+    env = {
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "PORTAL_KUBE_ENABLED": "1",
+        "PORTAL_KUBE_RACK_LABEL": "topology.kubernetes.io/rack",
+    }
     for hostname, ip in TRAYS:
-        mock.put_node(hostname, labels=gpu_labels(clique=7, rack="r1"), ip=ip)
-    mock.put_namespace("gitops")
+        kube.put_node(hostname, gpu_labels(clique=7, rack="r1"), ip=ip)
+    kube.put_namespace("gitops")
     sync = start_kube_sync(env)
     server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", **env)
     worker = start_worker(concurrency=4, **env)
@@ -70,13 +61,9 @@ def test_a_kubectl_computedomain_forms_on_kubernetes_trays_and_kubectl_delete_re
             lambda: Node.objects.filter(source=NodeSource.KUBERNETES).count() == 4, 30, "trays"
         )
         ns = wait_for(lambda: Namespace.objects.filter(name="gitops").first(), 30, "namespace")
-        for tray in Node.objects.filter(source=NodeSource.KUBERNETES):
-            # What NVML reports on each emulated tray: 4 GPUs in clique 7 (the agent's facts).
-            for index in range(4):
-                Gpu.objects.create(node=tray, index=index, uuid=f"GPU-{tray.hostname}-{index}")
         with AgentFleet(url, Node.objects.filter(source=NodeSource.KUBERNETES)) as fleet:
             fleet.wait_joined()
-            mock.apply(computedomain("train", "gitops", num_nodes=4))
+            kube.apply(computedomain("train", "gitops", num_nodes=4))
 
             domain = wait_for(
                 lambda: ComputeDomain.objects.filter(namespace=ns, name="train").first(),
@@ -86,7 +73,7 @@ def test_a_kubectl_computedomain_forms_on_kubernetes_trays_and_kubectl_delete_re
             assert domain.source == DomainSource.KUBERNETES
 
             def published_ready() -> dict | None:
-                obj = mock.get("computedomains", "train", "gitops")
+                obj = kube.get("computedomains", "train", "gitops")
                 ready = obj and obj.get("status", {}).get("status") == "Ready"
                 return obj if ready else None
 
@@ -100,7 +87,7 @@ def test_a_kubectl_computedomain_forms_on_kubernetes_trays_and_kubectl_delete_re
                 {k: obj[k] for k in ("apiVersion", "kind", "spec", "status")}
             )
 
-            mock.delete("computedomains", "train", "gitops")  # kubectl delete
+            kube.delete("computedomains", "train", "gitops")  # kubectl delete
             domain.refresh_from_db()
             wait_for(
                 lambda: ComputeDomain.objects.get(pk=domain.pk).phase == Phase.RELEASED,
@@ -109,4 +96,4 @@ def test_a_kubectl_computedomain_forms_on_kubernetes_trays_and_kubectl_delete_re
             )
             for hostname, _ in TRAYS:
                 assert fleet.leftovers(hostname) == []
-    assert mock.get("computedomains", "train", "gitops") is None
+    assert kube.get("computedomains", "train", "gitops") is None

@@ -27,6 +27,11 @@ PHASE_ANNOTATION = "portal.domains/phase"
 REASON_ANNOTATION = "portal.domains/reason"
 MESSAGE_ANNOTATION = "portal.domains/message"
 MESSAGE_MAX = 1000
+# On every object the portal publishes or adopts: deleting it waits until the domain has
+# let go of its trays and its ResourceClaimTemplate is gone, so an object of the same name
+# applied again (`kubectl delete -f x.yaml && kubectl apply -f x.yaml`) never meets the old
+# template. NVIDIA's driver holds its objects the same way.
+FINALIZER = "portal.domains/release"
 
 
 def computedomain_object(domain: ComputeDomain) -> dict[str, Any]:
@@ -46,6 +51,7 @@ def computedomain_metadata(domain: ComputeDomain) -> dict[str, Any]:
         "namespace": domain.namespace.name,
         "labels": {**domain.labels, "app.kubernetes.io/managed-by": MANAGED_BY},
         "annotations": status_annotations(domain),
+        "finalizers": [FINALIZER],
     }
 
 

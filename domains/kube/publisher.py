@@ -28,6 +28,7 @@ from domains.kube.client import KubeRejected, api_client, call, is_not_found
 from domains.kube.crd import (
     API_GROUP,
     API_VERSION,
+    FINALIZER,
     MESSAGE_ANNOTATION,
     PHASE_ANNOTATION,
     PLURAL,
@@ -83,6 +84,36 @@ class Cluster:
             self.custom.patch_namespaced_custom_object_status,
             API_GROUP, API_VERSION, namespace, PLURAL, name, {"status": status},
         ))  # fmt: skip
+
+    def hold(self, current: dict[str, Any]) -> dict[str, Any]:
+        """The object with the portal's finalizer on it (added unless there, or unless the
+        object is already being deleted: the API server takes no new finalizer then)."""
+        meta = current["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if FINALIZER in finalizers or meta.get("deletionTimestamp"):
+            return current
+        return self._set_finalizers(current, [*finalizers, FINALIZER])
+
+    def let_go(self, namespace: str, name: str, uid: str) -> None:
+        """Take the portal's finalizer off the object (of that uid), if it is still there."""
+        current = self.get(namespace, name)
+        if current is None or current["metadata"]["uid"] != uid:
+            return
+        finalizers = list(current["metadata"].get("finalizers") or [])
+        if FINALIZER in finalizers:
+            self._set_finalizers(current, [f for f in finalizers if f != FINALIZER])
+
+    def _set_finalizers(self, current: dict[str, Any], finalizers: list[str]) -> dict[str, Any]:
+        meta = current["metadata"]
+        body: dict[str, Any] = {"finalizers": finalizers}
+        if meta.get("resourceVersion"):  # another writer meanwhile: 409, tried again
+            body["resourceVersion"] = meta["resourceVersion"]
+        try:
+            return self.patch(meta["namespace"], meta["name"], {"metadata": body})
+        except ApiException as exc:
+            if is_not_found(exc):
+                return current
+            raise
 
     def delete(self, namespace: str, name: str, uid: str) -> None:
         options = {"preconditions": {"uid": uid}} if uid else {}
@@ -146,10 +177,16 @@ def _publish(cluster: Cluster, domain: ComputeDomain, row: PublishedDomain) -> s
         _save(row, object_uid=current["metadata"]["uid"])
         outcome = "created"
     elif not _is_ours(current, domain, row):
+        if current["metadata"].get("deletionTimestamp"):
+            # A released namesake's, held until that domain let go of its claim template;
+            # this one is published as soon as it is gone (`_hand_over`).
+            _save(row, last_error=f"{ns}/{name} in the cluster is still being deleted")
+            return "waiting for the old object to go"
         _save(row, last_error=f"{ns}/{name} in the cluster belongs to another domain")
         return "name taken in the cluster"
     else:
         outcome = "unchanged"
+    current = cluster.hold(current)
     annotations = current["metadata"].get("annotations") or {}
     wanted_annotations = wanted["metadata"]["annotations"]
     if any(annotations.get(k) != v for k, v in wanted_annotations.items()):
@@ -173,9 +210,13 @@ def _is_ours(current: dict[str, Any], domain: ComputeDomain, row: PublishedDomai
 def _remove(cluster: Cluster, domain: ComputeDomain, row: PublishedDomain) -> str:
     if row.removed:
         return "already removed"
-    current = cluster.get(domain.namespace.name, domain.name)
+    ns, name = domain.namespace.name, domain.name
+    current = cluster.get(ns, name)
+    held = ""  # the uid of our object, which our finalizer holds until the end
     if current is not None and _is_ours(current, domain, row):
-        cluster.delete(domain.namespace.name, domain.name, current["metadata"]["uid"])
+        held = current["metadata"]["uid"]
+        if not current["metadata"].get("deletionTimestamp"):
+            cluster.delete(ns, name, held)  # it stays, being deleted, until we let go
         outcome = "removed"
     else:
         outcome = "nothing to remove"
@@ -187,19 +228,21 @@ def _remove(cluster: Cluster, domain: ComputeDomain, row: PublishedDomain) -> st
         # Pods still hold claims made from it; reconcile tries again (hash not "removed").
         _save(row, last_error=f"ResourceClaimTemplate kept: {template}"[:2000])
         return f"{outcome}; template {template}"
+    if held:
+        cluster.let_go(ns, name, held)
     _save(row, removed=True, hash_="removed")
-    if template == "template removed":
-        _hand_over_template(cluster, domain)
+    if template == "template removed" or held:
+        _hand_over(cluster, domain)
     return outcome
 
 
-def _hand_over_template(cluster: Cluster, ended: ComputeDomain) -> None:
-    """A live domain of the same template name (its object applied again while this one
-    released) was refused the name meanwhile, and is not published again until it changes:
-    publish it now that the name is free."""
+def _hand_over(cluster: Cluster, ended: ComputeDomain) -> None:
+    """A live domain of the same name or template name (applied or requested again while
+    this one released) was refused the object's name or the template's meanwhile, and is
+    not published again until it changes: publish it now that both are free."""
     waiting = ComputeDomain.objects.filter(
+        Q(name=ended.name) | Q(resource_claim_template=ended.resource_claim_template),
         namespace_id=ended.namespace_id,
-        resource_claim_template=ended.resource_claim_template,
         phase__in=LIVE_PHASES,
     ).exclude(pk=ended.pk)
     for domain_id in waiting.values_list("pk", flat=True):

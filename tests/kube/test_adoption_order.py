@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from domains.computedomains.models import LIVE_PHASES, ComputeDomain, DomainSource, Phase
-from domains.kube.crd import UID_ANNOTATION
+from domains.kube.crd import FINALIZER, UID_ANNOTATION
 from domains.kube.models import RefusedComputeDomain
 from domains.tenancy.models import Namespace
 from tests.kube.conftest import computedomain
@@ -58,9 +58,10 @@ def test_a_computedomain_in_a_namespace_that_is_not_a_tenant_is_still_refused(
 def test_a_computedomain_applied_again_while_its_namesake_releases_is_adopted_once_it_ends(
     real_kube, real_sync, topology, ns_a, django_capture_on_commit_callbacks
 ):
-    """`kubectl delete -f x.yaml && kubectl apply -f x.yaml`: the new object comes while
-    the old domain still releases, and is refused for its name; when that domain ends, the
-    new object is adopted then, not at the next resync minutes later."""
+    """The portal's finalizer holds a deleted object until its domain ended; an operator who
+    lifts it by hand and applies the object again while the old domain still releases gets
+    the new object refused for its name, and adopted as soon as that domain ends, not at
+    the next resync minutes later."""
     real_sync.step()
     real_kube.apply(computedomain("train", "team-a", num_nodes=2))
     real_sync.step("computedomains")
@@ -71,6 +72,15 @@ def test_a_computedomain_applied_again_while_its_namesake_releases_is_adopted_on
     real_sync.step("computedomains")
     first.refresh_from_db()
     assert first.phase == Phase.RELEASING  # its trays are still being cleaned
+    held = real_kube.get("computedomains", "train", "team-a")
+    assert held is not None and held["metadata"]["finalizers"] == [FINALIZER]
+    real_kube.resource("computedomains").patch(  # kubectl patch … finalizers: null
+        name="train",
+        namespace="team-a",
+        body={"metadata": {"finalizers": None}},
+        content_type="application/merge-patch+json",
+    )
+    assert real_kube.get("computedomains", "train", "team-a") is None
     real_kube.apply(computedomain("train", "team-a", num_nodes=2))
     real_sync.step("computedomains")
     assert RefusedComputeDomain.objects.get(name="train").reason == "NameTaken"

@@ -8,6 +8,7 @@ import pytest
 
 from domains.audit.events import Actor
 from domains.kube import tasks
+from domains.kube.crd import FINALIZER
 from domains.kube.models import PublishedDomain
 from nodeagent.dra import DEVICE_CLASS, DRIVER_NAME
 from tests.kube.schemas import assert_valid_dra
@@ -90,14 +91,19 @@ def test_release_deletes_the_template_only_once_its_claims_are_gone(
     with django_capture_on_commit_callbacks(execute=True):
         domain_release(actor=Actor.for_user(tenant_a), domain=domain)
         all_clean(domain)
-    assert real_kube.get("computedomains", "train", "team-a") is None
-    assert template(real_kube) is not None  # a pod still holds a claim made from it
+    # The object is being deleted, held by the portal's finalizer while a pod still holds a
+    # claim made from the template, so a namesake applied now cannot meet the old template.
+    held = real_kube.get("computedomains", "train", "team-a")
+    assert held is not None and held["metadata"]["deletionTimestamp"]
+    assert held["metadata"]["finalizers"] == [FINALIZER]
+    assert template(real_kube) is not None
     row = PublishedDomain.objects.get(domain=domain)
     assert not row.removed and "worker-0-channel still exist" in row.last_error
 
     real_kube.delete("resourceclaims", "worker-0-channel", "team-a")  # the pod is gone
     assert tasks.reconcile()["domains"] == 1
     assert template(real_kube) is None
+    assert real_kube.get("computedomains", "train", "team-a") is None  # let go
     assert PublishedDomain.objects.get(domain=domain).removed
     assert tasks.reconcile() == {"domains": 0, "refusals": 0}
 

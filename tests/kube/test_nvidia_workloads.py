@@ -282,20 +282,14 @@ def test_a_workload_applied_unchanged_runs_on_its_domains_trays_with_its_channel
         run.delete(domains, pods)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a known bug: the adopted ComputeDomain object is deleted at once while its "
-    "domain releases, and its claim template is kept until the old claims are gone, so the "
-    "new pods' claims are made from the old template, name the ended domain and are refused "
-    "for good; NVIDIA's driver holds the object (a finalizer) until its template is gone",
-)
 @pytest.mark.parametrize("manifest", MANIFESTS[:1], ids=[p.name for p in MANIFESTS[:1]])
 def test_a_workload_deleted_and_applied_again_at_once_runs_again(
     manifest, real_kube, cluster, portal, kube_sync, kubelet_root
 ):
-    """`kubectl delete -f x.yaml && kubectl apply -f x.yaml`: the new objects come while
-    the old domains still release their trays, under the same names."""
+    """`kubectl delete -f x.yaml && kubectl apply -f x.yaml`: the delete returns once the
+    old ComputeDomain is gone (the portal's finalizer holds it until its domain let go of
+    its trays and claim template), so the new pods' claims come from the new domain's
+    template, never the old one's."""
     with Run(manifest, real_kube, cluster, portal, kube_sync, kubelet_root) as run:
         old, old_pods = run.apply()
         delete_workload(real_kube, run.workload, old_pods)
@@ -550,3 +544,15 @@ def delete_workload(kube: ClusterKube, workload: Workload, pods: list[dict[str, 
     for claim in kube.resource("resourceclaims").get().items:
         if any(owner.uid in gone for owner in claim.metadata.ownerReferences or []):
             kube.delete("resourceclaims", claim.metadata.name, claim.metadata.namespace)
+    # kubectl waits until what it deleted is gone (`--wait`, its default): a ComputeDomain
+    # only once its domain let go of its trays and its claim template (the finalizer). (A
+    # Job keeps the orphan finalizer that only the garbage collector, not run here, lifts.)
+    for obj in workload.objects:
+        meta = obj["metadata"]
+        plural = {"ComputeDomain": "computedomains", "Pod": "pods"}.get(obj["kind"])
+        if plural:
+            wait_for(
+                lambda p=plural, m=meta: kube.get(p, m["name"], m["namespace"]) is None,
+                60,
+                f"{obj['kind']} {meta['name']} gone",
+            )

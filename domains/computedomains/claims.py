@@ -103,7 +103,11 @@ def claim_admit(
 
 
 def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef, *, may_join: bool) -> Admission:
-    held = DomainClaim.objects.filter(claim_uid=claim["uid"], released_at__isnull=True).first()
+    held = (
+        DomainClaim.objects.filter(claim_uid=claim["uid"], released_at__isnull=True)
+        .select_related("node")
+        .first()
+    )
     if held is None:
         refused = (
             DomainClaim.objects.filter(claim_uid=claim["uid"], domain=domain)
@@ -115,7 +119,7 @@ def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef, *, may_join: bool
             raise Conflict(f"{claim_title(claim)}: {refused}")
     if held is not None and held.node_id != node.pk:
         raise Conflict(
-            f"{claim_title(claim)} is already prepared on another tray (node {held.node_id})"
+            f"{claim_title(claim)} is already prepared on another tray, {held.node.hostname}"
         )
     if domain.phase not in ADMITTING_PHASES:
         raise Conflict(

@@ -234,7 +234,7 @@ def _fold(
         return None
     state, fields = outcome
     if state == MemberState.RELEASED:
-        message = fields["message"] or "agent confirmed a clean node"
+        message = fields["message"] or "agent confirmed a clean tray"
         member.active, member.state, member.message = False, MemberState.RELEASED, message
         released = {"active": False, "state": state, "message": message}
         return "member.released", released | {"released_at": now, "state_changed_at": now}

@@ -105,7 +105,7 @@ def _release_down_members(domain: ComputeDomain) -> None:
     if domain.phase != Phase.RELEASING:
         return
     for member in domain.members.filter(active=True, node__state=NodeState.DOWN):
-        release_member(member, message="node declared down by an operator")
+        release_member(member, message="tray declared down by an operator")
 
 
 def fail_formation(*, domain_id: int) -> bool:
@@ -155,7 +155,7 @@ def _note_slow_releases(now: datetime) -> None:
             domain.members.filter(active=True).values_list("node__hostname", flat=True)[:5]
         )
         message = (
-            f"still waiting for {', '.join(hosts)} to confirm a clean node; an operator can "
+            f"still waiting for {', '.join(hosts)} to confirm a clean tray; an operator can "
             "mark a dead tray down to finish the release"
         )
         if ComputeDomain.objects.filter(pk=domain.pk, phase=Phase.RELEASING).update(

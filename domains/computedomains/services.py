@@ -340,7 +340,7 @@ def _begin_release(locked: ComputeDomain, actor: Actor, message: str, now: datet
         bump=True,
         release_requested_at=now,
         reason="Releasing",
-        message=message + "; waiting for every agent to confirm a clean node",
+        message=message + "; waiting for every agent to confirm a clean tray",
     ):
         return
     members = list(locked.members.select_related("node").filter(active=True))
@@ -349,7 +349,7 @@ def _begin_release(locked: ComputeDomain, actor: Actor, message: str, now: datet
     )
     for member in members:
         if member.node.state == NodeState.DOWN:
-            release_member(member, message="node declared down by an operator", now=now)
+            release_member(member, message="tray declared down by an operator", now=now)
     node_ids = [m.node_id for m in members]
     announce_nodes(node_ids)
     announce_desired_state(node_ids)

@@ -142,7 +142,7 @@ def node_mark_down(*, actor: Actor, node: Node, reason: str = "") -> Node:
             verb="node.marked_down",
             reason=reason,
         )
-        message = "node declared down by an operator" + (f": {reason}" if reason else "")
+        message = "tray declared down by an operator" + (f": {reason}" if reason else "")
         signals.node_marked_down.send(sender=Node, node_id=node.pk, message=message)
         return node
 

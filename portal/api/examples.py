@@ -134,7 +134,7 @@ ADMITTED = domain(
     ],
 )
 RELEASING_MESSAGE = (
-    "release requested by alice: released via API; waiting for every agent to confirm a clean node"
+    "release requested by alice: released via API; waiting for every agent to confirm a clean tray"
 )
 RELEASING = domain(
     "Releasing",

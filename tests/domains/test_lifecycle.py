@@ -157,7 +157,7 @@ def test_a_dead_tray_marked_down_lets_a_release_finish(topology, ns_a, tenant_a,
     node_mark_down(actor=Actor.for_user(operator), node=second.node, reason="PSU dead")
     domain.refresh_from_db()
     assert domain.phase == Phase.RELEASED
-    assert domain_peers(domain)[1].message == "node declared down by an operator: PSU dead"
+    assert domain_peers(domain)[1].message == "tray declared down by an operator: PSU dead"
 
 
 def test_marking_a_running_tray_down_degrades_its_domain(topology, ns_a, tenant_a, operator):
@@ -166,7 +166,7 @@ def test_marking_a_running_tray_down_degrades_its_domain(topology, ns_a, tenant_
     node_mark_down(actor=Actor.for_user(operator), node=domain_peers(domain)[0].node)
     domain.refresh_from_db()
     assert domain.phase == Phase.DEGRADED
-    assert domain.message.startswith("gb-r01-t01 failed: node declared down")
+    assert domain.message.startswith("gb-r01-t01 failed: tray declared down")
 
 
 def test_single_domains_get_the_first_free_channel_of_their_clique(topology, ns_a, tenant_a):

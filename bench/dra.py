@@ -325,26 +325,6 @@ class Bindings:
         self.watch.stop()
 
 
-def pod(name: str, template: str) -> dict[str, Any]:
-    """A pod as NVIDIA's examples write it: a container and a claim from the template."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "containers": [
-                {
-                    "name": "ctr",
-                    "image": "ubuntu:22.04",
-                    "command": ["sleep", "infinity"],
-                    "resources": {"claims": [{"name": "channel"}]},
-                }
-            ],
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
-        },
-    }
-
-
 @dataclass
 class Plane:
     """The cluster side of the real mode."""
@@ -368,9 +348,12 @@ def create_pods(core: Any, rnd: int, template: str) -> dict[str, tuple[str, date
     """The round's pods, POSTed side by side (as a controller, or `kubectl apply` of 18
     manifests from several clients, would): uid → (name, just before its POST)."""
 
+    from tests.kube.test_dra_cluster import pod_with_claim
+
     def create(i: int) -> tuple[str, tuple[str, datetime]]:
         at = datetime.now(UTC)
-        made = core.create_namespaced_pod(NAMESPACE, pod(f"wl-{rnd}-{i}", template))
+        body = pod_with_claim(f"wl-{rnd}-{i}", NAMESPACE, template)
+        made = core.create_namespaced_pod(NAMESPACE, body)
         return made.metadata.uid, (made.metadata.name, at)
 
     with ThreadPoolExecutor(TRAYS) as pool:

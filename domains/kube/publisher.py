@@ -260,14 +260,26 @@ def _save(row: PublishedDomain, *, hash_: str | None = None, **fields: Any) -> N
 # --- refusals ------------------------------------------------------------------------------
 
 
-def report_refusal(*, refusal_id: int, cluster: Cluster | None = None) -> str:
-    """Tell the kubectl user why their ComputeDomain was not adopted, on the object itself."""
+def _refused_object(
+    refusal_id: int, cluster: Cluster
+) -> tuple[RefusedComputeDomain | None, dict[str, Any] | None]:
+    """The refusal and the object it is about, while that object is still the one refused."""
     refusal = RefusedComputeDomain.objects.filter(pk=refusal_id).first()
     if refusal is None:
-        return "no such refusal"
-    cluster = cluster or Cluster()
+        return None, None
     current = cluster.get(refusal.namespace, refusal.name)
     if current is None or current["metadata"]["uid"] != refusal.object_uid:
+        return refusal, None
+    return refusal, current
+
+
+def report_refusal(*, refusal_id: int, cluster: Cluster | None = None) -> str:
+    """Tell the kubectl user why their ComputeDomain was not adopted, on the object itself."""
+    cluster = cluster or Cluster()
+    refusal, current = _refused_object(refusal_id, cluster)
+    if refusal is None:
+        return "no such refusal"
+    if current is None:
         return "object gone"
     annotations = {
         PHASE_ANNOTATION: "Refused",
@@ -282,12 +294,11 @@ def report_refusal(*, refusal_id: int, cluster: Cluster | None = None) -> str:
 
 def retry_refusal(*, refusal_id: int, cluster: Cluster | None = None) -> str:
     """Try a refused object again now, as a resync would (its name became free)."""
-    refusal = RefusedComputeDomain.objects.filter(pk=refusal_id).first()
+    cluster = cluster or Cluster()
+    refusal, current = _refused_object(refusal_id, cluster)
     if refusal is None:
         return "no such refusal"
-    cluster = cluster or Cluster()
-    current = cluster.get(refusal.namespace, refusal.name)
-    if current is None or current["metadata"]["uid"] != refusal.object_uid:
+    if current is None:
         return "object gone"
     seen = kube_computedomain_observed(obj=current, retry_refused=True)
     if seen.domain is not None:

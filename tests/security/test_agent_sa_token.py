@@ -3,7 +3,11 @@ the API server's TokenReview and bound to the pod's node: no shared secret.
 
 A real uvicorn server whose Kubernetes API server is the mock (tests/support/kubemock.py,
 which issues and reviews tokens as a real one does), a real agent process reading its
-token file, and the refusals a stolen or misdirected token gets."""
+token file, and the refusals a stolen or misdirected token gets. The mock, because these
+tests need what a real API server cannot be made to show: a token already expired (a real
+TokenRequest lasts 10 minutes at least), a count of the TokenReviews made (the review
+cache), and a TokenReview that fails with 503. Upstream's API server judges the same
+review, made as the web's account, in tests/kube/test_service_accounts_cluster.py."""
 
 from __future__ import annotations
 

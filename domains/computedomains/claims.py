@@ -102,12 +102,14 @@ def claim_admit(
         return _admit(domain, node, claim, may_join=may_join)
 
 
+def _held(claim: ClaimRef) -> DomainClaim | None:
+    """The claim's admission that still holds a tray, if any."""
+    live = DomainClaim.objects.filter(claim_uid=claim["uid"], released_at__isnull=True)
+    return live.select_related("node").first()
+
+
 def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef, *, may_join: bool) -> Admission:
-    held = (
-        DomainClaim.objects.filter(claim_uid=claim["uid"], released_at__isnull=True)
-        .select_related("node")
-        .first()
-    )
+    held = _held(claim)
     if held is None:
         refused = (
             DomainClaim.objects.filter(claim_uid=claim["uid"], domain=domain)

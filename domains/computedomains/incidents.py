@@ -24,12 +24,12 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from domains.audit.events import Actor, record_event
+from domains.audit.events import SYSTEM, Actor, record_event
 from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain, DomainMember, Incident, Phase
 from domains.computedomains.selectors import RUNNING_PHASES
 from domains.errors import InvalidInput
-from domains.inventory.models import Node
+from domains.inventory.models import Node, NodeState
 from domains.tenancy.selectors import Viewer, is_operator
 
 # Tray action → the verb recorded on each running domain that has a member on the tray.
@@ -130,12 +130,12 @@ def incident_close(*, node_id: int, at: datetime | None = None) -> Incident | No
             .filter(node_id=node_id, ended_at=None)
             .first()
         )
-        if incident is None or incident.node.state == "down":
+        if incident is None or incident.node.state == NodeState.DOWN:
             return None
         incident.ended_at = at or timezone.now()
         incident.save(update_fields=["ended_at"])
         record_event(
-            actor=Actor(kind="system", name="system"),
+            actor=SYSTEM,
             verb="incident.closed",
             obj=incident,
             node=incident.node,

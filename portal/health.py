@@ -8,12 +8,10 @@ import threading
 import time
 from typing import Any
 
-from django.core.cache import cache
-from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
 from domain_portal import __version__
-from domains.health.condition import PortalHealth, portal_health
+from domains.health.condition import PortalHealth, database_error, portal_health, redis_error
 from domains.notifications.health import health_watch
 
 log = logging.getLogger(__name__)
@@ -46,18 +44,8 @@ def readiness(request: HttpRequest) -> JsonResponse:
     the workers or the broker away, no periodic task runs, and the web processes are what
     notice.
     """
-    checks: dict[str, str] = {}
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        checks["database"] = "ok"
-    except Exception as exc:
-        checks["database"] = f"error: {exc.__class__.__name__}"
-    try:
-        cache.set("readyz", "1", 5)
-        checks["redis"] = "ok"
-    except Exception as exc:
-        checks["redis"] = f"error: {exc.__class__.__name__}"
+    errors = {"database": database_error(), "redis": redis_error()}
+    checks = {part: f"error: {error}" if error else "ok" for part, error in errors.items()}
     ready = all(v == "ok" for v in checks.values())
     body: dict[str, Any] = {"status": "ok" if ready else "unavailable", "checks": checks}
     health = _watch.now_and_then(database=checks["database"] == "ok", redis=checks["redis"] == "ok")

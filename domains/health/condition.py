@@ -68,10 +68,10 @@ def portal_health(
     `database`, `redis`: whether they answered the caller just now (not asked again)."""
     now = now or timezone.now()
     reasons: list[Reason] = []
-    database = _database_ok() if database is None else database
+    database = not database_error() if database is None else database
     if not database:
         reasons.append(Reason("database", "The database does not answer: nothing can change."))
-    redis = _redis_ok() if redis is None else redis
+    redis = not redis_error() if redis is None else redis
     if not redis:
         reasons.append(
             Reason(
@@ -89,21 +89,23 @@ def portal_health(
     return PortalHealth(status, tuple(reasons), now)
 
 
-def _database_ok() -> bool:
+def database_error() -> str:
+    """Empty when the database answers now, else the error's class name."""
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-        return True
-    except Exception:
-        return False
+    except Exception as exc:
+        return exc.__class__.__name__
+    return ""
 
 
-def _redis_ok() -> bool:
+def redis_error() -> str:
+    """Empty when Redis takes a write now, else the error's class name."""
     try:
         cache.set("health:probe", 1, 10)
-        return True
-    except Exception:
-        return False
+    except Exception as exc:
+        return exc.__class__.__name__
+    return ""
 
 
 def _workers() -> list[Reason]:

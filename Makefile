@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 AXE := tests/browser/axe/node_modules/axe-core/axe.min.js
 
 # The tests' PostgreSQL and Redis: private servers started for the run and stopped after it
-# (domain_portal/devservices.py), unless these name running ones.
+# (testbed/devservices.py), unless these name running ones.
 TEST_DATABASE_URL ?=
 TEST_REDIS_URL ?=
 PYTEST_ARGS ?=
@@ -41,7 +41,7 @@ demo-smoke: $(STAMP)
 
 test: $(STAMP) $(AXE)
 	bash scripts/system_deps.sh
-	PORTAL_TESTING=1 $(PY) -m domain_portal.devservices \
+	PORTAL_TESTING=1 $(PY) -m testbed.devservices \
 		--database-url "$(TEST_DATABASE_URL)" --redis-url "$(TEST_REDIS_URL)" -- \
 		$(VENV)/bin/pytest $(PYTEST_ARGS)
 
@@ -67,7 +67,7 @@ openapi: $(STAMP)
 
 # Benchmarks against BENCH_DATABASE_URL / BENCH_REDIS_URL, or private servers for the run.
 bench: $(STAMP)
-	$(PY) -m domain_portal.devservices \
+	$(PY) -m testbed.devservices \
 		--database-url "$(BENCH_DATABASE_URL)" --redis-url "$(BENCH_REDIS_URL)" -- \
 		bash bench/run_all.sh
 

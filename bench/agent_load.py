@@ -250,7 +250,7 @@ def start_web(url: str, port: int, processes: int, pin: bool) -> subprocess.Pope
 
 
 def measure(url: str, tokens: list[tuple[int, str]], args: argparse.Namespace, web: int) -> dict:
-    from tests.support.processes import free_port
+    from testbed.processes import free_port
 
     port = free_port()
     server = start_web(url, port, web, args.pin)

@@ -25,7 +25,7 @@ DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/portal_bench"
 
 def bench_database_url() -> str:
     """BENCH_DATABASE_URL, else `portal_bench` on DATABASE_URL's server (`make bench` and
-    `python -m domain_portal.devservices -- …` set DATABASE_URL to a private one)."""
+    `python -m testbed.devservices -- …` set DATABASE_URL to a private one)."""
     if "BENCH_DATABASE_URL" in os.environ:
         return os.environ["BENCH_DATABASE_URL"]
     if "DATABASE_URL" in os.environ:

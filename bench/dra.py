@@ -11,16 +11,16 @@ waits for the domain Ready (one IMEX domain of 18: every member connected to eve
 other), then lets every claim go and releases the domain. Round 0 warms up.
 
 `--mode real` (the default where upstream's binaries are built, scripts/kube_build.sh):
-upstream's control plane (tests/kube/cluster.py: etcd, kube-apiserver, kube-scheduler, the
+upstream's control plane (testbed/kube/cluster.py: etcd, kube-apiserver, kube-scheduler, the
 resourceclaim controller) and the kubelet's own DRA code on every Node (`kubelet-dra`,
-tests/support/kubelet_dra.py), with its pod-worker backoff of 10-15 s after a failed
+testbed/kube/kubelet_dra.py), with its pod-worker backoff of 10-15 s after a failed
 prepare. A round creates 18 bare pods naming the template, with no node selector:
 the resourceclaim controller makes their claims, kube-scheduler allocates each a tray,
 the tray's kubelet prepares it. Measured from the pod's creation to its kubelet's
 "prepared" (both clocks the machine's), split at the moment the pod is bound.
 
-`--mode stand-in`: the API mock (tests/support/kubemock.py), claims made and allocated by
-tests/support/dra.py, and the Python kubelet stand-in (tests/support/kubelet.py) retrying a
+`--mode stand-in`: the API mock (testbed/kube/kubemock.py), claims made and allocated by
+testbed/kube/dra.py, and the Python kubelet stand-in (testbed/kube/kubelet.py) retrying a
 prepare that answers "not ready" every 50 ms. Measured from allocation to prepared.
 
 `--mode both` runs the two, one after the other, on two racks, and prints them side by side.
@@ -100,8 +100,8 @@ def main() -> int:
     setup_django(PORTAL_TESTING="1", LOG_LEVEL="WARNING")
     from domains.audit.events import SYSTEM
     from domains.tenancy.tokens import token_create
-    from tests import factories
-    from tests.kube.cluster import kube_binaries_built
+    from testbed import factories
+    from testbed.kube.cluster import kube_binaries_built
 
     mode = args.mode or ("real" if kube_binaries_built() else "stand-in")
     ns = factories.make_namespace(NAMESPACE)
@@ -130,7 +130,7 @@ def main() -> int:
 
 def make_rack(mode: str) -> list[Any]:
     from domains.inventory.models import Node
-    from tests import factories
+    from testbed import factories
 
     (rack,) = factories.make_racks(
         str(TRAYS), ip_prefix=factories.tray_ip_prefix(), first_rack=FIRST_RACK[mode]
@@ -191,16 +191,16 @@ def print_figures(start: str, figures: Figures) -> None:
         print(f"{start} → {what:21} {stats(values)}   (n={len(values)})")
 
 
-# --- the stand-ins: the API mock, tests/support/dra.py, the Python kubelet -------------------
+# --- the stand-ins: the API mock, testbed/kube/dra.py, the Python kubelet -------------------
 def stand_in(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
     from domains.computedomains.models import Phase
-    from tests.support import kubemock
-    from tests.support.agents import AgentFleet
-    from tests.support.dra import allocate, deallocate, published_slice
-    from tests.support.kubelet import Kubelet
-    from tests.support.processes import running, start_server, start_worker
+    from testbed.agents import AgentFleet
+    from testbed.kube import kubemock
+    from testbed.kube.dra import allocate, deallocate, published_slice
+    from testbed.kube.kubelet import Kubelet
+    from testbed.processes import running, start_server, start_worker
 
-    print("\n## stand-ins: API mock, claims allocated by tests/support/dra.py, Python kubelet")
+    print("\n## stand-ins: API mock, claims allocated by testbed/kube/dra.py, Python kubelet")
     nodes = make_rack("stand-in")
     hosts = [n.hostname for n in nodes]
     figures = Figures()
@@ -329,8 +329,8 @@ class Bindings:
 class Plane:
     """The cluster side of the real mode."""
 
-    kube: Any  # tests.kube.cluster.ClusterKube
-    kubelets: Any  # tests.support.kubelet_dra.KubeletFleet
+    kube: Any  # testbed.kube.cluster.ClusterKube
+    kubelets: Any  # testbed.kube.kubelet_dra.KubeletFleet
     bindings: Bindings
     pods: Any  # a CoreV1Api with a connection for each of the round's pods
 
@@ -348,7 +348,7 @@ def create_pods(core: Any, rnd: int, template: str) -> dict[str, tuple[str, date
     """The round's pods, POSTed side by side (as a controller, or `kubectl apply` of 18
     manifests from several clients, would): uid → (name, just before its POST)."""
 
-    from tests.kube.test_dra_cluster import pod_with_claim
+    from testbed.kube.objects import pod_with_claim
 
     def create(i: int) -> tuple[str, tuple[str, datetime]]:
         at = datetime.now(UTC)
@@ -386,13 +386,13 @@ def real(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
 
     from nodeagent.dra import DRIVER_NAME
     from nodeagent.dra.slices import slice_name
-    from tests.kube.chartobjects import install_device_class
-    from tests.kube.cluster import ClusterKube, kube_binaries, running_cluster
-    from tests.kube.conftest import gpu_labels
-    from tests.kube.schemas import CRD_PATH
-    from tests.support.agents import AgentFleet
-    from tests.support.kubelet_dra import KubeletFleet
-    from tests.support.processes import running, start_server, start_worker
+    from testbed.agents import AgentFleet
+    from testbed.kube.chartobjects import install_device_class
+    from testbed.kube.cluster import ClusterKube, kube_binaries, running_cluster
+    from testbed.kube.kubelet_dra import KubeletFleet
+    from testbed.kube.objects import gpu_labels
+    from testbed.kube.schemas import CRD_PATH
+    from testbed.processes import running, start_server, start_worker
 
     print("\n## upstream: kube-apiserver, kube-scheduler, resourceclaim controller, kubelet-dra")
     nodes = make_rack("real")

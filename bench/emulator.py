@@ -72,16 +72,16 @@ runpy.run_path(script, run_name="__main__")
 
 
 def extract(ref: str, into: Path) -> Path:
-    """The emulator as it is at `ref` (nodeagent/emulator), as a tree of its own."""
+    """The emulator as it is at `ref` (testbed/emulator), as a tree of its own."""
     archive = subprocess.run(
-        ["git", "archive", ref, "nodeagent/emulator", "nodeagent/__init__.py"],
+        ["git", "archive", ref, "testbed/emulator", "nodeagent/__init__.py"],
         cwd=ROOT,
         capture_output=True,
         check=True,
     ).stdout
     into.mkdir(parents=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into / "nodeagent/emulator"
+    return into / "testbed/emulator"
 
 
 class Trays:
@@ -346,7 +346,7 @@ def main() -> int:
             ).stdout.strip()
             before = extract(args.before, work / "before")
             measure(f"before ({args.before} = {ref})", before, work / "b", args)
-        measure("after (this checkout)", ROOT / "nodeagent/emulator", work / "a", args)
+        measure("after (this checkout)", ROOT / "testbed/emulator", work / "a", args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -152,7 +152,7 @@ def main() -> None:
     banner(f"live fan-out: {args.clients} websocket clients on one domain")
     url = setup_django()
     fx = prepare(args.clients)
-    from tests.support.processes import free_port
+    from testbed.processes import free_port
 
     port = free_port()
     env = {**os.environ, "DATABASE_URL": url, "DEBUG": "0"}

@@ -87,13 +87,13 @@ def _children(pid: int) -> list[int]:
 
 def start_web(processes: int):
     """One uvicorn, or `processes` of them behind one listening socket (uvicorn --workers)."""
-    from tests.support.processes import start_server
+    from testbed.processes import start_server
 
     if processes == 1:
         return start_server(LOG_LEVEL="WARNING")
     import httpx
 
-    from tests.support.processes import VENV_BIN, Proc, free_port, process_env, wait_until
+    from testbed.processes import VENV_BIN, Proc, free_port, process_env, wait_until
 
     port = free_port()
     argv = [str(VENV_BIN / "python"), "-m", "portal.serve", "portal.asgi:application",
@@ -138,9 +138,9 @@ def main() -> int:
     from domains.computedomains.models import ComputeDomain, DomainMember, Phase
     from domains.inventory.models import Node
     from domains.tenancy.tokens import token_create
-    from tests import factories
-    from tests.support.agents import AgentFleet
-    from tests.support.processes import running, start_worker
+    from testbed import factories
+    from testbed.agents import AgentFleet
+    from testbed.processes import running, start_worker
 
     racks = max(1, -(-max(sizes) // TRAYS_PER_RACK))
     ip_prefix = factories.tray_ip_prefix()  # TEST_TRAY_IP_BASE keeps two runs apart
@@ -321,7 +321,7 @@ def _served(fleet, nodes) -> list[int]:
     """Daemon starts, then `-q` and `-N` calls answered, rows sent to peers' `-N` and the
     daemons' own CPU in ms, summed over the trays (from the emulator's `starts` and `served`
     files; a daemon writes its counts when it stops)."""
-    from nodeagent.emulator.tray import EMU_DIR
+    from testbed.emulator.tray import EMU_DIR
 
     totals = [0, 0, 0, 0, 0]
     for hostname in nodes.values_list("hostname", flat=True):
@@ -368,7 +368,7 @@ def _timeline(
     """Seconds after the first request at which each tray (and each domain) passed each
     stage (see the docstring), and the tray reported last with its `TRAY_STAGES`."""
     from nodeagent.config import Paths
-    from nodeagent.emulator.tray import EMU_DIR
+    from testbed.emulator.tray import EMU_DIR
 
     def mtime(path: Path) -> float:
         return path.stat().st_mtime - wall0

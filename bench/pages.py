@@ -147,7 +147,7 @@ def chromium_fleet(
     from django.contrib.sessions.backends.db import SessionStore
     from playwright.sync_api import sync_playwright
 
-    from tests.support.processes import free_port
+    from testbed.processes import free_port
 
     user = get_user_model().objects.get(username="ops")
     store = SessionStore()

@@ -6,7 +6,7 @@ port), a redis-server of its own, two uvicorn web processes sharing one listenin
 (one address; kill one and the other keeps accepting), a Celery worker and beat, and one
 agent process hosting every emulated tray of two NVL72 racks, each tray with its own
 emulated nvidia-imex process. The agents run in a network namespace joined to the host by
-a veth pair (tests/support/netcut.py), the portal listens on the host end. Fault kinds,
+a veth pair (testbed/netcut.py), the portal listens on the host end. Fault kinds,
 each injected at least `--min-rounds` times (one round = every kind once, shuffled):
 
 - postgres: `pg_ctl -m fast` stop (every session terminated), start again 0.5-3 s later
@@ -105,7 +105,7 @@ class WebPair:
         self.starts = 0
 
     def start(self, i: int) -> None:
-        from tests.support.processes import ROOT, VENV_BIN, process_env
+        from testbed.processes import ROOT, VENV_BIN, process_env
 
         fd = self.sock.fileno()
         self.starts += 1
@@ -274,7 +274,7 @@ def fault_loop(ctx: dict, tally: Tally, args, stop: threading.Event) -> None:
 
 
 def inject(kind: str, ctx: dict, tally: Tally, rng: random.Random) -> str:
-    from tests.support.processes import start_beat, start_worker
+    from testbed.processes import start_beat, start_worker
 
     fleet, link = ctx["fleet"], ctx["link"]
     if kind == "postgres":
@@ -468,8 +468,8 @@ def main() -> None:
 
     import tempfile
 
-    from tests.support.netcut import NetnsLink
-    from tests.support.services import PrivatePostgres, PrivateRedis
+    from testbed.netcut import NetnsLink
+    from testbed.services import PrivatePostgres, PrivateRedis
 
     why = NetnsLink.available()
     if why:
@@ -511,9 +511,9 @@ def main() -> None:
         from domains.inventory.models import Node, NodeState
         from domains.inventory.seed import build_fabric
         from domains.tenancy.tokens import token_create
-        from tests import factories
-        from tests.support.agents import AgentFleet
-        from tests.support.processes import start_beat, start_worker
+        from testbed import factories
+        from testbed.agents import AgentFleet
+        from testbed.processes import start_beat, start_worker
 
         logging.getLogger("httpx").setLevel(logging.WARNING)
         build_fabric(ip_prefix="127.210", node_state=NodeState.READY)

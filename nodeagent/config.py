@@ -175,5 +175,5 @@ class AgentConfig:
 
 
 def split_command(value: str) -> list[str]:
-    """`--imex-bin "python -m nodeagent.emulator.imex"` → argv prefix; "" → []."""
+    """`--imex-bin "python -m testbed.emulator.imex"` → argv prefix; "" → []."""
     return shlex.split(value)

@@ -1,7 +1,7 @@
 """Domain Portal settings: one module, driven by the environment.
 
 DATABASE_URL  PostgreSQL, the one engine everywhere (`make demo` and `make test` start a
-              private server when none is named: domain_portal/devservices.py).
+              private server when none is named: testbed/devservices.py).
 REDIS_URL     Celery broker, Channels layer and cache.
 SECRET_KEY    required when DEBUG is off.
 DEBUG         "1"/"true" for development and the demo only.

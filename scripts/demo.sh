@@ -2,14 +2,14 @@
 # `make demo`: migrate, seed, then run web, worker, beat and the emulated trays' node agents
 # under one process manager (honcho). PostgreSQL and Redis are the ones DATABASE_URL and
 # REDIS_URL name, or private ones (PostgreSQL's data kept in var/pg between runs) that
-# domain_portal/devservices.py starts first and stops last. Ctrl-C stops everything.
+# testbed/devservices.py starts first and stops last. Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 mkdir -p var/log
 if [ -z "${PORTAL_DEMO_SERVICES:-}" ]; then
   export PORTAL_DEMO_SERVICES=1
-  exec "$VENV/bin/python" -m domain_portal.devservices --pg-data "$PWD/var/pg" -- bash "$0" "$@"
+  exec "$VENV/bin/python" -m testbed.devservices --pg-data "$PWD/var/pg" -- bash "$0" "$@"
 fi
 
 export DEBUG=${DEBUG:-1}
@@ -34,7 +34,7 @@ case "$(echo "$DEBUG" | tr '[:upper:]' '[:lower:]' | xargs)" in
 esac
 "$VENV/bin/python" manage.py seed_demo ${SEED_ARGS:-}
 # One emulated node agent per seeded tray (each its own root under var/agents/ and loopback IP).
-"$VENV/bin/python" manage.py agent_fleet_spec --out var/agents/fleet.json
+"$VENV/bin/python" -m testbed.fleetspec --out var/agents/fleet.json
 
 cat <<MSG
 

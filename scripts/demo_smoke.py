@@ -24,9 +24,11 @@ from typing import Any
 
 import httpx
 
-from domain_portal import devservices
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the stand-in world (testbed/) is not installed, only checked out
+
+from testbed import devservices  # noqa: E402
+
 PORT = 8000  # the README's address
 URL = f"http://127.0.0.1:{PORT}"
 LOG = ROOT / "test-artifacts" / "demo-smoke.log"

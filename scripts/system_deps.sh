@@ -9,7 +9,7 @@ missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v ip >/dev/null || missing+=(iproute2)
-# The Kubernetes tests' control plane certificates (tests/kube/cluster.py).
+# The Kubernetes tests' control plane certificates (testbed/kube/cluster.py).
 command -v openssl >/dev/null || missing+=(openssl)
 { command -v promtool >/dev/null && command -v prometheus >/dev/null; } || missing+=(prometheus)
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests import factories
+from testbed import factories
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -24,8 +24,8 @@ from domains.computedomains.models import Phase
 from domains.errors import InvalidInput, InvalidTransition, PermissionDenied
 from domains.inventory.models import Node, NodeState
 from domains.security import hash_token
-from tests import factories
-from tests.support.agents import node_facts
+from testbed import factories
+from testbed.agents import node_facts
 from tests.support.lifecycle import form, request_domain
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ from django.test import Client
 
 from domain_portal import __version__
 from nodeagent.config import AGENT_VERSION
-from tests.support.processes import ROOT
+from testbed.processes import ROOT
 
 
 def test_the_version_is_a_release_number_and_the_package_metadata_reads_it():

@@ -18,8 +18,8 @@ from domains.computedomains.services import domain_release
 from domains.inventory.models import Node, NodeState
 from domains.inventory.services import node_mark_down
 from domains.security import hash_token
-from tests import factories
-from tests.support.agents import node_facts
+from testbed import factories
+from testbed.agents import node_facts
 from tests.support.lifecycle import request_and_place
 
 pytestmark = pytest.mark.django_db

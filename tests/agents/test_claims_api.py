@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from agentwire.messages import CLAIM_ADMISSION_SCHEMA, CLAIM_REQUEST_SCHEMA
 from domains.audit.models import Event
 from domains.computedomains.models import DomainClaim
-from tests import factories
+from testbed import factories
 from tests.agents.test_agent_api import join, rack  # noqa: F401  (the fixture)
 from tests.support.lifecycle import request_and_place
 
@@ -113,7 +113,7 @@ def split(db):
     """One rack in two cliques of three trays (`3,3`)."""
     from domains.agents.models import JoinToken
     from domains.security import hash_token
-    from tests import factories
+    from testbed import factories
     from tests.agents.test_agent_api import JOIN
 
     (made,) = factories.make_racks("3,3", ip_prefix=factories.tray_ip_prefix(22))

@@ -27,8 +27,8 @@ from domains.security import hash_token
 from nodeagent.agent import Agent
 from nodeagent.client import MalformedDocument, check_desired
 from nodeagent.config import AgentConfig
-from nodeagent.emulator.tray import GpuFacts, TrayFacts, prepare_tray
-from tests import factories
+from testbed import factories
+from testbed.emulator.tray import GpuFacts, TrayFacts, prepare_tray
 from tests.support.lifecycle import all_ready
 
 pytestmark = pytest.mark.django_db

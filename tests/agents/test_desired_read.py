@@ -29,7 +29,7 @@ from domains.computedomains.services import domain_release
 from domains.computedomains.specs import DomainSpec
 from domains.inventory.models import MaintenanceWindow, Node, NodeCondition
 from domains.security import generate_token, hash_token
-from tests import factories
+from testbed import factories
 from tests.support.lifecycle import request_and_place
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,7 @@ from domains.inventory.models import Node, NodeCondition, NodeSource
 from domains.placement.model import TrayStatus
 from domains.security import hash_token
 from domains.tenancy.tokens import token_create
-from tests import factories
+from testbed import factories
 
 pytestmark = pytest.mark.django_db
 JOIN = "dpj_facts-test-join-token"

@@ -16,8 +16,8 @@ from asgiref.sync import async_to_sync
 from domains.agents.joining import agent_join
 from domains.inventory.models import Node
 from portal.api.agent.fastpath import MAX_BODY, AgentFastPath
-from tests import factories
-from tests.support.agents import ensure_join_token, node_facts
+from testbed import factories
+from testbed.agents import ensure_join_token, node_facts
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the fast path's threads must see rows
 

@@ -14,7 +14,7 @@ from domains.computedomains.models import Phase
 from domains.inventory.models import Node, NodeState
 from domains.inventory.services import node_cordon, node_mark_down, node_mark_up
 from domains.security import hash_token
-from tests import factories
+from testbed import factories
 from tests.support.lifecycle import request_and_place
 
 pytestmark = pytest.mark.django_db

@@ -16,8 +16,8 @@ from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain, DomainMember, MemberState, Phase
 from domains.computedomains.services import domain_release
 from domains.inventory.models import Node
-from tests import factories
-from tests.support.agents import ensure_join_token, node_facts
+from testbed import factories
+from testbed.agents import ensure_join_token, node_facts
 from tests.support.lifecycle import ready_report, request_and_place
 
 pytestmark = pytest.mark.django_db

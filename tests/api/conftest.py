@@ -20,7 +20,7 @@ from domains.computedomains.models import (
 )
 from domains.inventory.models import Node
 from domains.tenancy.tokens import token_create
-from tests import factories
+from testbed import factories
 
 ROLES = ["anonymous", "other_tenant", "viewer", "member", "operator", "admin"]
 IP_PREFIX = "127.14"  # helper 4's loopback range (brief: 127.(10+N).<rack>.<slot>)

@@ -27,8 +27,8 @@ from portal.ratelimit import (
     TOKEN_PREFIX_FAILURES,
 )
 from portal.serve import uvicorn_args
+from testbed.processes import ROOT, VENV_BIN
 from tests.api.conftest import bearer_client
-from tests.support.processes import ROOT, VENV_BIN
 from tests.support.staticfiles import collected_static
 
 RACKS = "/api/v1/racks/"
@@ -282,7 +282,7 @@ def test_deploy_checks_pass_with_production_settings() -> None:
 
 
 def test_guesses_from_many_addresses_never_lock_the_account_out(tenant_a, settings) -> None:
-    from tests import factories
+    from testbed import factories
 
     victim = factories.make_user(f"victim-{uuid.uuid4().hex[:8]}")
     for _ in range(settings.AXES_FAILURE_LIMIT * 3):
@@ -293,7 +293,7 @@ def test_guesses_from_many_addresses_never_lock_the_account_out(tenant_a, settin
 
 
 def test_guesses_from_one_address_lock_that_account_there_only(db, settings) -> None:
-    from tests import factories
+    from testbed import factories
 
     victim = factories.make_user(f"victim-{uuid.uuid4().hex[:8]}")
     guesser = Client(REMOTE_ADDR=fresh_address())

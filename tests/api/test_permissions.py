@@ -205,7 +205,7 @@ def test_one_users_token_is_not_found_for_another(clients, users, places) -> Non
 
 
 def test_namespace_admins_manage_members_but_not_quotas(ns_a, fabric, tenant_b) -> None:
-    from tests import factories
+    from testbed import factories
     from tests.api.conftest import bearer_client
 
     carol = factories.make_user("carol")

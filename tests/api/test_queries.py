@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from domains.inventory.models import Node
-from tests import factories
+from testbed import factories
 from tests.api.conftest import IP_PREFIX, make_domain
 
 LISTS = ["/api/v1/racks/", "/api/v1/cliques/", "/api/v1/nodes/", "/api/v1/events/"]

@@ -30,9 +30,9 @@ from domains.audit.events import SYSTEM
 from domains.inventory.models import Node
 from domains.tenancy.tokens import token_create
 from portal.ratelimit import TOKEN_FAILURES
+from testbed.agents import ensure_join_token, node_facts
+from testbed.processes import running, start_server
 from tests.api.conftest import make_domain
-from tests.support.agents import ensure_join_token, node_facts
-from tests.support.processes import running, start_server
 
 EXAMPLES = int(os.environ.get("API_FUZZ_EXAMPLES", "4"))
 st_checks.load_all_checks()

@@ -17,8 +17,8 @@ from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.sessions.backends.db import SessionStore
 
-from tests import factories
-from tests.support.processes import ARTIFACTS, running, start_server, start_worker
+from testbed import factories
+from testbed.processes import ARTIFACTS, running, start_server, start_worker
 
 IP_PREFIX = factories.tray_ip_prefix(13)  # 127.13 unless TEST_TRAY_IP_BASE moves it
 CHROMIUM = "/usr/bin/chromium"

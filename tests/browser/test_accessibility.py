@@ -27,7 +27,7 @@ from domains.notifications.models import Channel, Kind
 from domains.notifications.services import subscription_create
 from domains.tenancy.services import quota_set
 from domains.tenancy.tokens import token_create
-from tests import factories
+from testbed import factories
 from tests.browser.conftest import IP_PREFIX
 from tests.support.lifecycle import all_clean, form, ready_report, request_domain
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests import factories
+from testbed import factories
 from tests.browser.conftest import IP_PREFIX
 from tests.support.lifecycle import request_domain
 

@@ -16,7 +16,7 @@ from domains.audit.events import SYSTEM
 from domains.computedomains.models import Phase
 from domains.inventory.models import Node
 from domains.tenancy.tokens import token_create
-from tests import factories
+from testbed import factories
 from tests.api.conftest import make_domain
 from tests.browser.conftest import IP_PREFIX, wait_live
 

@@ -9,7 +9,7 @@ from domains.agents.heartbeats import agent_report
 from domains.audit.events import Actor
 from domains.inventory.models import Node
 from domains.inventory.services import node_mark_down
-from tests import factories
+from testbed import factories
 from tests.browser.conftest import IP_PREFIX, screenshot
 from tests.support.lifecycle import form, ready_report, request_domain
 

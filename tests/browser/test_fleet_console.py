@@ -14,7 +14,7 @@ from domains.computedomains.models import ComputeDomain
 from domains.foresight.maintenance import maintenance_schedule
 from domains.inventory.models import Node, PowerShelf, SwitchTray
 from domains.inventory.services import node_cordon, node_drain, node_mark_down
-from tests import factories
+from testbed import factories
 from tests.browser.conftest import IP_PREFIX, screenshot, wait_live
 from tests.support.lifecycle import form, request_domain
 

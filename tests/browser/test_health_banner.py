@@ -17,12 +17,12 @@ from domains.computedomains.models import ChannelAllocation
 from domains.inventory.models import Node
 from domains.notifications.models import Notification
 from domains.notifications.services import subscription_create
-from tests import factories
+from testbed import factories
+from testbed.agents import wait_for
+from testbed.processes import running, start_server, start_worker
+from testbed.trays import trays_of
 from tests.browser.conftest import IP_PREFIX, screenshot, wait_live
 from tests.browser.test_accessibility import AXE, FAILING, RUN_AXE
-from tests.support.agents import wait_for
-from tests.support.processes import running, start_server, start_worker
-from tests.support.trays import trays_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from domains.computedomains.models import Incident
-from tests import factories
+from testbed import factories
 from tests.browser.conftest import IP_PREFIX, screenshot
 from tests.support.lifecycle import form, request_domain
 

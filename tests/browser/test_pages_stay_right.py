@@ -18,7 +18,7 @@ from domains.foresight.maintenance import maintenance_schedule
 from domains.inventory.models import Node, NodeState
 from domains.inventory.services import node_cordon
 from domains.tenancy.services import quota_set
-from tests import factories
+from testbed import factories
 from tests.browser.conftest import IP_PREFIX, screenshot, wait_live
 from tests.support.lifecycle import all_clean, all_ready, form, request_domain
 

@@ -8,7 +8,7 @@ import pytest
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.tenancy.models import Quota
 from domains.tenancy.seed import DEMO_QUOTAS
-from tests import factories
+from testbed import factories
 from tests.browser.conftest import IP_PREFIX, screenshot
 from tests.support.lifecycle import form, request_domain
 

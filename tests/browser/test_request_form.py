@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from domains.computedomains.models import ComputeDomain, Phase
-from tests import factories
+from testbed import factories
+from testbed.agents import wait_for
 from tests.browser.conftest import IP_PREFIX, screenshot, wait_live
-from tests.support.agents import wait_for
 from tests.support.lifecycle import all_ready
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

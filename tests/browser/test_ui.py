@@ -13,9 +13,9 @@ from domains.inventory.models import Node, NodeState
 from domains.inventory.services import node_cordon
 from domains.tenancy.models import Quota
 from domains.tenancy.services import quota_set
-from tests import factories
+from testbed import factories
+from testbed.agents import AgentFleet
 from tests.browser.conftest import IP_PREFIX, screenshot, wait_live
-from tests.support.agents import AgentFleet
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

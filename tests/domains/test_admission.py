@@ -21,7 +21,7 @@ from domains.errors import InvalidInput, InvalidTransition, NameTaken, QuotaExce
 from domains.inventory.models import Node
 from domains.inventory.services import node_cordon
 from domains.tenancy.services import quota_set
-from tests import factories
+from testbed import factories
 
 pytestmark = pytest.mark.django_db
 

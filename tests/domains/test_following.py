@@ -22,7 +22,7 @@ from domains.foresight.maintenance import maintenance_schedule
 from domains.inventory.models import Clique, Node
 from domains.kube.dra import device_selector
 from nodeagent.dra.slices import scheduling
-from tests import factories
+from testbed import factories
 from tests.support.lifecycle import request_and_place, request_domain
 
 pytestmark = pytest.mark.django_db

@@ -31,7 +31,7 @@ from domains.inventory.models import Node, NodeState
 from domains.inventory.services import node_cordon, node_mark_down, node_uncordon
 from domains.placement.model import TrayStatus
 from domains.tenancy.services import quota_set
-from tests import factories
+from testbed import factories
 from tests.support.lifecycle import (
     all_clean,
     all_ready,

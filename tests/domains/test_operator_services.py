@@ -18,7 +18,7 @@ from domains.tenancy.services import (
     namespace_create,
     quota_set,
 )
-from tests import factories
+from testbed import factories
 
 pytestmark = pytest.mark.django_db
 

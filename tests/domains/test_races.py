@@ -18,7 +18,7 @@ from domains.computedomains.placing import domain_place
 from domains.computedomains.services import domain_request
 from domains.computedomains.specs import DomainSpec
 from domains.errors import QuotaExceeded
-from tests import factories
+from testbed import factories
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 THREADS = 20

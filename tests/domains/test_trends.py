@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from domains.computedomains.models import ComputeDomain, DomainMember
 from domains.computedomains.trends import BUCKETS, P95_BUCKETS, fleet_trends
-from tests import factories
+from testbed import factories
 from tests.support.lifecycle import form, request_domain
 
 pytestmark = pytest.mark.django_db

@@ -21,8 +21,8 @@ from domains.computedomains.services import domain_release, domain_request
 from domains.computedomains.specs import DomainSpec
 from domains.inventory.models import Node
 from portal.celery import app
-from tests import factories
-from tests.support.processes import SESSION_QUEUE, running, start_beat, start_worker, wait_until
+from testbed import factories
+from testbed.processes import SESSION_QUEUE, running, start_beat, start_worker, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

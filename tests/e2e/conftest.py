@@ -18,8 +18,8 @@ from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import LIVE_PHASES, ComputeDomain
 from domains.tenancy.tokens import token_create
-from tests import factories
-from tests.support.processes import running, start_server, start_worker
+from testbed import factories
+from testbed.processes import running, start_server, start_worker
 
 METRICS_TOKEN = "e2e-metrics-token"  # what a Prometheus scraping the server presents
 IP_PREFIX = factories.tray_ip_prefix(12)  # 127.12 unless TEST_TRAY_IP_BASE moves it

@@ -3,7 +3,7 @@ trays keep their IMEX daemons and channel devices, the portal marks the silent m
 ready (the domain is Degraded, naming them), and when the link returns the agents report
 again and the domain is Ready: never Failed, nothing torn down or started again.
 
-The agents and their emulated daemons run in a network namespace (tests.support.netcut); the
+The agents and their emulated daemons run in a network namespace (testbed.netcut); the
 cut takes the link down, so packets are dropped and no connection is closed: the agents see
 timeouts, not refusals, as when a switch port dies. Peer traffic between the trays stays up
 (the tray addresses live on the namespace's loopback).
@@ -21,11 +21,11 @@ from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.inventory.models import Node
 from domains.tenancy.tokens import token_create
-from tests import factories
+from testbed import factories
+from testbed.agents import AgentFleet, wait_for
+from testbed.netcut import NetnsLink
+from testbed.processes import running, start_beat, start_server, start_worker
 from tests.e2e.conftest import IP_PREFIX, verbs
-from tests.support.agents import AgentFleet, wait_for
-from tests.support.netcut import NetnsLink
-from tests.support.processes import running, start_beat, start_server, start_worker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -19,11 +19,11 @@ from domains.agents.joining import agent_join
 from domains.audit.models import Event
 from domains.computedomains.models import DomainMember, MemberState
 from domains.inventory.models import Node, NodeState
-from tests import factories
+from testbed import factories
+from testbed.agents import ensure_join_token, node_facts
+from testbed.processes import wait_until
 from tests.e2e.conftest import IP_PREFIX
-from tests.support.agents import ensure_join_token, node_facts
 from tests.support.lifecycle import request_and_place
-from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

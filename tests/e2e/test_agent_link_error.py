@@ -14,9 +14,9 @@ from django.db import connection
 
 from domains.computedomains.models import ChannelAllocation
 from domains.inventory.models import Node
-from tests import factories
+from testbed import factories
+from testbed.agents import AgentFleet, wait_for
 from tests.e2e.conftest import IP_PREFIX
-from tests.support.agents import AgentFleet, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -21,12 +21,12 @@ from domains.inventory.models import Node, NodeCondition
 from nodeagent.config import AGENT_VERSION
 from nodeagent.files import write_atomic
 from nodeagent.runner import status_path
-from tests import factories
+from testbed import factories
+from testbed.agents import wait_for
+from testbed.trays import Tray, facts_of, trays_of
 from tests.e2e.conftest import METRICS_TOKEN, phase_of, request_domain
 from tests.observability.test_prometheus_scrape import service_monitor_job
-from tests.support.agents import wait_for
 from tests.support.prometheus import PROMETHEUS, running_prometheus
-from tests.support.trays import Tray, facts_of, trays_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

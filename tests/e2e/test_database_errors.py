@@ -16,15 +16,15 @@ import psycopg
 import pytest
 
 from domains.computedomains.models import ChannelAllocation
-from tests.support.processes import ROOT, process_env, running, start_server
-from tests.support.services import PrivatePostgres
+from testbed.processes import ROOT, process_env, running, start_server
+from testbed.services import PrivatePostgres
 
 pytestmark = [pytest.mark.e2e]
 
 SEED = """
 from domains.agents.joining import agent_join
-from tests import factories
-from tests.support.agents import ensure_join_token, node_facts
+from testbed import factories
+from testbed.agents import ensure_join_token, node_facts
 rack = factories.make_racks("2", ip_prefix=factories.tray_ip_prefix(13))[0]
 node = rack.nodes.order_by("slot").first()
 _, raw = agent_join(join_token=ensure_join_token(), facts=node_facts(node))

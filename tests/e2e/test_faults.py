@@ -13,9 +13,9 @@ from domains.computedomains.models import DomainMember, Phase
 from domains.inventory.models import Node
 from nodeagent.config import Paths
 from nodeagent.imex.supervisor import STARTING
-from tests import factories
+from testbed import factories
+from testbed.agents import AgentFleet, wait_for
 from tests.e2e.conftest import IP_PREFIX, phase_of, release_domain, request_domain, verbs
-from tests.support.agents import AgentFleet, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

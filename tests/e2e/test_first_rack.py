@@ -30,11 +30,11 @@ from domains.computedomains.models import Phase
 from domains.inventory.models import Node, NodeCondition
 from domains.placement.model import TrayStatus
 from domains.tenancy.tokens import token_create
-from nodeagent.emulator.tray import daemon_starts, set_faults
-from tests import factories
+from testbed import factories
+from testbed.agents import wait_for
+from testbed.emulator.tray import daemon_starts, set_faults
+from testbed.trays import Tray, facts_of, trays_of
 from tests.e2e.conftest import phase_of, release_domain, request_domain, verbs
-from tests.support.agents import wait_for
-from tests.support.trays import Tray, facts_of, trays_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

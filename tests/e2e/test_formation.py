@@ -9,10 +9,10 @@ import pytest
 from domains.computedomains.models import ChannelAllocation, DomainMember, MemberState, Phase
 from domains.inventory.models import Node
 from nodeagent.config import Paths
-from tests import factories
+from testbed import factories
+from testbed.agents import AgentFleet, wait_for
+from testbed.processes import pods_supported
 from tests.e2e.conftest import IP_PREFIX, phase_of, release_domain, request_domain, verbs
-from tests.support.agents import AgentFleet, wait_for
-from tests.support.processes import pods_supported
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -11,9 +11,9 @@ from websockets.sync.client import connect
 from domains import signals
 from domains.agents.joining import agent_join
 from domains.inventory.models import Node
-from tests import factories
+from testbed import factories
+from testbed.agents import ensure_join_token, node_facts
 from tests.e2e.conftest import IP_PREFIX
-from tests.support.agents import ensure_join_token, node_facts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -1,7 +1,7 @@
 """Agent and IMEX runner run as Kubernetes runs their pods: the daemon outlives the agent.
 
 Each pod is its own PID and mount namespace with its own /etc/hosts, bind-mounted as the
-kubelet mounts it (tests.support.processes.pod_argv): the agents' pod, and one IMEX runner
+kubelet mounts it (testbed.processes.pod_argv): the agents' pod, and one IMEX runner
 pod per tray, parent of that tray's nvidia-imex. How a domain forms and meets new peers
 across those pods, with pods scheduled and claims prepared by upstream's control plane and
 kubelet code, is tests/kube/test_dra_e2e.py; this needs no Kubernetes at all.
@@ -17,12 +17,12 @@ import pytest
 
 from domains.computedomains.models import Phase
 from domains.inventory.models import Node
-from nodeagent.emulator.tray import daemon_starts
-from tests import factories
+from testbed import factories
+from testbed.agents import wait_for
+from testbed.emulator.tray import daemon_starts
+from testbed.processes import pods_supported
+from testbed.trays import Tray, facts_of
 from tests.e2e.conftest import phase_of, release_domain, request_domain
-from tests.support.agents import wait_for
-from tests.support.processes import pods_supported
-from tests.support.trays import Tray, facts_of
 
 pytestmark = [
     pytest.mark.e2e,

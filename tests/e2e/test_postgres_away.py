@@ -21,7 +21,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from tests.support.processes import (
+from testbed.processes import (
     ROOT,
     process_env,
     running,
@@ -30,7 +30,7 @@ from tests.support.processes import (
     start_worker,
     wait_until,
 )
-from tests.support.services import PrivatePostgres
+from testbed.services import PrivatePostgres
 
 pytestmark = [pytest.mark.e2e]
 
@@ -39,7 +39,7 @@ POOL = 6  # connections per process (DB_POOL_MAX)
 SEED = """
 from domains.audit.events import Actor
 from domains.tenancy.tokens import token_create
-from tests import factories
+from testbed import factories
 factories.make_racks("4", ip_prefix=factories.tray_ip_prefix(12))
 ns = factories.make_namespace("pgaway", max_gpus=72, max_nodes=18, max_domains=8)
 user = factories.make_user("pgaway-tenant")

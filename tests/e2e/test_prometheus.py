@@ -17,10 +17,10 @@ import pytest
 from domain_portal import __version__
 from domains.computedomains.models import Phase
 from domains.inventory.models import Node
-from tests import factories
+from testbed import factories
+from testbed.agents import AgentFleet, wait_for
 from tests.e2e.conftest import IP_PREFIX, METRICS_TOKEN, phase_of, request_domain
 from tests.observability.exposition import ALERTS, DASHBOARD
-from tests.support.agents import AgentFleet, wait_for
 from tests.support.prometheus import PROMETHEUS, Prometheus, running_prometheus
 
 pytestmark = [

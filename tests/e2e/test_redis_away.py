@@ -16,11 +16,11 @@ import pytest
 from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.tenancy.tokens import token_create
-from tests import factories
+from testbed import factories
+from testbed.agents import wait_for
+from testbed.processes import running, start_beat, start_server, start_worker
+from testbed.services import PrivateRedis
 from tests.e2e.conftest import IP_PREFIX
-from tests.support.agents import wait_for
-from tests.support.processes import running, start_beat, start_server, start_worker
-from tests.support.services import PrivateRedis
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

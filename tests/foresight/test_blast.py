@@ -18,7 +18,7 @@ from domains.foresight.blast import (
     trays_scope,
 )
 from domains.inventory.models import Node, PartState, PowerShelf, SwitchTray
-from tests import factories
+from testbed import factories
 from tests.support.lifecycle import form, request_and_place, request_domain
 
 pytestmark = pytest.mark.django_db

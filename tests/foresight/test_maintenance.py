@@ -21,7 +21,7 @@ from domains.foresight.maintenance import (
     window_views,
 )
 from domains.inventory.models import MaintenanceWindow
-from tests import factories
+from testbed import factories
 from tests.support.lifecycle import form, place, request_and_place, request_domain
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from domains.audit.models import Event
 from domains.inventory.models import PowerShelf
-from tests import factories
+from testbed import factories
 from tests.support.lifecycle import form, request_domain
 
 pytestmark = pytest.mark.django_db

@@ -18,8 +18,8 @@ from domains.computedomains.models import DomainMember
 from domains.health import calls
 from domains.inventory.models import NodeCondition
 from portal.api.agent import fastpath
-from tests import factories
-from tests.support.agents import ensure_join_token, node_facts
+from testbed import factories
+from testbed.agents import ensure_join_token, node_facts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,7 @@ from agentwire.messages import status_report
 from domains.agents.heartbeats import agent_report
 from domains.health import calls, workers
 from domains.inventory.models import Node
-from tests import factories
+from testbed import factories
 
 pytestmark = pytest.mark.django_db
 

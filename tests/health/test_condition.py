@@ -17,7 +17,7 @@ from domains.health import calls, workers
 from domains.health.condition import DEGRADED, DOWN, OK, portal_health
 from domains.health.trays import tray_trouble
 from domains.inventory.models import Node
-from tests import factories
+from testbed import factories
 
 pytestmark = pytest.mark.django_db
 

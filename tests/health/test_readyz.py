@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 import portal.health
-from tests.support.agents import wait_for
-from tests.support.processes import ROOT, process_env, running, start_server
-from tests.support.services import PrivatePostgres, PrivateRedis
+from testbed.agents import wait_for
+from testbed.processes import ROOT, process_env, running, start_server
+from testbed.services import PrivatePostgres, PrivateRedis
 
 
 @pytest.fixture

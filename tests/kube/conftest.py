@@ -20,8 +20,9 @@ from domains.kube.client import api_client
 from domains.kube.sync import Watcher, resources
 from domains.tenancy.tokens import token_create
 from portal.celery import app as celery_app
-from tests import factories
-from tests.kube.cluster import (
+from testbed import factories
+from testbed.kube import kubemock
+from testbed.kube.cluster import (
     BuildFailed,
     Cluster,
     ClusterKube,
@@ -29,12 +30,9 @@ from tests.kube.cluster import (
     kube_binaries_built,
     running_cluster,
 )
-from tests.kube.schemas import CRD_PATH, computedomain_errors, dra_errors
-from tests.support import kubemock
-from tests.support.processes import running, start_server, start_worker
-
-RACK_LABEL = "topology.kubernetes.io/rack"
-CLUSTER = "6f0b9b84-4c1e-4a8e-9d9e-2f1f3c0d9a11"
+from testbed.kube.objects import RACK_LABEL
+from testbed.kube.schemas import CRD_PATH, computedomain_errors, dra_errors
+from testbed.processes import running, start_server, start_worker
 
 
 @pytest.hookimpl(trylast=True)  # after `-m` and `-k` have deselected
@@ -197,25 +195,3 @@ def sync(kube, eager_celery, django_capture_on_commit_callbacks) -> Sync:
 def real_sync(real_kube, eager_celery, django_capture_on_commit_callbacks) -> Sync:
     """The watchers against the real API server; a watch step ends after a second."""
     return Sync(django_capture_on_commit_callbacks, watch_timeout_s=1)
-
-
-def gpu_labels(clique: int = 1, rack: str = "r1", **extra: str) -> dict[str, str]:
-    return {
-        "nvidia.com/gpu.clique": f"{CLUSTER}.{clique}",
-        "nvidia.com/gpu.count": "4",
-        "nvidia.com/gpu.product": "NVIDIA-GB200",
-        RACK_LABEL: rack,
-        **extra,
-    }
-
-
-def computedomain(name: str, namespace: str, num_nodes: int = 2, **channel: str) -> dict:
-    return {
-        "apiVersion": "resource.nvidia.com/v1beta1",
-        "kind": "ComputeDomain",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "numNodes": num_nodes,
-            "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}, **channel},
-        },
-    }

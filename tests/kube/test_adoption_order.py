@@ -15,7 +15,7 @@ from domains.computedomains.models import LIVE_PHASES, ComputeDomain, DomainSour
 from domains.kube.crd import FINALIZER, UID_ANNOTATION
 from domains.kube.models import RefusedComputeDomain
 from domains.tenancy.models import Namespace
-from tests.kube.conftest import computedomain
+from testbed.kube.objects import computedomain
 from tests.support.lifecycle import all_clean
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db]

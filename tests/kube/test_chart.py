@@ -13,7 +13,7 @@ import yaml
 
 from nodeagent.dra import DRIVER_NAME
 from nodeagent.dra.slices import SliceFacts, slice_object
-from tests.kube.schemas import CRD_PATH, assert_valid_dra, assert_valid_kubernetes
+from testbed.kube.schemas import CRD_PATH, assert_valid_dra, assert_valid_kubernetes
 
 helm = pytest.importorskip("helm_python.chart", reason="helm-python-sdk (helm template) absent")
 

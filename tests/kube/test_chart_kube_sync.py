@@ -10,8 +10,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from domains.kube.election import Elector, Timing
-from tests.kube.chartobjects import RELEASE_NAMESPACE, chart_objects
-from tests.kube.cluster import Cluster, ClusterKube, write_kubeconfig
+from testbed.kube.chartobjects import RELEASE_NAMESPACE, chart_objects
+from testbed.kube.cluster import Cluster, ClusterKube, write_kubeconfig
 
 PORTAL = "portal-domain-portal"
 LEASE = f"{PORTAL}-kube-sync"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.kube.schemas import assert_valid_kubernetes
+from testbed.kube.schemas import assert_valid_kubernetes
 from tests.observability.exposition import ALERTS, DASHBOARD, PROMTOOL
 
 helm = pytest.importorskip("helm_python.chart", reason="helm-python-sdk (helm template) absent")

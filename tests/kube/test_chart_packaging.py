@@ -59,7 +59,7 @@ def test_the_agents_dependencies_are_closed_under_what_each_one_requires():
 def third_party_imports() -> set[str]:
     found: set[str] = set()
     for path in [*(ROOT / "nodeagent").rglob("*.py"), *(ROOT / "agentwire").rglob("*.py")]:
-        if "emulator" in path.parts or path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+        if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
@@ -89,6 +89,17 @@ def test_the_dockerfile_builds_an_agent_image_from_the_agents_part_of_the_lock()
     assert "--require-hashes" in dockerfile and "deploy/agent_requirements.py" in dockerfile
     assert "org.opencontainers.image.version" in dockerfile
     assert "USER 10001" in dockerfile[dockerfile.index("AS portal") :]
+
+
+def test_no_image_ships_the_stand_in_world():
+    """The IMEX emulator, the dev services and the tests' world live in testbed/, which the
+    build context leaves out and no stage copies; the agent's own packages hold none of it."""
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert {"testbed", "tests", "bench"} <= ignored
+    dockerfile = (ROOT / "deploy/Dockerfile").read_text()
+    assert "testbed" not in dockerfile and "emulator" not in dockerfile
+    shipped = ["domain_portal", "agentwire", "nodeagent"]
+    assert not [p for d in shipped for p in (ROOT / d).rglob("*") if "emulat" in p.name]
 
 
 def test_the_build_context_leaves_out_the_virtualenv_and_local_state():

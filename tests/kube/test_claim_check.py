@@ -14,11 +14,10 @@ from rest_framework.test import APIClient
 from domains.agents.joining import agent_join
 from domains.computedomains.models import DomainClaim
 from domains.kube import tasks
-from tests.kube.chartobjects import install_device_class, publish_as_its_agent
-from tests.kube.cluster import ClusterKube, wait_for
-from tests.kube.conftest import gpu_labels
-from tests.kube.test_dra_cluster import claim_of, pod_with_claim
-from tests.support.agents import ensure_join_token, node_facts
+from testbed.agents import ensure_join_token, node_facts
+from testbed.kube.chartobjects import install_device_class, publish_as_its_agent
+from testbed.kube.cluster import ClusterKube, wait_for
+from testbed.kube.objects import claim_of, gpu_labels, pod_with_claim
 from tests.support.lifecycle import request_and_place
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db]

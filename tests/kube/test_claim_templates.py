@@ -11,7 +11,7 @@ from domains.kube import tasks
 from domains.kube.crd import FINALIZER
 from domains.kube.models import PublishedDomain
 from nodeagent.dra import DEVICE_CLASS, DRIVER_NAME
-from tests.kube.schemas import assert_valid_dra
+from testbed.kube.schemas import assert_valid_dra
 from tests.support.lifecycle import all_clean, request_and_place
 
 pytestmark = pytest.mark.django_db

@@ -13,10 +13,10 @@ from domains.computedomains.models import ComputeDomain, DomainSource, Phase
 from domains.computedomains.services import domain_release
 from domains.kube import tasks
 from domains.kube.models import PublishedDomain, RefusedComputeDomain
-from tests import factories
-from tests.kube.conftest import computedomain
-from tests.kube.schemas import assert_valid_computedomain, computedomain_schema
-from tests.support.kubemock import KINDS, ApiError
+from testbed import factories
+from testbed.kube.kubemock import KINDS, ApiError
+from testbed.kube.objects import computedomain
+from testbed.kube.schemas import assert_valid_computedomain, computedomain_schema
 from tests.support.lifecycle import all_clean, all_ready, request_and_place
 
 pytestmark = pytest.mark.django_db

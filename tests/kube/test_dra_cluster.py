@@ -23,16 +23,16 @@ from domains.kube import tasks
 from nodeagent.dra import DEVICE_NAME, DRIVER_NAME
 from nodeagent.dra.kubeapi import ResourceApi
 from nodeagent.dra.slices import SliceFacts, SlicePublisher, slice_name, slice_object
-from tests import factories
-from tests.kube.chartobjects import (
+from testbed import factories
+from testbed.kube.chartobjects import (
     RELEASE_NAMESPACE,
     chart_objects,
     install_device_class,
     publish_as_its_agent,
     publish_slice,
 )
-from tests.kube.cluster import Cluster, ClusterKube, wait_for
-from tests.kube.conftest import gpu_labels
+from testbed.kube.cluster import Cluster, ClusterKube, wait_for
+from testbed.kube.objects import claim_of, gpu_labels, pod_with_claim
 from tests.support.lifecycle import request_and_place, request_domain
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
@@ -74,36 +74,6 @@ def test_a_slice_with_two_devices_of_one_name_is_refused(real_kube, cluster):
         real_kube.apply(body)
     assert caught.value.status == 422
     assert "duplicate" in caught.value.body.lower()
-
-
-def pod_with_claim(name: str, namespace: str, template: str, *, node: str = "") -> dict[str, Any]:
-    """A pod as NVIDIA's examples write it: a container and a claim from the template (and,
-    given `node`, kept to that node by its hostname label)."""
-    selector = {"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            **selector,
-            "containers": [
-                {
-                    "name": "ctr",
-                    "image": "ubuntu:22.04",
-                    "command": ["sleep", "infinity"],
-                    "resources": {"claims": [{"name": "channel"}]},
-                }
-            ],
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
-        },
-    }
-
-
-def claim_of(kube: ClusterKube, pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The pod's generated ResourceClaim, once the resourceclaim controller made it."""
-    statuses = pod.get("status", {}).get("resourceClaimStatuses") or []
-    names = [s.get("resourceClaimName") for s in statuses if s.get("resourceClaimName")]
-    return kube.get("resourceclaims", names[0], pod["metadata"]["namespace"]) if names else None
 
 
 def test_kube_scheduler_allocates_a_pods_claim_from_the_published_slices(

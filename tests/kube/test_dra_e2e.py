@@ -18,7 +18,7 @@ emulator's fault. (The 18-pod workload scaled to 9 is tests/kube/test_workload_s
 
 The last test runs the agents and each tray's IMEX runner as Kubernetes runs their pods:
 each its own PID and mount namespace with its own /etc/hosts, bind-mounted as the kubelet
-mounts it (tests.support.processes.pod_argv). The emulated daemon resolves its peers'
+mounts it (testbed.processes.pod_argv). The emulated daemon resolves its peers'
 names through /etc/hosts of its own namespace, as glibc does, so a running daemon meets a
 new peer only if its own runner tells it to re-resolve.
 """
@@ -39,20 +39,19 @@ from domains.inventory.models import Node
 from nodeagent.config import CHANNELS_DIR, Paths
 from nodeagent.dra import CDI_CLAIM_KIND, DEVICE_NAME, DRIVER_NAME
 from nodeagent.dra.slices import slice_name
-from nodeagent.emulator.tray import daemon_starts
 from nodeagent.files import read_json
 from nodeagent.imex.files import HOSTS_BEGIN
 from nodeagent.runner import status_path
-from tests import factories
+from testbed import factories
+from testbed.agents import AgentFleet, wait_for
+from testbed.emulator.tray import daemon_starts
+from testbed.kube.chartobjects import install_device_class
+from testbed.kube.cluster import ClusterKube, kube_binaries
+from testbed.kube.kubelet_dra import KubeletDra, KubeletFleet
+from testbed.kube.objects import claim_of, gpu_labels, pod_with_claim
+from testbed.processes import pods_supported
 from tests.e2e.conftest import phase_of, release_domain, request_domain
-from tests.kube.chartobjects import install_device_class
-from tests.kube.cluster import ClusterKube, kube_binaries
-from tests.kube.conftest import gpu_labels
-from tests.kube.test_dra_cluster import claim_of, pod_with_claim
-from tests.support.agents import AgentFleet, wait_for
 from tests.support.cdi import resolve
-from tests.support.kubelet_dra import KubeletDra, KubeletFleet
-from tests.support.processes import pods_supported
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

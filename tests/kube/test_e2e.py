@@ -14,12 +14,12 @@ from domains.computedomains.models import ComputeDomain, DomainSource, Phase
 from domains.inventory.models import Node, NodeSource
 from domains.kube.crd import UID_ANNOTATION
 from domains.tenancy.models import Namespace
-from tests import factories
-from tests.kube.cluster import ClusterKube
-from tests.kube.conftest import computedomain, gpu_labels
-from tests.kube.schemas import assert_valid_computedomain
-from tests.support.agents import AgentFleet, wait_for
-from tests.support.processes import (
+from testbed import factories
+from testbed.agents import AgentFleet, wait_for
+from testbed.kube.cluster import ClusterKube
+from testbed.kube.objects import computedomain, gpu_labels
+from testbed.kube.schemas import assert_valid_computedomain
+from testbed.processes import (
     VENV_BIN,
     Proc,
     process_env,

@@ -14,9 +14,9 @@ from domains.inventory.models import Node, NodeSource, NodeState
 from domains.inventory.services import node_cordon
 from domains.kube.models import SyncState
 from domains.tenancy.models import Namespace, NamespaceSource
-from tests import factories
-from tests.kube.cluster import wait_for
-from tests.kube.conftest import CLUSTER, gpu_labels
+from testbed import factories
+from testbed.kube.cluster import wait_for
+from testbed.kube.objects import CLUSTER, gpu_labels
 from tests.support.lifecycle import request_and_place
 
 pytestmark = pytest.mark.django_db

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from domains.inventory.models import Node, NodeSource
-from tests.kube.cluster import ClusterKube
-from tests.kube.conftest import RACK_LABEL, gpu_labels
-from tests.support.agents import wait_for
-from tests.support.processes import VENV_BIN, Proc, process_env
+from testbed.agents import wait_for
+from testbed.kube.cluster import ClusterKube
+from testbed.kube.objects import RACK_LABEL, gpu_labels
+from testbed.processes import VENV_BIN, Proc, process_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 

@@ -21,14 +21,13 @@ from domains.inventory.models import Node
 from nodeagent.config import CHANNELS_DIR
 from nodeagent.dra import CDI_CLAIM_KIND, DRIVER_NAME
 from nodeagent.dra.slices import slice_name
-from tests import factories
-from tests.kube.chartobjects import install_device_class
-from tests.kube.cluster import kube_binaries, wait_for
-from tests.kube.conftest import gpu_labels
-from tests.kube.test_dra_cluster import claim_of, pod_with_claim
-from tests.support.agents import AgentFleet
+from testbed import factories
+from testbed.agents import AgentFleet
+from testbed.kube.chartobjects import install_device_class
+from testbed.kube.cluster import kube_binaries, wait_for
+from testbed.kube.kubelet_dra import KubeletDra
+from testbed.kube.objects import claim_of, gpu_labels, pod_with_claim
 from tests.support.cdi import resolve
-from tests.support.kubelet_dra import KubeletDra
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

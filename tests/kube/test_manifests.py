@@ -15,9 +15,9 @@ from domains.kube import tasks
 from domains.kube.crd import computedomain_object
 from domains.kube.manifests import workload_manifests
 from nodeagent.dra import DRIVER_NAME
-from tests.kube.chartobjects import install_device_class, publish_as_its_agent
-from tests.kube.cluster import wait_for
-from tests.kube.schemas import (
+from testbed.kube.chartobjects import install_device_class, publish_as_its_agent
+from testbed.kube.cluster import wait_for
+from testbed.kube.schemas import (
     assert_valid_computedomain,
     assert_valid_kubernetes,
     assert_valid_pod_template,

@@ -50,15 +50,13 @@ from domains.kube.dra import DOMAIN_UID_LABEL
 from nodeagent.config import CHANNELS_DIR
 from nodeagent.dra import CDI_CLAIM_KIND, DRIVER_NAME
 from nodeagent.dra.slices import slice_name
-from tests import factories
-from tests.kube.chartobjects import install_device_class
-from tests.kube.cluster import Cluster, ClusterKube, kube_binaries, wait_for
-from tests.kube.conftest import RACK_LABEL
-from tests.kube.test_dra_cluster import claim_of
-from tests.support.agents import AgentFleet
-from tests.support.cdi import resolve
-from tests.support.kubelet_dra import KubeletFleet
-from tests.support.processes import (
+from testbed import factories
+from testbed.agents import AgentFleet
+from testbed.kube.chartobjects import install_device_class
+from testbed.kube.cluster import Cluster, ClusterKube, kube_binaries, wait_for
+from testbed.kube.kubelet_dra import KubeletFleet
+from testbed.kube.objects import RACK_LABEL, claim_of
+from testbed.processes import (
     VENV_BIN,
     Proc,
     process_env,
@@ -67,6 +65,7 @@ from tests.support.processes import (
     start_server,
     start_worker,
 )
+from tests.support.cdi import resolve
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -19,8 +19,8 @@ from domains.errors import PermissionDenied
 from domains.kube import tokenreview
 from nodeagent.dra.kubeapi import KubeError, ResourceApi
 from nodeagent.dra.slices import SliceFacts, SlicePublisher, slice_name, slice_object
-from tests.kube.chartobjects import RELEASE_NAMESPACE, chart_objects, publish_slice
-from tests.kube.cluster import Cluster, ClusterKube, wait_for, write_kubeconfig
+from testbed.kube.chartobjects import RELEASE_NAMESPACE, chart_objects, publish_slice
+from testbed.kube.cluster import Cluster, ClusterKube, wait_for, write_kubeconfig
 from tests.kube.conftest import Sync
 from tests.support.lifecycle import all_clean, all_ready, request_and_place
 

@@ -31,16 +31,15 @@ from domains.inventory.models import Node
 from domains.inventory.seed import tray_ip
 from nodeagent.dra import CDI_CLAIM_KIND, DRIVER_NAME
 from nodeagent.dra.slices import slice_name
-from nodeagent.emulator.tray import GpuFacts, TrayFacts, daemon_starts
-from tests import factories
-from tests.kube.chartobjects import install_device_class
-from tests.kube.cluster import ClusterKube, kube_binaries, wait_for
-from tests.kube.conftest import gpu_labels
-from tests.kube.test_dra_cluster import claim_of
-from tests.support.agents import AgentFleet
-from tests.support.kubelet_dra import KubeletFleet
-from tests.support.processes import Proc, pods_supported
-from tests.support.trays import Tray
+from testbed import factories
+from testbed.agents import AgentFleet
+from testbed.emulator.tray import GpuFacts, TrayFacts, daemon_starts
+from testbed.kube.chartobjects import install_device_class
+from testbed.kube.cluster import ClusterKube, kube_binaries, wait_for
+from testbed.kube.kubelet_dra import KubeletFleet
+from testbed.kube.objects import claim_of, gpu_labels
+from testbed.processes import Proc, pods_supported
+from testbed.trays import Tray
 
 pytestmark = [
     pytest.mark.cluster,

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.driver import ensure_imex_mgmt
-from nodeagent.emulator.tray import IMEX_BIN, IMEX_CTL_BIN, TrayFacts, daemon_starts, prepare_tray
-from tests.factories import tray_ip_prefix
-from tests.support.processes import free_port
+from testbed.emulator.tray import IMEX_BIN, IMEX_CTL_BIN, TrayFacts, daemon_starts, prepare_tray
+from testbed.factories import tray_ip_prefix
+from testbed.processes import free_port
 
 NET = f"{tray_ip_prefix(12)}.250"  # moved by TEST_TRAY_IP_BASE like every suite's trays
 

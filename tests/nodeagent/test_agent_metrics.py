@@ -23,9 +23,9 @@ from nodeagent.dra.server import ClaimRef, MeteredDriver, PreparedDevice, Prepar
 from nodeagent.files import write_atomic
 from nodeagent.health import HealthServer
 from nodeagent.runner import status_path
+from testbed.processes import wait_until
 from tests.nodeagent.test_runner import start_runner
 from tests.observability.exposition import PROMTOOL, needs_promtool
-from tests.support.processes import wait_until
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import pytest
 
 from agentwire.messages import ConditionType
 from nodeagent.driver import CapabilityError, DriverRoot, ensure_imex_mgmt, imex_mgmt
-from nodeagent.emulator.tray import GpuFacts, TrayFacts, prepare_tray
 from nodeagent.probe import probe
+from testbed.emulator.tray import GpuFacts, TrayFacts, prepare_tray
 from tests.nodeagent.emulated import make_trays
 
 

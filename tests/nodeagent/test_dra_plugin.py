@@ -26,11 +26,11 @@ from nodeagent.dra.claims import ClaimDriver, Refused, Serving
 from nodeagent.dra.kubeapi import KubeError, ResourceApi, api_client
 from nodeagent.dra.plugin import DraPlugin, PluginConfig
 from nodeagent.dra.server import ClaimRef
-from nodeagent.emulator.tray import TrayFacts, prepare_tray, reboot_tray
-from tests.kube.schemas import assert_valid_dra, dra_errors
-from tests.support import kubemock
+from testbed.emulator.tray import TrayFacts, prepare_tray, reboot_tray
+from testbed.kube import kubemock
+from testbed.kube.kubelet import Kubelet, PodClaim, RegistrationFailed
+from testbed.kube.schemas import assert_valid_dra, dra_errors
 from tests.support.cdi import assert_valid_cdi, resolve
-from tests.support.kubelet import Kubelet, PodClaim, RegistrationFailed
 
 CLIQUE = {"cluster_uuid": "6f0b9b84-4c1e-4a8e-9d9e-2f1f3c0d9a11", "clique_id": 3}
 FACTS = {**CLIQUE, "gpus": [{"index": i} for i in range(4)]}

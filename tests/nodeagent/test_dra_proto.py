@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from nodeagent.dra.pb import dra_v1_pb2, dra_v1beta1_pb2, registration_pb2
-from tests.support.processes import ROOT, VENV_BIN
+from testbed.processes import ROOT, VENV_BIN
 
 
 def test_make_proto_writes_exactly_the_committed_modules(tmp_path):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from nodeagent.emulator.tray import IMEX_BIN, IMEX_CTL_BIN, set_faults, write_driver_version
+from testbed.emulator.tray import IMEX_BIN, IMEX_CTL_BIN, set_faults, write_driver_version
 from tests.nodeagent.emulated import NET
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from nodeagent.emulator.tray import set_faults
+from testbed.emulator.tray import set_faults
 
 SLOTS = [f"compute-domain-daemon-{i:04d}" for i in range(4)]
 

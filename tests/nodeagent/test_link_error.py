@@ -17,7 +17,7 @@ import pytest
 from nodeagent.agent import Agent
 from nodeagent.client import PortalError
 from nodeagent.config import AgentConfig
-from nodeagent.emulator.tray import GpuFacts, TrayFacts, prepare_tray
+from testbed.emulator.tray import GpuFacts, TrayFacts, prepare_tray
 from tests.support.serving import serving
 
 NODE = {"id": 7, "hostname": "gb-r07-t03"}

@@ -14,13 +14,13 @@ import pytest
 from nodeagent.channels import Channels, cdi_spec, channel_numbers, remove_cdi
 from nodeagent.config import Paths
 from nodeagent.driver import DriverRoot
-from nodeagent.emulator.tray import GpuFacts, TrayFacts, channel_major_for, prepare_tray
 from nodeagent.files import write_atomic
 from nodeagent.imex.ctl import parse_domain_json
 from nodeagent.imex.files import render_config, render_nodes
 from nodeagent.imex.supervisor import Daemon, log_tail
 from nodeagent.probe import ZERO_UUID, channel_major, clique_of, probe
 from nodeagent.traylog import TrayLog
+from testbed.emulator.tray import GpuFacts, TrayFacts, channel_major_for, prepare_tray
 
 CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
 
@@ -194,7 +194,7 @@ def test_a_daemon_that_ignores_sigterm_is_killed(tray):
 
 
 def test_the_agent_module_never_imports_django():
-    code = "import sys, nodeagent.cli, nodeagent.emulator.fleet; print('django' in sys.modules)"
+    code = "import sys, nodeagent.cli, testbed.emulator.fleet; print('django' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -17,14 +17,14 @@ from agentwire.messages import ConditionType
 from nodeagent.channels import Channels, cdi_spec
 from nodeagent.config import Paths
 from nodeagent.driver import DriverRoot
-from nodeagent.emulator.tray import GpuFacts, TrayFacts, prepare_tray
 from nodeagent.files import write_atomic
 from nodeagent.host import enabled_links, foreign_daemons, host_service_condition
 from nodeagent.imex.files import config_values, render_config, write_config
 from nodeagent.probe import Gpu, fabric_verdict, probe
+from testbed.emulator.tray import GpuFacts, TrayFacts, prepare_tray
 
 CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
-STANDIN_SOURCE = Path(__file__).resolve().parents[1] / "support/nvml_standin.c"
+STANDIN_SOURCE = Path(__file__).resolve().parents[2] / "testbed/nvml_standin.c"
 
 
 @pytest.fixture

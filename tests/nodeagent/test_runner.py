@@ -20,7 +20,7 @@ from nodeagent.config import Paths
 from nodeagent.files import read_json
 from nodeagent.runner import RunnerDaemon, status_path
 from nodeagent.traylog import TrayLog
-from tests.support.processes import wait_until
+from testbed.processes import wait_until
 
 DAEMON = f"{sys.executable} -c 'import time; time.sleep(600)'"
 

@@ -14,7 +14,7 @@ import pytest
 from agentwire.messages import DesiredDomain
 from nodeagent.agent import Agent
 from nodeagent.config import AgentConfig, Paths
-from nodeagent.emulator.tray import GpuFacts, TrayFacts, prepare_tray
+from testbed.emulator.tray import GpuFacts, TrayFacts, prepare_tray
 
 CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
 

@@ -24,9 +24,9 @@ from domains.notifications.models import Notification
 from domains.notifications.services import subscription_create
 from domains.tenancy.models import Quota
 from portal.celery import app
-from tests import factories
+from testbed import factories
+from testbed.processes import SESSION_QUEUE, running, start_worker, wait_until
 from tests.support.lifecycle import all_ready, request_domain
-from tests.support.processes import SESSION_QUEUE, running, start_worker, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -15,7 +15,7 @@ from domains.notifications import egress
 from domains.notifications.delivery import deliver
 from domains.notifications.models import DeliveryAttempt, Notification, Subscription
 from domains.notifications.services import subscription_create
-from tests import factories
+from testbed import factories
 
 pytestmark = pytest.mark.django_db
 

@@ -27,7 +27,7 @@ from domains.computedomains.services import domain_deny, domain_release, domain_
 from domains.computedomains.specs import DomainSpec
 from domains.inventory.models import Gpu, Node, NodeCondition, NodeState
 from domains.tenancy.services import quota_set
-from tests import factories
+from testbed import factories
 from tests.observability.exposition import PROMTOOL, families, needs_promtool, scrape, value
 from tests.support import lifecycle
 from tests.support.lifecycle import report

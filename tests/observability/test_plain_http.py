@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from testbed.processes import running, start_server
 from tests.observability.conftest import METRICS_TOKEN as TOKEN
 from tests.observability.conftest import production_env
-from tests.support.processes import running, start_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from domains.computedomains.models import ComputeDomain, Phase
-from tests import factories
+from testbed import factories
+from testbed.agents import wait_for
+from testbed.processes import Proc, running, start_server
 from tests.observability.conftest import METRICS_TOKEN, production_env
 from tests.observability.exposition import ALERTS
-from tests.support.agents import wait_for
-from tests.support.processes import Proc, running, start_server
 from tests.support.prometheus import PROMETHEUS, Prometheus, running_prometheus
 
 pytestmark = [

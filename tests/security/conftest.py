@@ -13,8 +13,8 @@ import pytest
 from domains.audit.events import SYSTEM
 from domains.tenancy.tokens import token_create
 from portal.ratelimit import LOGIN_FAILURES, SIGNIN_PACE, TOKEN_FAILURES
-from tests import factories
-from tests.support.processes import running, start_server
+from testbed import factories
+from testbed.processes import running, start_server
 
 IP_PREFIX = factories.tray_ip_prefix(16)
 JOIN = "dpj_security-test-join-token"

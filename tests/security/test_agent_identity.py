@@ -9,7 +9,7 @@ import pytest
 from domains.agents.models import JoinToken
 from domains.inventory.models import Node
 from domains.security import hash_token
-from tests import factories
+from testbed import factories
 from tests.api.conftest import make_domain
 from tests.security.conftest import JOIN, bearer
 

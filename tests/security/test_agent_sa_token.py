@@ -1,7 +1,7 @@
 """Agents on Kubernetes join with their pod's projected service-account token, verified by
 the API server's TokenReview and bound to the pod's node: no shared secret.
 
-A real uvicorn server whose Kubernetes API server is the mock (tests/support/kubemock.py,
+A real uvicorn server whose Kubernetes API server is the mock (testbed/kube/kubemock.py,
 which issues and reviews tokens as a real one does), a real agent process reading its
 token file, and the refusals a stolen or misdirected token gets. The mock, because these
 tests need what a real API server cannot be made to show: a token already expired (a real
@@ -21,10 +21,10 @@ from domains.agents.models import JoinToken
 from domains.audit.models import Event
 from domains.inventory.models import Node
 from domains.security import hash_token
+from testbed.kube import kubemock
+from testbed.processes import running, start_server
+from testbed.trays import Tray, facts_of
 from tests.security.conftest import JOIN
-from tests.support import kubemock
-from tests.support.processes import running, start_server
-from tests.support.trays import Tray, facts_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -12,9 +12,9 @@ from domains.agents.joining import DEMO_JOIN_TOKEN
 from domains.agents.models import JoinToken
 from domains.security import hash_token
 from domains.tenancy.seed import DEMO_PASSWORD, build_demo_tenants
-from tests import factories
+from testbed import factories
+from testbed.processes import running, start_server
 from tests.security.conftest import JOIN, bearer
-from tests.support.processes import running, start_server
 
 pytestmark = pytest.mark.django_db
 

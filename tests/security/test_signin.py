@@ -15,9 +15,9 @@ import pytest
 from django.conf import settings
 
 from portal.ratelimit import LOGIN_FAILURES, SIGNIN_PACE, TOKEN_FAILURES
-from tests import factories
+from testbed import factories
+from testbed.processes import running, start_server
 from tests.security.conftest import IP_PREFIX, bearer
-from tests.support.processes import running, start_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

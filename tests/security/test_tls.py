@@ -13,8 +13,8 @@ import pytest
 
 from domains.agents.models import JoinToken
 from domains.security import hash_token
+from testbed.processes import running, start_server
 from tests.security.conftest import IP_PREFIX, JOIN
-from tests.support.processes import running, start_server
 from tests.support.staticfiles import collected_static
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

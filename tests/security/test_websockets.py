@@ -18,9 +18,9 @@ from websockets.sync.client import connect
 
 from domains.agents.joining import agent_join
 from domains.inventory.models import Node
-from tests.support.agents import ensure_join_token, node_facts
-from tests.support.processes import running, start_server
-from tests.support.services import PrivateRedis
+from testbed.agents import ensure_join_token, node_facts
+from testbed.processes import running, start_server
+from testbed.services import PrivateRedis
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -13,7 +13,7 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.processes import Proc, free_port, wait_until
+from testbed.processes import Proc, free_port, wait_until
 
 PROMETHEUS = shutil.which("prometheus")
 

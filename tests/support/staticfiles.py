@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.processes import ARTIFACTS, ROOT
+from testbed.processes import ARTIFACTS, ROOT
 
 
 @functools.cache

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from tests.support.processes import ROOT
+from testbed.processes import ROOT
 from tests.support.staticfiles import collected_static
 
 PRODUCTION_ENV = {

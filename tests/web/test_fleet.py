@@ -18,7 +18,7 @@ from domains.computedomains.models import ComputeDomain
 from domains.foresight.maintenance import maintenance_schedule
 from domains.inventory.models import Node, NodeState
 from domains.inventory.services import node_cordon, node_drain, node_mark_down
-from tests import factories
+from testbed import factories
 from tests.support.lifecycle import form, request_domain
 
 pytestmark = pytest.mark.django_db

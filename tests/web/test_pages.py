@@ -19,7 +19,7 @@ from domains.computedomains.services import domain_release
 from domains.inventory.models import Clique, Gpu, Node, NodeState, Rack
 from domains.inventory.services import node_cordon
 from domains.tenancy.models import Quota
-from tests import factories
+from testbed import factories
 from tests.support.lifecycle import all_clean, form, request_domain
 
 pytestmark = pytest.mark.django_db

@@ -7,9 +7,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.support.agents import wait_for
-from tests.support.processes import running, start_server
-from tests.support.services import PrivateRedis
+from testbed.agents import wait_for
+from testbed.processes import running, start_server
+from testbed.services import PrivateRedis
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
-from domain_portal.devservices import free_port
+from testbed.devservices import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 SESSION_QUEUE = f"test-{uuid.uuid4().hex[:8]}"
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", ROOT / "test-artifacts"))
@@ -163,7 +163,7 @@ def wait_until(predicate, timeout: float = 30, interval: float = 0.1, what: str 
 
 def start_server(host: str = "127.0.0.1", **env: str) -> tuple[Proc, str]:
     """uvicorn on a free port of `host` (another address than 127.0.0.1: the host end of a
-    tests.support.netcut link, which ALLOWED_HOSTS then names too)."""
+    testbed.netcut link, which ALLOWED_HOSTS then names too)."""
     port = free_port(host)
     if host != "127.0.0.1":
         env.setdefault("ALLOWED_HOSTS", f"{host},127.0.0.1,localhost")

@@ -1,8 +1,8 @@
 """Real node agents for end-to-end tests: emulated trays driven by `nodeagent` processes.
 
-    from tests.support.agents import AgentFleet
+    from testbed.agents import AgentFleet
 
-    server, url = start_server()          # tests.support.processes
+    server, url = start_server()          # testbed.processes
     worker = start_worker()
     with AgentFleet(url, Node.objects.filter(rack=rack)) as fleet:
         fleet.wait_joined()
@@ -34,14 +34,14 @@ import httpx
 
 from agentwire.messages import NodeFacts
 from agentwire.messages import node_facts as contract_facts
-from domains.agents.fleet import fleet_spec
 from domains.agents.models import JoinToken
 from domains.inventory.models import Node
 from domains.security import hash_token
 from nodeagent.config import Paths
-from nodeagent.emulator.tray import IMEX_BIN
 from nodeagent.imex.supervisor import own_daemon
-from tests.support.processes import (
+from testbed.emulator.tray import IMEX_BIN
+from testbed.fleetspec import fleet_spec
+from testbed.processes import (
     VENV_BIN,
     Proc,
     free_port,
@@ -89,11 +89,11 @@ class AgentFleet:
     ) -> None:
         """`faults`: hostname → emulator fault knobs (start_delay_s, crash_after_s,
         refuse_peers, version), applied before the daemons start. `wrap`: an argv prefix the
-        agent process runs under (`ip netns exec …`: tests.support.netcut), `health_host`
+        agent process runs under (`ip netns exec …`: testbed.netcut), `health_host`
         the address its health endpoint listens on (reachable from here).
 
         `pods`: as the Helm chart runs them. The agents' process is one pod and every tray's
-        IMEX runner another (tests.support.processes.pod_argv: each its own PID and mount
+        IMEX runner another (testbed.processes.pod_argv: each its own PID and mount
         namespace and its own /etc/hosts); the runner is the parent of the tray's daemon,
         which resolves its peers' names through the runner pod's /etc/hosts alone."""
         self.url = portal_url
@@ -129,7 +129,7 @@ class AgentFleet:
         argv = [
             str(VENV_BIN / "python"),
             "-m",
-            "nodeagent.emulator.fleet",
+            "testbed.emulator.fleet",
             "--portal",
             self.url,
             "--join-token",
@@ -248,7 +248,7 @@ class AgentFleet:
 
     def set_faults(self, hostname: str, **knobs: Any) -> None:
         """Fault knobs the tray's next daemon start reads (run/nvidia-emu/faults.json)."""
-        from nodeagent.emulator.tray import set_faults
+        from testbed.emulator.tray import set_faults
 
         set_faults(self.tray_root(hostname), knobs)
 

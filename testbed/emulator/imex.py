@@ -11,7 +11,7 @@ import sys
 if __name__ == "__main__":
     if not __package__:  # run as a script (bin/nvidia-imex): make our package importable
         sys.path.insert(0, os.path.abspath(__file__).rsplit(os.sep, 3)[0])
-    from nodeagent.emulator.imexd import main
+    from testbed.emulator.imexd import main
 
     code = main()
     # Skip the interpreter's tear-down (about 1 ms of a daemon's ~15 ms of CPU): the daemon

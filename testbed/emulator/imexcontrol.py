@@ -25,9 +25,9 @@ import _signal  # type: ignore[import-not-found,unused-ignore]  # no stub; `sign
 import os
 import time
 
-from nodeagent.emulator.imexfiles import read_json
-from nodeagent.emulator.imexnet import Link, PeerNetwork
-from nodeagent.emulator.imexview import NodeView, render_json, render_text
+from testbed.emulator.imexfiles import read_json
+from testbed.emulator.imexnet import Link, PeerNetwork
+from testbed.emulator.imexview import NodeView, render_json, render_text
 
 USR1_INTERVAL_S = 5.0  # NVIDIA: SIGUSR1 is processed at most once every 5 seconds
 QUERY_TIMEOUT_S = 2.0

@@ -1,7 +1,7 @@
 """A kubelet stand-in for the DRA plugin's wire-level tests: the real gRPC contract over
 unix sockets, each call made by the test itself.
 
-End-to-end tests use the kubelet's own DRA code instead (`tests.support.kubelet_dra`, built
+End-to-end tests use the kubelet's own DRA code instead (`testbed.kube.kubelet_dra`, built
 from upstream's packages, with its startup slice wipe and its 10-15 s retry backoff); this
 stand-in stays for what that cannot be asked to do: call the plugin directly with a chosen
 claim and read the answer field by field (tests/nodeagent/test_dra_plugin.py: versions

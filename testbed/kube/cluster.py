@@ -35,7 +35,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from tests.support.processes import ROOT, Proc, free_port, wait_until
+from testbed.processes import ROOT, Proc, free_port, wait_until
 
 BUILD_SCRIPT = ROOT / "scripts/kube_build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")

@@ -1,6 +1,6 @@
 """A Kubernetes API server stand-in over real HTTP, for the Kubernetes integration tests.
 
-Kept only for what upstream's kube-apiserver (tests/kube/cluster.py, the `cluster` marker)
+Kept only for what upstream's kube-apiserver (testbed/kube/cluster.py, the `cluster` marker)
 cannot be made to show: error statuses on demand (`fail_next`), counted requests (`count`),
 compaction at a chosen moment (`compact`, the 410 Gone relist: a real apiserver serves
 watches from its watch cache, which etcd's compaction does not reach), watches cut short

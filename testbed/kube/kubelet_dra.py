@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodeagent.config import CHANNELS_DIR
-from tests.support.processes import Proc, wait_until
+from testbed.processes import Proc, wait_until
 
 if TYPE_CHECKING:
-    from tests.support.agents import AgentFleet
+    from testbed.agents import AgentFleet
 
 
 class KubeletDra:

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """One process hosting the reconcile loops of many emulated trays (demo and tests).
 
-    python -m nodeagent.emulator.fleet --portal URL --join-token T --spec fleet.json \
+    python -m testbed.emulator.fleet --portal URL --join-token T --spec fleet.json \
         --root var/agents [--only HOST,HOST] [--health-addr HOST:PORT] [--stop-daemons-on-exit]
         [--imex-runner]
 
@@ -14,7 +14,7 @@ this process, one thread each. The spec file lists the trays:
                 "gpus": [{"index": 0, "uuid": "GPU-…", "product": "NVIDIA GB200"}],
                 "faults": {"start_delay_s": 2}}]}
 
-`manage.py agent_fleet_spec` writes one for the portal's trays.
+`python -m testbed.fleetspec --out fleet.json` writes one for the portal's trays.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from typing import Any
 from nodeagent.agent import Agent, FatalError
 from nodeagent.cli import setup_logging
 from nodeagent.config import AgentConfig
-from nodeagent.emulator.tray import (
+from nodeagent.health import HealthServer
+from testbed.emulator.tray import (
     EMU_DIR,
     IMEX_BIN,
     IMEX_CTL_BIN,
@@ -40,7 +41,6 @@ from nodeagent.emulator.tray import (
     TrayFacts,
     prepare_tray,
 )
-from nodeagent.health import HealthServer
 
 log = logging.getLogger("nodeagent.fleet")
 
@@ -118,7 +118,7 @@ class Fleet:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nodeagent.emulator.fleet", description=__doc__)
+    p = argparse.ArgumentParser(prog="testbed.emulator.fleet", description=__doc__)
     p.add_argument("--portal", required=True)
     p.add_argument("--join-token", required=True)
     p.add_argument("--spec", type=Path, required=True, help="JSON file listing the trays")

@@ -28,7 +28,11 @@ import httpx
 
 from domains.inventory.models import Node
 from nodeagent.config import Paths
-from nodeagent.emulator.tray import (
+from nodeagent.files import read_json, write_atomic
+from nodeagent.imex.supervisor import own_daemon
+from nodeagent.runner import status_path
+from testbed.agents import JOIN_TOKEN, ensure_join_token
+from testbed.emulator.tray import (
     EMU_DIR,
     IMEX_BIN,
     IMEX_CTL_BIN,
@@ -36,11 +40,7 @@ from nodeagent.emulator.tray import (
     TrayFacts,
     prepare_tray,
 )
-from nodeagent.files import read_json, write_atomic
-from nodeagent.imex.supervisor import own_daemon
-from nodeagent.runner import status_path
-from tests.support.agents import JOIN_TOKEN, ensure_join_token
-from tests.support.processes import (
+from testbed.processes import (
     VENV_BIN,
     Proc,
     free_port,
@@ -78,7 +78,7 @@ class Tray:
         pods: bool = False,
     ) -> None:
         """`join_token` None: the agent gets none (it joins with what `args` give it).
-        `pods`: agent and runner each in a pod of their own (tests.support.processes.pod_argv;
+        `pods`: agent and runner each in a pod of their own (testbed.processes.pod_argv;
         implies `runner`)."""
         self.url = portal_url
         self.facts = facts

@@ -14,7 +14,7 @@ from domains.inventory.models import Node
 from nodeagent.dra import DEVICE_CLASS
 from nodeagent.dra.kubeapi import ResourceApi
 from nodeagent.dra.slices import SliceFacts, SlicePublisher, scheduling, slice_name
-from tests.kube.cluster import Cluster, ClusterKube
+from testbed.kube.cluster import Cluster, ClusterKube
 
 CHART = Path(__file__).resolve().parents[2] / "deploy/helm/domain-portal"
 RELEASE_NAMESPACE = "gpu-portal"

@@ -51,9 +51,9 @@ import os
 import sys
 import time
 
-from nodeagent.emulator.imexcontrol import SHUTDOWN_SIGNALS, ControlSurface
-from nodeagent.emulator.imexfiles import Fatal, read_config
-from nodeagent.emulator.imexnet import EPOLLERR, EPOLLIN, EPOLLOUT, Link
+from testbed.emulator.imexcontrol import SHUTDOWN_SIGNALS, ControlSurface
+from testbed.emulator.imexfiles import Fatal, read_config
+from testbed.emulator.imexnet import EPOLLERR, EPOLLIN, EPOLLOUT, Link
 
 
 class Daemon(ControlSurface):

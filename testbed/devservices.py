@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Private PostgreSQL and Redis for `make demo` and `make test`.
 
-    python -m domain_portal.devservices [--database-url URL] [--redis-url URL]
+    python -m testbed.devservices [--database-url URL] [--redis-url URL]
         [--pg-data DIR] -- COMMAND...
 
 runs COMMAND with DATABASE_URL and REDIS_URL set. A URL given (or already in the
@@ -17,7 +17,7 @@ COMMAND ends, however it ends (Ctrl-C included):
   on a free loopback port, no persistence.
 
 Standard library only: the Makefile runs it before anything else is known to work, and
-the tests' outage helpers (tests/support/services.py) start their own servers with it.
+the tests' outage helpers (testbed/services.py) start their own servers with it.
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ def run(command: Sequence[str], env: dict[str, str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m domain_portal.devservices")
+    parser = argparse.ArgumentParser(prog="python -m testbed.devservices")
     parser.add_argument(
         "--database-url",
         default=os.environ.get("DATABASE_URL", ""),

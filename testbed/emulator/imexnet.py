@@ -22,8 +22,8 @@ import os
 import select
 import time
 
-from nodeagent.emulator.imexfiles import Fatal
-from nodeagent.emulator.imexstate import DaemonState
+from testbed.emulator.imexfiles import Fatal
+from testbed.emulator.imexstate import DaemonState
 
 RETRY_FIRST_S = 0.1  # a peer that comes up calls us, and we call back at once: retries
 RETRY_MAX_S = 10.0  # only matter for peers that are up but have not called

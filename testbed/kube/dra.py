@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from nodeagent.dra import DRIVER_NAME
-from tests.kube.schemas import assert_valid_dra
-from tests.support.kubelet import PodClaim
-from tests.support.kubemock import KubeMock
+from testbed.kube.kubelet import PodClaim
+from testbed.kube.kubemock import KubeMock
+from testbed.kube.schemas import assert_valid_dra
 
 
 def published_slice(kube: KubeMock, node: str) -> dict[str, Any] | None:

@@ -1,21 +1,28 @@
 """The emulator fleet's tray list, from the portal's inventory (demo and tests).
 
+    python -m testbed.fleetspec --out var/agents/fleet.json [--rack r1 ...]
+
 Each tray's emulated NVML facts repeat what the inventory already says (clique, GPU uuids,
 driver), so emulated agents register as the trays the fabric was seeded with.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 from collections.abc import Iterable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from django.db.models import QuerySet
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
 
-from domains.inventory.models import Node
+    from domains.inventory.models import Node
 
 
 def fleet_spec(nodes: Iterable[Node]) -> dict[str, Any]:
-    """`{"trays": [...]}` for `python -m nodeagent.emulator.fleet --spec`."""
+    """`{"trays": [...]}` for `python -m testbed.emulator.fleet --spec`."""
     trays = []
     for node in nodes:
         if not node.management_ip:
@@ -42,4 +49,28 @@ def fleet_spec(nodes: Iterable[Node]) -> dict[str, Any]:
 
 
 def fleet_nodes() -> QuerySet[Node]:
+    from domains.inventory.models import Node
+
     return Node.objects.filter(gone=False).select_related("clique").prefetch_related("gpus")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Write the tray list for the emulated fleet.")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rack", action="append", default=None, help="Only these racks")
+    opts = parser.parse_args(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    nodes = fleet_nodes()
+    if opts.rack:
+        nodes = nodes.filter(rack__name__in=opts.rack)
+    spec = fleet_spec(nodes)
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    opts.out.write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
+    print(f"{len(spec['trays'])} emulated trays → {opts.out}")
+
+
+if __name__ == "__main__":
+    main()

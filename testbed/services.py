@@ -1,7 +1,7 @@
 """Private backing services for outage tests: a redis-server and a PostgreSQL cluster of
 their own, in a temporary directory, on a free port, that a test may stop and start again
 without touching the ones the rest of the suite uses. The same servers `make test` and
-`make demo` start (domain_portal/devservices.py).
+`make demo` start (testbed/devservices.py).
 
     with PrivateRedis() as redis:
         server, url = start_server(REDIS_URL=redis.url)
@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from domain_portal.devservices import LocalPostgres, LocalRedis
+from testbed.devservices import LocalPostgres, LocalRedis
 
 
 class PrivateRedis(LocalRedis):

@@ -34,7 +34,7 @@ import sys
 import time
 import zlib
 
-from nodeagent.emulator.imexfiles import (
+from testbed.emulator.imexfiles import (
     Fatal,
     driver_version,
     hosts_file,
@@ -48,7 +48,7 @@ from nodeagent.emulator.imexfiles import (
     tray_root,
     write_atomic,
 )
-from nodeagent.emulator.imexview import CELL_WORDS
+from testbed.emulator.imexview import CELL_WORDS
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at every start
 if TYPE_CHECKING:

@@ -28,7 +28,6 @@ from agentwire.messages import ChannelSpec
 from nodeagent.config import CDI_KIND, CHANNEL_MODE, CHANNELS_DIR, LEGACY_CDI_SPEC
 from nodeagent.files import remove, write_atomic
 
-CDI_VERSION = "0.6.0"
 PROBE_MODE = 0o600
 
 
@@ -136,6 +135,64 @@ class Channels:
             remove(self.dir / f"channel{number}")
 
 
+def cdi_device_node(
+    n: int,
+    *,
+    major: int,
+    host_path: Path | None = None,
+    file_mode: int = CHANNEL_MODE,
+    gid: int | None = None,
+) -> dict[str, Any]:
+    """The CDI `deviceNodes` entry of channel `n`: `path` where the container sees it,
+    `hostPath` the node on this tray that backs it (none: the runtime makes it inside the
+    container from type, major and minor), `permissions` the device cgroup access (read,
+    write; no mknod), `fileMode` and `gid` the node's mode and group in the container."""
+    entry: dict[str, Any] = {"path": f"/{CHANNELS_DIR}/channel{n}"}
+    if host_path is not None:
+        entry["hostPath"] = str(host_path)
+    entry.update(type="c", major=major, minor=n, permissions="rw", fileMode=file_mode)
+    if gid is not None:
+        entry["gid"] = gid
+    return entry
+
+
+def cdi_version(spec: dict[str, Any]) -> str:
+    """The oldest `cdiVersion` whose rules accept `spec`, by CDI's own rules
+    (container-device-interface, specs-go/version.go, `MinimumRequiredVersion`), so that
+    every runtime that can read it takes it and none refuses it as too old:
+
+    - 0.6.0: annotations on the spec or a device, or a dot in the kind's class;
+    - 0.5.0: a device name that does not start with a letter (a claim uid may start with a
+      digit), or a device node with `hostPath`;
+    - 0.4.0: a mount with a `type`;
+    - 0.3.0 otherwise (the oldest a runtime still reads).
+    """
+    devices = spec.get("devices", [])
+    edits = [spec.get("containerEdits") or {}, *(d.get("containerEdits") or {} for d in devices)]
+    _, _, cls = str(spec.get("kind", "")).partition("/")
+    if spec.get("annotations") or any(d.get("annotations") for d in devices) or "." in cls:
+        return "0.6.0"
+    if any(not str(d.get("name", "a"))[:1].isalpha() for d in devices) or any(
+        "hostPath" in node for e in edits for node in e.get("deviceNodes", [])
+    ):
+        return "0.5.0"
+    if any(m.get("type") for e in edits for m in e.get("mounts", [])):
+        return "0.4.0"
+    return "0.3.0"
+
+
+def cdi_document(
+    kind: str, devices: list[dict[str, Any]], *, annotations: dict[str, str] | None = None
+) -> str:
+    """A CDI spec file's text: `kind`, `devices` and `annotations`, with the `cdiVersion`
+    those need (`cdi_version`)."""
+    spec: dict[str, Any] = {"kind": kind}
+    if annotations:
+        spec["annotations"] = annotations
+    spec["devices"] = devices
+    return json.dumps({"cdiVersion": cdi_version(spec), **spec}, indent=1) + "\n"
+
+
 def cdi_spec(
     *,
     numbers: list[int],
@@ -146,27 +203,13 @@ def cdi_spec(
     file_mode: int = CHANNEL_MODE,
     gid: int | None = None,
 ) -> str:
-    """A CDI spec: `imex-channel.portal.domains/channel=channel<N>` per channel; `=all` in
-    All mode.
-
-    `path` is where the container sees the node; `hostPath` where it is on this tray;
-    `permissions` is the device cgroup access (read, write; no mknod); `fileMode` and `gid`
-    the node the runtime creates in the container: the same as on the host.
-    """
+    """The tray's CDI spec: `imex-channel.portal.domains/channel=channel<N>` per channel;
+    `=all` in All mode; each backed by the agent's node on the tray, made the same in the
+    container as on the host."""
 
     def node(n: int) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "path": f"/{CHANNELS_DIR}/channel{n}",
-            "hostPath": str(root / CHANNELS_DIR / f"channel{n}"),
-            "type": "c",
-            "major": major,
-            "minor": n,
-            "permissions": "rw",
-            "fileMode": file_mode,
-        }
-        if gid is not None:
-            entry["gid"] = gid
-        return entry
+        host = root / CHANNELS_DIR / f"channel{n}"
+        return cdi_device_node(n, major=major, host_path=host, file_mode=file_mode, gid=gid)
 
     if mode == "All":
         devices = [{"name": "all", "containerEdits": {"deviceNodes": [node(n) for n in numbers]}}]
@@ -174,13 +217,7 @@ def cdi_spec(
         devices = [
             {"name": f"channel{n}", "containerEdits": {"deviceNodes": [node(n)]}} for n in numbers
         ]
-    spec = {
-        "cdiVersion": CDI_VERSION,
-        "kind": CDI_KIND,
-        "annotations": {"portal.domains/domain-uid": domain_uid},
-        "devices": devices,
-    }
-    return json.dumps(spec, indent=1) + "\n"
+    return cdi_document(CDI_KIND, devices, annotations={"portal.domains/domain-uid": domain_uid})
 
 
 def remove_cdi(path: Path) -> None:

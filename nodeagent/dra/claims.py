@@ -30,6 +30,7 @@ portal holds for them.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from nodeagent.channels import cdi_device_node, cdi_document
 from nodeagent.config import CHANNELS_DIR
 from nodeagent.dra import CDI_CLAIM_KIND, CONFIG_KIND, DEVICE_NAME, DRIVER_NAME
 from nodeagent.dra.kubeapi import KubeError, ResourceApi
@@ -273,40 +275,23 @@ class ClaimDriver:
     def _write_cdi(self, uid: str, serving: Serving) -> str:
         if serving.major is None:
             raise Refused(f"no nvidia-caps-imex-channels device major on {self.tray.node_name}")
+        node = functools.partial(
+            cdi_device_node, major=serving.major, file_mode=serving.file_mode, gid=serving.gid
+        )
         if serving.mode == "Single":
             # As NVIDIA's driver gives it, and as its examples and workloads expect: the
             # container's one channel is channel0 (minor 0), made by the runtime inside the
             # container only. Domains stay apart as in NVIDIA's design: a tray serves one
             # domain at a time, and its daemon shares memory with that domain's members only.
-            nodes = [self._device_node(0, serving, host=False)]
+            nodes = [node(0)]
         else:
-            nodes = [self._device_node(n, serving, host=True) for n in serving.channels]
-        # The oldest CDI version that has what the spec uses, so that older runtimes take it
-        # too (containerd 1.7 before its CDI update reads up to 0.5.0): `hostPath` of a device
-        # node came with 0.5.0; the rest is 0.3.0. Which claim and domain the file is for is
-        # in its name and in the checkpoint, not in annotations (0.6.0).
-        version = "0.5.0" if any("hostPath" in n for n in nodes) else "0.3.0"
-        spec = {
-            "cdiVersion": version,
-            "kind": CDI_CLAIM_KIND,
-            "devices": [{"name": uid, "containerEdits": {"deviceNodes": nodes}}],
-        }
-        write_atomic(self.cdi_path(uid), json.dumps(spec, indent=1) + "\n")
+            channels = self.tray.root / CHANNELS_DIR
+            nodes = [node(n, host_path=channels / f"channel{n}") for n in serving.channels]
+        # Which claim and domain the file is for is in its name and in the checkpoint, not in
+        # annotations, which would ask the runtime for a newer CDI version than it needs.
+        devices = [{"name": uid, "containerEdits": {"deviceNodes": nodes}}]
+        write_atomic(self.cdi_path(uid), cdi_document(CDI_CLAIM_KIND, devices))
         return f"{CDI_CLAIM_KIND}={uid}"
-
-    def _device_node(self, n: int, serving: Serving, *, host: bool) -> dict[str, Any]:
-        """The CDI `deviceNodes` entry of channel `n`; `host`: the agent's node on the tray
-        backs it (else the runtime makes it in the container from type, major and minor)."""
-        return {
-            "path": f"/{CHANNELS_DIR}/channel{n}",
-            **({"hostPath": str(self.tray.root / CHANNELS_DIR / f"channel{n}")} if host else {}),
-            "type": "c",
-            "major": serving.major,
-            "minor": n,
-            "permissions": "rw",
-            "fileMode": serving.file_mode,
-            **({"gid": serving.gid} if serving.gid is not None else {}),
-        }
 
     def _forget(self, uid: str) -> None:
         """Drop a claim the portal holds nothing for (refused, or never asked)."""

@@ -448,8 +448,10 @@ def test_in_single_mode_the_container_sees_channel0_as_with_nvidias_driver(clust
     (device,) = driver.prepare([ref])[ref.uid].devices
     spec = json.loads(driver.cdi_path(ref.uid).read_text())
     assert_valid_cdi(spec)
-    # Nothing in it needs more than CDI 0.3.0: runtimes that read older versions take it.
-    assert spec["cdiVersion"] == "0.3.0" and "annotations" not in spec
+    # The oldest version CDI's rules allow, so that runtimes that read older ones take it:
+    # 0.3.0, unless the device's name (the claim's uid) starts with a digit (0.5.0).
+    assert spec["cdiVersion"] == ("0.3.0" if ref.uid[0].isalpha() else "0.5.0")
+    assert "annotations" not in spec
     edits = resolve([driver.cdi_dir], device.cdi_device_ids[0])["containerEdits"]
     # What NVIDIA's examples list in the container: /dev/nvidia-caps-imex-channels/channel0,
     # minor 0, made by the runtime in the container (nothing of the host's named).

@@ -11,7 +11,14 @@ import time
 
 import pytest
 
-from nodeagent.channels import Channels, cdi_spec, channel_numbers, remove_cdi
+from nodeagent.channels import (
+    Channels,
+    cdi_device_node,
+    cdi_spec,
+    cdi_version,
+    channel_numbers,
+    remove_cdi,
+)
 from nodeagent.config import Paths
 from nodeagent.driver import DriverRoot
 from nodeagent.files import write_atomic
@@ -297,3 +304,46 @@ def test_the_spec_an_agent_wrote_under_nvidias_kind_is_removed_with_ours(tray):
     assert paths.cdi_spec.name == "imex-channel.portal.domains-channel.json"
     remove_cdi(paths.cdi_spec)
     assert list((tray / "etc/cdi").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "version"),
+    [
+        ({"kind": "a.b/c", "devices": [{"name": "channel0", "containerEdits": {}}]}, "0.3.0"),
+        # A claim uid as the device's name: 10 uids in 16 start with a digit.
+        ({"kind": "a.b/c", "devices": [{"name": "3f2a", "containerEdits": {}}]}, "0.5.0"),
+        ({"kind": "a.b/c", "devices": [{"name": "c3f2a", "containerEdits": {}}]}, "0.3.0"),
+        (
+            {
+                "kind": "a.b/c",
+                "devices": [
+                    {
+                        "name": "x",
+                        "containerEdits": {"deviceNodes": [{"path": "/d", "hostPath": "/d"}]},
+                    }
+                ],
+            },
+            "0.5.0",
+        ),
+        (
+            {
+                "kind": "a.b/c",
+                "devices": [{"name": "x", "containerEdits": {"mounts": [{"type": "bind"}]}}],
+            },
+            "0.4.0",
+        ),
+        ({"kind": "a.b/c", "annotations": {"k": "v"}, "devices": [{"name": "1"}]}, "0.6.0"),
+        ({"kind": "a.b/c.d", "devices": [{"name": "x"}]}, "0.6.0"),
+    ],
+)
+def test_the_cdi_version_is_the_oldest_cdis_own_rules_accept(spec, version):
+    assert cdi_version(spec) == version
+
+
+def test_both_channel_paths_write_their_cdi_spec_through_one_writer(tmp_path):
+    text = cdi_spec(numbers=[3], major=235, root=tmp_path, domain_uid="7d", mode="Single")
+    spec = json.loads(text)
+    assert spec["cdiVersion"] == "0.6.0"  # the annotation naming the domain
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
+        cdi_device_node(3, major=235, host_path=tmp_path / "dev/nvidia-caps-imex-channels/channel3")
+    ]

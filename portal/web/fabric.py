@@ -35,6 +35,17 @@ STATUS_WORDS = {
 }
 
 
+TRAY_DOWN_DAEMON = "unknown: tray down"
+
+
+def daemon_word(daemon_state: str, tray_state: str) -> str:
+    """The IMEX daemon's state as a page may say it: on a tray that is down, the last word
+    its agent reported (READY, say) is no longer known to be true."""
+    if tray_state == NodeState.DOWN:
+        return TRAY_DOWN_DAEMON
+    return daemon_state or "—"
+
+
 @dataclass(frozen=True)
 class DomainTag:
     """A domain as one viewer may see it on a tray (anonymous when not theirs)."""

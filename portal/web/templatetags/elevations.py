@@ -11,6 +11,7 @@ from django.utils.safestring import SafeString
 from domains.computedomains.trends import Series
 from domains.placement.model import CliqueSummary
 from portal.web import elevation as drawing
+from portal.web import figures
 from portal.web.fabric import DomainTag, RackView
 from portal.web.sparkline import figure, sparkline
 
@@ -19,7 +20,7 @@ register = template.Library()
 
 @register.simple_tag
 def elevation_defs() -> SafeString:
-    return drawing.defs()
+    return figures.defs()
 
 
 @register.simple_tag
@@ -29,7 +30,7 @@ def elevation(rack: RackView, now: datetime | None = None) -> SafeString:
 
 @register.simple_tag
 def clique_bar(summary: CliqueSummary) -> SafeString:
-    return drawing.clique_bar(summary)
+    return figures.clique_bar(summary)
 
 
 @register.simple_tag
@@ -46,4 +47,4 @@ def trend_figure(series: Series, which: str = "last") -> str:
 @register.simple_tag
 def domain_key(tag: DomainTag) -> SafeString:
     """A small square in the outline colour a domain has on the elevations."""
-    return drawing.domain_key(tag)
+    return figures.domain_key(tag.domain_id)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build upstream's control plane (etcd, kube-apiserver, kube-scheduler,
-# kube-controller-manager) and kubelet-dra (the kubelet's DRA side, from the
-# kubelet's own packages) from tools/kubeplane into a cache keyed by the
+# kube-controller-manager), the kubelet (the suite's real nodes) and kubelet-dra
+# (the kubelet's DRA side alone, from its own packages) from tools/kubeplane into a
+# cache keyed by the
 # Kubernetes version and the module's content, and print the bin directory.
 # Nothing is built when the binaries are already there; Go's own build cache
 # makes a rebuild after a small change cheap. With --check it builds nothing
@@ -10,7 +11,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 module="$root/tools/kubeplane"
-binaries=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet-dra)
+binaries=(etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kubelet-dra)
 
 version="$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$module/go.mod")"
 digest="$(cd "$module" && cat go.mod go.sum $(find cmd -name '*.go' | sort) | sha256sum | cut -c1-12)"
@@ -51,7 +52,7 @@ staging="$(mktemp -d "$cache/.staging.XXXXXX")"
 chmod 755 "$staging"
 trap 'rm -rf "$staging"' EXIT
 started=$SECONDS
-echo "kube_build: building Kubernetes $version control plane into $bin" >&2
+echo "kube_build: building Kubernetes $version (control plane, kubelet) into $bin" >&2
 (
     cd "$module"
     CGO_ENABLED=0 GOFLAGS="-trimpath -mod=readonly -buildvcs=false" \

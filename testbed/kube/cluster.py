@@ -39,12 +39,15 @@ from testbed.processes import ROOT, Proc, free_port, wait_until
 
 BUILD_SCRIPT = ROOT / "scripts/kube_build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
-# The controllers a DRA workload needs without a kubelet (claims made from templates for
-# pods, the default ServiceAccount of each namespace, a Job's pods), and the one that
-# removes a deleted namespace.
+# The controllers a DRA workload needs (claims made from templates for pods, the default
+# ServiceAccount of each namespace, a Job's pods), the one that removes a deleted namespace,
+# and the garbage collector (a deleted pod's generated ResourceClaim goes with it, by its
+# owner reference, as in any cluster). No node lifecycle controller: the tests' Nodes
+# without a kubelet would be tainted unreachable; a real node's not-ready taint is lifted
+# by its fixture (testbed.kube.node) once the kubelet reports Ready.
 CONTROLLERS = ",".join(
     ("resourceclaim-controller", "serviceaccount-controller", "namespace-controller",
-     "job-controller")
+     "job-controller", "garbage-collector-controller")
 )  # fmt: skip
 START_TIMEOUT_S = 60.0
 
@@ -200,6 +203,8 @@ def _apiserver_argv(bin_dir: Path, workdir: Path, etcd_url: str, port: int) -> l
         # Pods name no ServiceAccount that must already exist (as envtest runs it).
         "--disable-admission-plugins=ServiceAccount",
         "--runtime-config=resource.k8s.io/v1=true",
+        # A real node's kubelet serves logs and exec on its InternalIP (testbed.kube.node).
+        "--kubelet-preferred-address-types=InternalIP",
         "--profiling=false",
     ]
 

@@ -33,12 +33,18 @@ from testbed.processes import ROOT, VENV_BIN
 
 AGENTS_NAMESPACE = "gpu-portal"
 PYTHON = str(VENV_BIN / "python")
+ENV = [
+    {"name": "IMEX_EMU_PYTHON", "value": PYTHON},
+    {"name": "PATH", "value": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin"},
+    {"name": "PYTHONPATH", "value": str(ROOT)},  # testbed/ is not installed
+    {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},  # the checkout is mounted read-only
+]
 
 
 def _host_paths() -> list[tuple[str, str, bool]]:
     """(name, path, read-only) of what the image lacks: the host's userland and Python."""
     paths = [("usr", "/usr", True), ("python", str(Path(sys.base_prefix).resolve()), True)]
-    for top in ("/lib", "/lib64"):
+    for top in ("/bin", "/sbin", "/lib", "/lib64"):  # over the image's busybox /bin
         if Path(top).exists():
             paths.append((top.strip("/"), top, True))
     paths.append(("checkout", str(ROOT), True))
@@ -111,7 +117,8 @@ def agent_pod(
         "imagePullPolicy": "Never",
         "command": [PYTHON],
         "args": args,
-        "env": [{"name": "IMEX_EMU_PYTHON", "value": PYTHON}, {"name": "PATH", "value": PATH}],
+        "workingDir": str(ROOT),
+        "env": ENV,
         "securityContext": {"privileged": True, "runAsUser": 0},
         "volumeMounts": volumes["volumeMounts"],
     }
@@ -141,7 +148,8 @@ def runner_pod(node: str, *, trays: Path) -> dict[str, Any]:
         "imagePullPolicy": "Never",
         "command": [PYTHON],
         "args": args,
-        "env": [{"name": "IMEX_EMU_PYTHON", "value": PYTHON}, {"name": "PATH", "value": PATH}],
+        "workingDir": str(ROOT),
+        "env": ENV,
         "securityContext": {"privileged": True, "runAsUser": 0},
         "volumeMounts": volumes["volumeMounts"],
     }
@@ -155,7 +163,6 @@ def runner_pod(node: str, *, trays: Path) -> dict[str, Any]:
     )
 
 
-PATH = f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin"
 # What a workload container prints: its channel devices as `ls -ln` shows them (type and
 # mode, owner, major, minor), then a line that says it is done, then it waits.
 LIST_CHANNELS = (

@@ -30,6 +30,7 @@ from testbed.kube.cluster import (
     kube_binaries_built,
     running_cluster,
 )
+from testbed.kube.node import containerd_binaries, containerd_built, missing_for_nodes
 from testbed.kube.objects import RACK_LABEL
 from testbed.kube.schemas import CRD_PATH, computedomain_errors, dra_errors
 from testbed.processes import running, start_server, start_worker
@@ -51,6 +52,27 @@ def pytest_collection_modifyitems(config, items) -> None:
             kube_binaries()
         except BuildFailed as exc:
             raise pytest.UsageError(str(exc)) from exc
+    nodes = [item for item in items if item.get_closest_marker("node")]
+    if nodes:
+        _prepare_nodes(config, nodes)
+
+
+def _prepare_nodes(config, items) -> None:
+    """The real nodes' tests: skipped where this machine can't run a node (not root, no
+    runc, CNI plugins or busybox-static); otherwise containerd built before they run."""
+    if missing := missing_for_nodes():
+        skip = pytest.mark.skip(reason=f"a real node needs {', '.join(missing)}")
+        for item in items:
+            item.add_marker(skip)
+        return
+    if not os.environ.get("CONTAINERD_BIN_DIR") and not containerd_built():
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("building containerd (scripts/containerd_build.sh)")
+    try:
+        containerd_binaries()
+    except RuntimeError as exc:
+        raise pytest.UsageError(str(exc)) from exc
 
 
 @pytest.fixture(scope="session")

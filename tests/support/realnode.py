@@ -80,8 +80,22 @@ class RealWorld:
 
     def wait_published(self, host: str, timeout: float = 90) -> dict[str, Any]:
         """The tray's agent published its ResourceSlice (it registered and joined)."""
-        return wait_for(lambda: self.kube.get("resourceslices", slice_name(host)), timeout,
-                        f"{host}'s slice")  # fmt: skip
+        try:
+            return wait_for(lambda: self.kube.get("resourceslices", slice_name(host)), timeout,
+                            f"{host}'s slice")  # fmt: skip
+        except TimeoutError as exc:
+            raise AssertionError(f"{host}'s agent published no slice:\n{self.story(host)}") from exc
+
+    def story(self, host: str) -> str:
+        """The tray's pods' states and logs, and the end of its kubelet's log."""
+        node = self.nodes[host]
+        parts = []
+        for pod, ctr in ((f"agent-{host}", "agent"), (f"imex-runner-{host}", "imex-runner")):
+            status = (self.pod(pod, AGENTS_NAMESPACE).get("status") or {}).get("containerStatuses")
+            parts.append(f"--- {pod}: {json.dumps(status, default=str)[:1500]}")
+            parts.append(node.container_log(AGENTS_NAMESPACE, pod, ctr)[-3000:])
+        parts.append(f"--- kubelet\n{node.kubelet_log()[-3000:]}")
+        return "\n".join(parts)
 
     def pod(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
         return self.kube.get("pods", name, namespace) or {}
@@ -150,6 +164,11 @@ def trays_on_real_nodes(portal: str, kube: ClusterKube, nodes: list[Node]) -> It
                 world.start_tray_pods(node.hostname)
             for node in nodes:
                 world.wait_published(node.hostname)
-            yield world
+            try:
+                yield world
+            except BaseException:
+                for node in nodes:  # shown with the failure (pytest's captured stdout)
+                    print(world.story(node.hostname))
+                raise
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -77,20 +77,32 @@ def make_fabric_bridge(fabric_pid: int) -> None:
 
 
 class Forwarder:
-    """127.0.0.1:<port> inside a node's network namespace relayed to the host's."""
+    """127.0.0.1:<port> inside a node's network namespace relayed to the host's; `cut` a
+    port and the node finds nothing listening there (until `restore`)."""
 
     def __init__(self, node_pid: int, ports: list[int]) -> None:
-        self.servers: list[socket.socket] = []
-        with in_netns(node_pid):
-            for port in ports:
-                server = socket.create_server(("127.0.0.1", port))
-                self.servers.append(server)
+        self.node_pid = node_pid
+        self.servers: dict[int, socket.socket] = {}
+        self.open: dict[int, list[socket.socket]] = {port: [] for port in ports}
         self.closed = threading.Event()
-        for server in self.servers:
-            threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+        for port in ports:
+            self.restore(port)
 
-    def _accept(self, server: socket.socket) -> None:
-        port = server.getsockname()[1]
+    def restore(self, port: int) -> None:
+        with in_netns(self.node_pid):
+            server = socket.create_server(("127.0.0.1", port))
+        self.servers[port] = server
+        threading.Thread(target=self._accept, args=(server, port), daemon=True).start()
+
+    def cut(self, port: int) -> None:
+        """The port closed inside the node, and every connection through it dropped."""
+        server = self.servers.pop(port)
+        _close(server)
+        for sock in self.open[port]:
+            _close(sock)
+        self.open[port].clear()
+
+    def _accept(self, server: socket.socket, port: int) -> None:
         while not self.closed.is_set():
             try:
                 inside, _ = server.accept()
@@ -106,6 +118,7 @@ class Forwarder:
             return
         outside.settimeout(None)
         pair = {inside: outside, outside: inside}
+        self.open[port] += [inside, outside]
         try:
             while not self.closed.is_set():
                 ready, _, _ = select.select(list(pair), [], [], 1.0)
@@ -114,18 +127,24 @@ class Forwarder:
                     if not data:
                         return
                     pair[sock].sendall(data)
-        except OSError:
+        except (OSError, ValueError):
             return
         finally:
-            inside.close()
-            outside.close()
+            for sock in pair:
+                _close(sock)
+                with contextlib.suppress(ValueError):
+                    self.open[port].remove(sock)
 
     def close(self) -> None:
         self.closed.set()
-        for server in self.servers:
-            with contextlib.suppress(OSError):
-                server.shutdown(socket.SHUT_RDWR)
-            server.close()
+        for port in list(self.servers):
+            self.cut(port)
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
 
 
 def netns_inode(pid: int) -> int:

@@ -20,7 +20,7 @@ import pytest
 
 from domains.computedomains.models import DomainClaim, Phase
 from domains.inventory.models import Node
-from nodeagent.config import CHANNELS_DIR
+from nodeagent.config import CHANNELS_DIR, Paths
 from nodeagent.dra import DRIVER_NAME
 from testbed import factories
 from testbed.emulator.tray import channel_major_for
@@ -163,7 +163,7 @@ def test_the_imex_daemon_runs_in_the_runner_pod_with_its_own_hosts_file(
 def imex_daemon(tray_root: Path) -> int | None:
     """The host pid of the tray's emulated nvidia-imex (its command line names its config
     under the tray's root)."""
-    config = str(tray_root / "etc/nvidia-imex")
+    config = str(Paths(tray_root).imex_config)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -171,7 +171,7 @@ def imex_daemon(tray_root: Path) -> int | None:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(b"nvidia-imex" in a for a in argv) and any(config.encode() in a for a in argv):
+        if any(a.endswith(b"imex.py") for a in argv) and config.encode() in argv:
             return int(entry.name)
     return None
 

@@ -78,6 +78,38 @@ class RealWorld:
         self.kube.apply(runner_pod(host, trays=self.trays))
         self.kube.apply(self.agent_pod(host))
 
+    def restart_agent(self, host: str) -> None:
+        """The agent's pod deleted (SIGTERM: the agent exits as in a rolling update) and
+        made again, as the DaemonSet controller would; returns once it runs."""
+        name = f"agent-{host}"
+        self.kube.resource("pods").delete(name=name, namespace=AGENTS_NAMESPACE)
+        wait_for(lambda: self.kube.get("pods", name, AGENTS_NAMESPACE) is None, 60,
+                 f"{name} gone")  # fmt: skip
+        self.kube.apply(self.agent_pod(host))
+        self.running(name, AGENTS_NAMESPACE)
+
+    def agent_log(self, host: str) -> str:
+        return self.nodes[host].container_log(AGENTS_NAMESPACE, f"agent-{host}", "agent")
+
+    def registrations(self, host: str) -> int:
+        """How often the kubelet registered the tray's DRA plugin, by the agents' logs."""
+        return self.agent_log(host).count("registered with the kubelet as DRA driver")
+
+    def cut_portal(self, host: str) -> None:
+        """The portal unreachable from the node (its port closed there), until `restore`."""
+        forwarder = self.nodes[host].forwarder
+        assert forwarder is not None
+        forwarder.cut(self.portal_port)
+
+    def restore_portal(self, host: str) -> None:
+        forwarder = self.nodes[host].forwarder
+        assert forwarder is not None
+        forwarder.restore(self.portal_port)
+
+    @property
+    def portal_port(self) -> int:
+        return int(self.portal.rsplit(":", 1)[1])
+
     def wait_published(self, host: str, timeout: float = 90) -> dict[str, Any]:
         """The tray's agent published its ResourceSlice (it registered and joined)."""
         try:

@@ -34,18 +34,20 @@ import shutil
 import signal
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from testbed.kube.cluster import Cluster, ClusterKube, kube_binaries
 from testbed.kube.nodeconfig import CONTAINERD_SOCKET, cni_conflist, containerd_toml, kubelet_config
 from testbed.kube.nodeimage import busybox_static, write_layout
-from testbed.kube.nodenet import Forwarder, join_fabric, make_fabric_bridge
+from testbed.kube.nodenet import Forwarder, in_netns, join_fabric, make_fabric_bridge
 from testbed.processes import ROOT, VENV_BIN, Proc, wait_until
 
 CONTAINERD_BUILD = ROOT / "scripts/containerd_build.sh"
@@ -285,6 +287,17 @@ class RealNode:
                 parts = line.split(" ", 3)
                 lines.append(parts[3] if len(parts) == 4 else "")
         return "\n".join(lines)
+
+    def kubelet_metrics(self) -> str:
+        """The kubelet's /metrics (its own port, on the node's IP: reached from inside the
+        node's network namespace), as the admin."""
+        pool = urllib3.PoolManager(cert_reqs="CERT_NONE", timeout=5.0, retries=False)
+        headers = {"Authorization": f"Bearer {self.cluster.token}"}
+        # The kubelet's serving certificate is the self-signed one it made for itself.
+        with warnings.catch_warnings(), in_netns(self.init_pid):
+            warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+            answer = pool.request("GET", f"https://{self.ip}:10250/metrics", headers=headers)
+        return str(answer.data.decode())
 
     def read(self, path: str) -> str:
         """A file as the node sees it (its private /run included)."""

@@ -28,7 +28,7 @@ from testbed.kube.chartobjects import install_device_class
 from testbed.kube.cluster import ClusterKube, wait_for
 from testbed.kube.objects import claim_of
 from tests.e2e.conftest import phase_of, request_domain
-from tests.support.realnode import NAMESPACE, RealWorld, trays_on_real_nodes
+from testbed.kube.nodeworld import NAMESPACE, RealWorld, trays_on_real_nodes
 
 pytestmark = [
     pytest.mark.cluster,

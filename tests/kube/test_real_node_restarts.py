@@ -25,7 +25,7 @@ from testbed.kube.cluster import ClusterKube, wait_for
 from testbed.kube.objects import claim_of
 from tests.e2e.conftest import phase_of, request_domain
 from tests.kube.test_real_node import cdi_spec_on_node, claim_uid, delete_pod, trays
-from tests.support.realnode import NAMESPACE, RealWorld, trays_on_real_nodes
+from testbed.kube.nodeworld import NAMESPACE, RealWorld, trays_on_real_nodes
 
 pytestmark = [
     pytest.mark.cluster,

@@ -54,6 +54,7 @@ class RealWorld:
     nodes: NodeSet
     portal: str
     workdir: Path
+    namespace: str = NAMESPACE  # the workload pods'
 
     @property
     def trays(self) -> Path:
@@ -129,14 +130,14 @@ class RealWorld:
         parts.append(f"--- kubelet\n{node.kubelet_log()[-3000:]}")
         return "\n".join(parts)
 
-    def pod(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
-        return self.kube.get("pods", name, namespace) or {}
+    def pod(self, name: str, namespace: str = "") -> dict[str, Any]:
+        return self.kube.get("pods", name, namespace or self.namespace) or {}
 
-    def container_id(self, name: str, namespace: str = NAMESPACE) -> str:
+    def container_id(self, name: str, namespace: str = "") -> str:
         statuses = (self.pod(name, namespace).get("status") or {}).get("containerStatuses") or []
         return str(statuses[0].get("containerID") or "") if statuses else ""
 
-    def running(self, name: str, namespace: str = NAMESPACE, timeout: float = 90) -> str:
+    def running(self, name: str, namespace: str = "", timeout: float = 90) -> str:
         """The pod's container is running; its node."""
 
         def started() -> bool:
@@ -153,11 +154,12 @@ class RealWorld:
 
     def run_pod(self, name: str, template: str, *, node: str = "") -> str:
         """A workload pod holding a claim from `template`; its uid."""
-        pod = self.kube.apply(channel_pod(name, NAMESPACE, template, node=node))
+        pod = self.kube.apply(channel_pod(name, self.namespace, template, node=node))
         return str(pod["metadata"]["uid"])
 
-    def listing(self, name: str, namespace: str = NAMESPACE, timeout: float = 30) -> Listing:
+    def listing(self, name: str, namespace: str = "", timeout: float = 30) -> Listing:
         """What the pod's container listed about its channel devices (from its log)."""
+        namespace = namespace or self.namespace
         host = str(self.pod(name, namespace)["spec"]["nodeName"])
 
         def listed() -> str | None:
@@ -178,7 +180,9 @@ class RealWorld:
 
 
 @contextlib.contextmanager
-def trays_on_real_nodes(portal: str, kube: ClusterKube, nodes: list[Node]) -> Iterator[RealWorld]:
+def trays_on_real_nodes(
+    portal: str, kube: ClusterKube, nodes: list[Node], namespace: str = NAMESPACE
+) -> Iterator[RealWorld]:
     """The trays booted as real nodes (Ready, labelled as GPU Feature Discovery would),
     each with its agent and runner pods; entered once every tray's slice is published."""
     ensure_join_token()
@@ -188,7 +192,7 @@ def trays_on_real_nodes(portal: str, kube: ClusterKube, nodes: list[Node]) -> It
         world_nodes = [(n.hostname, str(n.management_ip)) for n in nodes]
         port = int(portal.rsplit(":", 1)[1])
         with real_nodes(kube.cluster, world_nodes, workdir, ports=[port]) as running:
-            world = RealWorld(kube, running, portal, workdir)
+            world = RealWorld(kube, running, portal, workdir, namespace)
             world.trays.mkdir(parents=True, exist_ok=True)
             world.spec.write_text(json.dumps(fleet_spec(nodes)))
             for node in nodes:

@@ -61,7 +61,7 @@ def node_mode(namespace: Any, token: str, rounds: int, nodes: int) -> dict[str, 
         str(nodes), ip_prefix=f"10.{factories.TRAY_IP_BASE}", first_rack=FIRST_RACK
     )
     trays = list(Node.objects.filter(rack=rack).order_by("slot"))
-    print(f"\n## real nodes: {nodes} × (kubelet, containerd, runc), agent and runner pods")
+    print(f"\n## real nodes: {nodes} x (kubelet, containerd, runc), agent and runner pods")
     figures: dict[str, list[float]] = {"start": [], "share": [], "calls": []}
     with running_cluster(Path(tempfile.mkdtemp(prefix="plane-"))) as cluster:
         kube = ClusterKube(cluster)
@@ -97,8 +97,8 @@ def node_round(api: Any, world: Any, rnd: int, nodes: int, figures: dict[str, li
     name = f"r{rnd}"
     body = {"metadata": {"name": name}, "spec": {"numNodes": nodes}}
     assert api.post("/computedomains/", json=body).status_code == 201
-    domain = ComputeDomain.objects.get(namespace__name=world.namespace, name=name,
-                                       phase__in=[Phase.ADMITTED, Phase.FORMING, Phase.READY])  # fmt: skip
+    live = (Phase.ADMITTED, Phase.FORMING, Phase.READY)
+    domain = ComputeDomain.objects.get(namespace__name=world.namespace, name=name, phase__in=live)
     wait(lambda: phase_of(domain) == Phase.READY, 120, "domain Ready")
     template = f"{name}-channel"
     wait(lambda: world.kube.get("resourceclaimtemplates", template, world.namespace), 30,
@@ -127,8 +127,12 @@ def node_round(api: Any, world: Any, rnd: int, nodes: int, figures: dict[str, li
     after = [world.nodes[n].kubelet_metrics() for n in world.nodes.nodes]
     if rnd:
         figures["start"] += [started[p] - created[p] for p in pods]
-        spent = [prepare_calls(a)[0] - prepare_calls(b)[0] for a, b in zip(after, before)]
-        calls = [prepare_calls(a)[1] - prepare_calls(b)[1] for a, b in zip(after, before)]
+        spent = [
+            prepare_calls(a)[0] - prepare_calls(b)[0] for a, b in zip(after, before, strict=True)
+        ]
+        calls = [
+            prepare_calls(a)[1] - prepare_calls(b)[1] for a, b in zip(after, before, strict=True)
+        ]
         figures["share"].append(sum(spent) / max(1, sum(calls)))
         figures["calls"].append(float(sum(calls)))
     for pod in pods:

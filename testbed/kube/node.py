@@ -323,8 +323,10 @@ def _fabric(stack: ExitStack) -> int:
     proc = Proc("node-fabric", ["unshare", "--net", "--", "sleep", "infinity"], _env())
     stack.callback(proc.stop)
     wait_until(
-        lambda: Path(f"/proc/{proc.pid}/ns/net").stat().st_ino
-        != Path("/proc/self/ns/net").stat().st_ino,
+        lambda: (
+            Path(f"/proc/{proc.pid}/ns/net").stat().st_ino
+            != Path("/proc/self/ns/net").stat().st_ino
+        ),
         timeout=10,
         what="the fabric's namespace",
     )

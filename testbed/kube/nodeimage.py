@@ -86,7 +86,10 @@ def _image(tar: tarfile.TarFile, layer: dict[str, Any], name: str, config: dict[
     return {
         "mediaType": f"{OCI}.manifest.v1+json",
         **_blob(tar, _json(manifest)),
-        "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name},
+        "annotations": {
+            "io.containerd.image.name": name,
+            "org.opencontainers.image.ref.name": name,
+        },
     }
 
 

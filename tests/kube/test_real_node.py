@@ -26,9 +26,9 @@ from testbed import factories
 from testbed.emulator.tray import channel_major_for
 from testbed.kube.chartobjects import install_device_class
 from testbed.kube.cluster import ClusterKube, wait_for
+from testbed.kube.nodeworld import NAMESPACE, RealWorld, trays_on_real_nodes
 from testbed.kube.objects import claim_of
 from tests.e2e.conftest import phase_of, request_domain
-from testbed.kube.nodeworld import NAMESPACE, RealWorld, trays_on_real_nodes
 
 pytestmark = [
     pytest.mark.cluster,
@@ -69,9 +69,21 @@ def delete_pod(world: RealWorld, name: str) -> None:
     wait_for(lambda: world.kube.get("pods", name, NAMESPACE) is None, 60, f"{name} gone")
 
 
-def test_pods_start_with_exactly_their_channel_whatever_their_claims_uid(
-    portal, tenant_api, kube
-):
+def let_go(world: RealWorld, host: str, pod: str, uid: str) -> None:
+    """The pod deleted: the kubelet unprepares its claim (the agent removes its CDI spec),
+    the garbage collector deletes the claim (its owner is gone), the portal lets go of it."""
+    claim = claim_of(world.kube, world.pod(pod))
+    assert claim is not None
+    delete_pod(world, pod)
+    wait_for(lambda: not cdi_spec_on_node(world, host, uid), 30, "the claim unprepared")
+    name = claim["metadata"]["name"]
+    wait_for(lambda: world.kube.get("resourceclaims", name, NAMESPACE) is None, 30,
+             "the claim collected")  # fmt: skip
+    live = DomainClaim.objects.filter(claim_uid=uid, released_at=None)
+    wait_for(lambda: not live.exists(), 30, "the portal let go of the claim")
+
+
+def test_pods_start_with_exactly_their_channel_whatever_their_claims_uid(portal, tenant_api, kube):
     """Single mode: the container gets channel0, a char device of the tray's major, mode
     0666, for claims whose uid starts with a digit (CDI 0.5.0) or a letter alike; a deleted
     pod's claim goes through the garbage collector and the agent unprepares it."""
@@ -94,18 +106,8 @@ def test_pods_start_with_exactly_their_channel_whatever_their_claims_uid(
             assert listing.devices() == [("crw-rw-rw-", "channel0", major, 0)]
             assert cdi_spec_on_node(world, host, uid)
             kinds.add(uid[0].isdigit())
-            # The tray's one device is the claim's until the pod goes: the kubelet
-            # unprepares the claim (the agent removes its CDI spec), the garbage collector
-            # deletes it (its owner is gone), the portal lets go of it.
-            claim = claim_of(kube, world.pod(name))
-            assert claim is not None
-            delete_pod(world, name)
-            wait_for(lambda: not cdi_spec_on_node(world, host, uid), 30, "the claim unprepared")
-            claim_name = claim["metadata"]["name"]
-            wait_for(lambda: kube.get("resourceclaims", claim_name, NAMESPACE) is None, 30,
-                     "the claim collected")  # fmt: skip
-            live = DomainClaim.objects.filter(claim_uid=uid, released_at=None)
-            wait_for(lambda: not live.exists(), 30, "the portal let go of the claim")
+            # The tray's one device is the claim's until the pod goes.
+            let_go(world, host, name, uid)
             if len(kinds) == 2:
                 break
         assert kinds == {True, False}, "no claim uid of both kinds in 12 pods"
@@ -139,9 +141,7 @@ def test_an_all_mode_pod_sees_every_channel_of_its_tray(portal, tenant_api, kube
             assert (mode, got_major, minor) == ("crw-rw-rw-", major, int(name[7:]))
 
 
-def test_the_imex_daemon_runs_in_the_runner_pod_with_its_own_hosts_file(
-    portal, tenant_api, kube
-):
+def test_the_imex_daemon_runs_in_the_runner_pod_with_its_own_hosts_file(portal, tenant_api, kube):
     """The runner pod is the daemon's parent: the daemon resolves names through the
     runner pod's /etc/hosts (the kubelet's per-pod copy), not the agent's or the node's."""
     (tray,) = trays()
@@ -156,7 +156,10 @@ def test_the_imex_daemon_runs_in_the_runner_pod_with_its_own_hosts_file(
         runner_hosts = pods / runner["metadata"]["uid"] / "etc-hosts"
         agent_hosts = pods / agent["metadata"]["uid"] / "etc-hosts"
         seen = os.stat(f"/proc/{daemon}/root/etc/hosts")
-        assert (seen.st_dev, seen.st_ino) == (runner_hosts.stat().st_dev, runner_hosts.stat().st_ino)
+        assert (seen.st_dev, seen.st_ino) == (
+            runner_hosts.stat().st_dev,
+            runner_hosts.stat().st_ino,
+        )
         assert seen.st_ino != agent_hosts.stat().st_ino
 
 
@@ -174,4 +177,3 @@ def imex_daemon(tray_root: Path) -> int | None:
         if any(a.endswith(b"imex.py") for a in argv) and config.encode() in argv:
             return int(entry.name)
     return None
-

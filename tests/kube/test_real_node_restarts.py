@@ -22,10 +22,10 @@ from nodeagent.dra.slices import slice_name
 from testbed.emulator.tray import BOOT_ID, channel_major_for
 from testbed.kube.chartobjects import install_device_class
 from testbed.kube.cluster import ClusterKube, wait_for
+from testbed.kube.nodeworld import NAMESPACE, RealWorld, trays_on_real_nodes
 from testbed.kube.objects import claim_of
 from tests.e2e.conftest import phase_of, request_domain
 from tests.kube.test_real_node import cdi_spec_on_node, claim_uid, delete_pod, trays
-from testbed.kube.nodeworld import NAMESPACE, RealWorld, trays_on_real_nodes
 
 pytestmark = [
     pytest.mark.cluster,
@@ -164,9 +164,7 @@ def test_a_node_reboot_starts_the_pod_again_with_its_channel(portal, tenant_api,
         wait_for(lambda: not cdi_spec_on_node(world, host, uid), 30, "the claim unprepared")
 
 
-def test_a_pod_goes_while_the_portal_is_away_and_the_portal_learns_after(
-    portal, tenant_api, kube
-):
+def test_a_pod_goes_while_the_portal_is_away_and_the_portal_learns_after(portal, tenant_api, kube):
     """The portal unreachable from the node: deleting the pod still unprepares its claim,
     from the agent's own checkpoint, so the pod's termination finishes; the portal learns
     that the claim was let go of once the node reaches it again."""
@@ -185,4 +183,3 @@ def test_a_pod_goes_while_the_portal_is_away_and_the_portal_learns_after(
             world.restore_portal(host)
         live = DomainClaim.objects.filter(claim_uid=uid, released_at=None)
         wait_for(lambda: not live.exists(), 60, "the portal let go of the claim")
-

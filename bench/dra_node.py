@@ -94,9 +94,10 @@ def node_mode(namespace: Any, token: str, rounds: int, nodes: int) -> dict[str, 
 def node_round(api: Any, world: Any, rnd: int, nodes: int, figures: dict[str, list[float]]) -> None:
     from domains.computedomains.models import ComputeDomain, Phase
 
-    name = f"r{rnd}"
+    name = f"n{nodes}-r{rnd}"
     body = {"metadata": {"name": name}, "spec": {"numNodes": nodes}}
-    assert api.post("/computedomains/", json=body).status_code == 201
+    resp = api.post("/computedomains/", json=body)
+    assert resp.status_code == 201, resp.text
     live = (Phase.ADMITTED, Phase.FORMING, Phase.READY)
     domain = ComputeDomain.objects.get(namespace__name=world.namespace, name=name, phase__in=live)
     wait(lambda: phase_of(domain) == Phase.READY, 120, "domain Ready")

@@ -53,6 +53,9 @@ from testbed.processes import ROOT, VENV_BIN, Proc, wait_until
 CONTAINERD_BUILD = ROOT / "scripts/containerd_build.sh"
 CGROUP_FS = Path("/sys/fs/cgroup")
 START_TIMEOUT_S = 60.0
+# A node's init (and with it every process of the node) and the fabric are killed when the
+# process that started them dies, however it dies: nothing of a node outlives its test run.
+ORPHAN_KILLED = ("setpriv", "--pdeathsig", "KILL", "--")
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -76,7 +79,7 @@ def containerd_built() -> bool:
 def missing_for_nodes() -> list[str]:
     """What this machine lacks to run a real node (empty: it can)."""
     missing = [] if os.geteuid() == 0 else ["root"]
-    for tool in ("unshare", "nsenter", "ip", "mount"):
+    for tool in ("unshare", "nsenter", "setpriv", "ip", "mount"):
         if shutil.which(tool) is None:
             missing.append(tool)
     if not Path("/usr/sbin/runc").exists():
@@ -196,8 +199,9 @@ class RealNode:
         self.boots += 1
         (self.dir / "init.ready").unlink(missing_ok=True)
         argv = [
-            "unshare", "--pid", "--net", "--mount", "--fork", "--kill-child", "--mount-proc",
-            "--", str(VENV_BIN / "python"), "-m", "testbed.kube.nodeinit", str(self.dir),
+            *ORPHAN_KILLED, "unshare", "--pid", "--net", "--mount", "--fork", "--kill-child",
+            "--mount-proc", "--", str(VENV_BIN / "python"), "-m", "testbed.kube.nodeinit",
+            str(self.dir),
         ]  # fmt: skip
         self.init = Proc(f"node-{self.name}-init", argv, _env())
         wait_until(self._init_ready, timeout=START_TIMEOUT_S, what=f"node {self.name}'s init")
@@ -320,7 +324,8 @@ class NodeSet:
 
 def _fabric(stack: ExitStack) -> int:
     """The fabric's namespace, held by a sleeping process; its bridge made."""
-    proc = Proc("node-fabric", ["unshare", "--net", "--", "sleep", "infinity"], _env())
+    argv = [*ORPHAN_KILLED, "unshare", "--net", "--", "sleep", "infinity"]
+    proc = Proc("node-fabric", argv, _env())
     stack.callback(proc.stop)
     wait_until(
         lambda: (

@@ -112,9 +112,11 @@ def make_cgroup_root(name: str) -> None:
 
 
 def remove_cgroup_root(name: str, timeout: float = 20) -> None:
-    """The node's cgroups, deepest first, once their last task is gone."""
+    """The node's cgroups, deepest first, once their last task is gone: in every v1
+    hierarchy, and in the unified one, where runc makes each container's too."""
     deadline = time.monotonic() + timeout
-    for hierarchy in cgroup_hierarchies():
+    unified = [CGROUP_FS / "unified"] if (CGROUP_FS / "unified/cgroup.controllers").exists() else []
+    for hierarchy in [*cgroup_hierarchies(), *unified]:
         top = hierarchy / name
         if not top.exists():
             continue

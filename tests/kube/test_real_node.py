@@ -14,6 +14,9 @@ and NVML).
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,9 @@ from testbed import factories
 from testbed.emulator.tray import channel_major_for
 from testbed.kube.chartobjects import install_device_class
 from testbed.kube.cluster import ClusterKube, wait_for
+from testbed.kube.node import node_ready, real_nodes
+from testbed.kube.nodeimage import BUSYBOX
+from testbed.kube.nodeinit import KUBELET_SYSCTLS
 from testbed.kube.nodeworld import NAMESPACE, RealWorld, trays_on_real_nodes
 from testbed.kube.objects import claim_of
 from tests.e2e.conftest import phase_of, request_domain
@@ -177,3 +183,51 @@ def imex_daemon(tray_root: Path) -> int | None:
         if any(a.endswith(b"imex.py") for a in argv) and config.encode() in argv:
             return int(entry.name)
     return None
+
+
+def test_a_node_leaves_nothing_behind_on_the_machine(cluster, tmp_path):
+    """A node booted, a plain pod run on it, the node gone: no process, cgroup, network
+    link or mount of it is left, and the host-wide sysctls the kubelet sets are untouched."""
+    sysctls = {key: (Path("/proc/sys") / key).read_text() for key in KUBELET_SYSCTLS}
+    links = host_links()
+    kube = ClusterKube(cluster)
+    workdir = Path(tempfile.mkdtemp(prefix="kn-"))
+    try:
+        with real_nodes(cluster, [("plain", f"{IP_PREFIX}.250.1")], workdir, ports=[]) as nodes:
+            node_ready(kube, "plain", {})
+            root = nodes["plain"].cgroup_root
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "plain", "namespace": "default"},
+                "spec": {"nodeName": "plain", "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "c", "image": BUSYBOX, "imagePullPolicy": "Never",
+                                         "command": ["sh", "-c", "echo hello; exec sleep 600"]}]},
+            }  # fmt: skip
+            kube.apply(pod)
+            wait_for(lambda: "hello" in nodes["plain"].container_log("default", "plain", "c"),
+                     60, "the pod's output")  # fmt: skip
+            assert (Path("/proc/sys/kernel/panic").read_text()) == sysctls["kernel/panic"]
+    finally:
+        kube.delete("pods", "plain", "default")
+        kube.delete("nodes", "plain")
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert {key: (Path("/proc/sys") / key).read_text() for key in KUBELET_SYSCTLS} == sysctls
+    assert host_links() == links
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/{root}"))
+    assert str(workdir) not in Path("/proc/self/mountinfo").read_text()
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and mentions(p, workdir)]
+    assert not left
+
+
+def host_links() -> str:
+    """This machine's own network interfaces (names and kinds)."""
+    done = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
+    return "\n".join(sorted(line.split(":")[1].strip() for line in done.stdout.splitlines()))
+
+
+def mentions(proc: Path, workdir: Path) -> bool:
+    try:
+        return str(workdir).encode() in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False

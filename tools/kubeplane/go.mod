@@ -1,5 +1,6 @@
 // Module kubeplane builds upstream's Kubernetes control plane (kube-apiserver,
-// kube-scheduler, kube-controller-manager) and etcd for the test suite.
+// kube-scheduler, kube-controller-manager), etcd and the kubelet (the real
+// nodes' and, as kubelet-dra, its DRA side alone) for the test suite.
 // k8s.io/kubernetes lists its staging modules as v0.0.0 replaced by ./staging
 // paths, which exist only in its own tree; each is pinned here to the
 // published release of the same Kubernetes version.

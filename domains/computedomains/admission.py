@@ -1,7 +1,9 @@
 """Admission: turning a `DomainSpec` into a valid, quota-checked request.
 
 Validation raises `InvalidInput` naming the field, so the form and the API show the error
-next to the input at fault. Quota arithmetic is kept apart from locking: the caller
+next to the input at fault. `check` reads everything a request is admitted on, once, for
+both a request and its dry run: the request enforces the answer (`Admission.enforce`), the
+dry run shows it. Quota arithmetic is kept apart from locking: the caller
 (`domain_request`) locks the namespace row first, so two concurrent requests can never both
 see the last unit of quota as free.
 """
@@ -15,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
@@ -25,6 +28,7 @@ from domains.computedomains.models import (
     ComputeDomain,
     PlacementConstraint,
 )
+from domains.computedomains.selectors import quota_usage
 from domains.computedomains.specs import DomainSpec
 from domains.errors import InvalidInput, NameTaken, QuotaExceeded
 from domains.inventory.models import Clique, Node
@@ -129,6 +133,68 @@ def clean_spec(*, namespace: Namespace, spec: DomainSpec, quota: Quota | None = 
     )
 
 
+@dataclass(frozen=True)
+class Admission:
+    """What admission says of a request, read once (`check`); nothing is written."""
+
+    namespace: Namespace
+    clean: CleanSpec
+    quota: Quota
+    usage: dict[str, int]
+    # A limit on one domain (size, lifetime) it breaks, naming the field; None: within them.
+    over_domain_limit: QuotaExceeded | None
+    # Every namespace-wide limit (GPUs, trays, domains) it would break, in words.
+    over_namespace_quota: list[str]
+    needs_approval: bool
+
+    @property
+    def quota_problems(self) -> list[str]:
+        """Every quota problem in words, the one-domain limit first (the dry run's list)."""
+        first = [self.over_domain_limit.message] if self.over_domain_limit else []
+        return first + self.over_namespace_quota
+
+    @property
+    def quota_impact(self) -> dict[str, dict[str, int | None]]:
+        """Used / requested / limit for GPUs, trays and domains (the form's quota bar)."""
+        return quota_impact(quota=self.quota, usage=self.usage, spec=self.clean)
+
+    def enforce(self) -> None:
+        """Refuse a request over quota: QuotaExceeded naming the field of a one-domain
+        limit, else listing every namespace-wide limit it would break."""
+        if self.over_domain_limit is not None:
+            raise self.over_domain_limit
+        if self.over_namespace_quota:
+            problems = self.over_namespace_quota
+            raise QuotaExceeded(
+                f"over the quota of namespace {self.namespace.name}: " + "; ".join(problems),
+                details={"problems": problems},
+            )
+
+
+def check(*, namespace: Namespace, spec: DomainSpec, requested_by: User | None = None) -> Admission:
+    """Validate the spec (InvalidInput / NameTaken naming the field) and weigh it against
+    the namespace's quota and approval threshold. A request enforces the answer inside the
+    transaction that locked the namespace row; a dry run shows it."""
+    quota = quota_of(namespace)
+    clean = clean_spec(namespace=namespace, spec=spec, quota=quota)
+    usage = quota_usage(namespace)
+    try:
+        per_domain_limits(quota=quota, spec=clean)
+    except QuotaExceeded as exc:
+        over_domain_limit: QuotaExceeded | None = exc
+    else:
+        over_domain_limit = None
+    return Admission(
+        namespace=namespace,
+        clean=clean,
+        quota=quota,
+        usage=usage,
+        over_domain_limit=over_domain_limit,
+        over_namespace_quota=quota_problems(quota=quota, usage=usage, spec=clean),
+        needs_approval=needs_approval(quota=quota, spec=clean, requested_by=requested_by),
+    )
+
+
 def per_domain_limits(*, quota: Quota, spec: CleanSpec) -> None:
     """Limits on one domain (size, lifetime): QuotaExceeded naming the field."""
     if quota.max_nodes_per_domain is not None and spec.num_nodes > quota.max_nodes_per_domain:
@@ -178,10 +244,10 @@ def quota_problems(*, quota: Quota, usage: dict[str, int], spec: CleanSpec) -> l
     return problems
 
 
-def needs_approval(*, quota: Quota, spec: CleanSpec, requested_by: Any = None) -> bool:
+def needs_approval(*, quota: Quota, spec: CleanSpec, requested_by: User | None = None) -> bool:
     """Above the namespace's threshold an admin approves; a portal admin's own requests
     are approved by asking."""
-    if requested_by is not None and getattr(requested_by, "is_superuser", False):
+    if requested_by is not None and requested_by.is_superuser:
         return False
     threshold = quota.approval_above_nodes
     return threshold is not None and spec.num_nodes > threshold

@@ -39,7 +39,6 @@ from domains.computedomains.phases import (
     tally_admitted,
     transition,
 )
-from domains.computedomains.selectors import quota_usage
 from domains.computedomains.specs import DomainSpec, DryRunResult
 from domains.context import get_request_id
 from domains.errors import (
@@ -82,17 +81,9 @@ def domain_request(
     with transaction.atomic():
         # The lock makes "count usage, then insert" atomic across concurrent requests.
         namespace = Namespace.objects.select_for_update().get(pk=namespace.pk)
-        quota = admission.quota_of(namespace)
-        clean = admission.clean_spec(namespace=namespace, spec=spec, quota=quota)
-        admission.per_domain_limits(quota=quota, spec=clean)
-        problems = admission.quota_problems(quota=quota, usage=quota_usage(namespace), spec=clean)
-        if problems:
-            raise QuotaExceeded(
-                f"over the quota of namespace {namespace.name}: " + "; ".join(problems),
-                details={"problems": problems},
-            )
-        approval = admission.needs_approval(quota=quota, spec=clean, requested_by=actor.user)
-        domain = _create(actor, namespace, clean, source, approval)
+        checked = admission.check(namespace=namespace, spec=spec, requested_by=actor.user)
+        checked.enforce()
+        domain = _create(actor, namespace, checked.clean, source, checked.needs_approval)
         if domain.phase == Phase.ADMITTED and domain.num_nodes:
             announce_placement_wanted(domain.pk)
         return domain
@@ -180,15 +171,8 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
     Invalid input raises InvalidInput like `domain_request`; quota and capacity problems
     are answered in the result, so the form can show them before submitting.
     """
-    quota = admission.quota_of(namespace)
-    clean = admission.clean_spec(namespace=namespace, spec=spec, quota=quota)
-    usage = quota_usage(namespace)
-    problems = admission.quota_problems(quota=quota, usage=usage, spec=clean)
-    try:
-        admission.per_domain_limits(quota=quota, spec=clean)
-    except QuotaExceeded as exc:
-        problems.insert(0, exc.message)
-    approval = admission.needs_approval(quota=quota, spec=clean)
+    checked = admission.check(namespace=namespace, spec=spec)
+    clean, problems, approval = checked.clean, checked.quota_problems, checked.needs_approval
     now = timezone.now()
     verdict = DryRunResult(
         placeable=False,
@@ -196,7 +180,7 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
         needs_approval=approval,
         message="",
         quota_problems=problems,
-        quota_impact=admission.quota_impact(quota=quota, usage=usage, spec=clean),
+        quota_impact=checked.quota_impact,
         maintenance=_maintenance_in_the_way(clean, now),
     )
     if clean.num_nodes == 0:

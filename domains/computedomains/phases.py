@@ -159,6 +159,36 @@ def request_id_from(domain: ComputeDomain) -> Iterator[None]:
         yield
 
 
+def set_reason(
+    domain: ComputeDomain,
+    reason: str,
+    message: str,
+    *,
+    phase: str | None = None,
+    verb: str | None = None,
+    says: str | None = None,
+    details: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """The one way a domain's reason and message change without its phase: written when
+    they say something new (with `phase`, only while the domain is still in it), then,
+    like `transition`, the controller's event (`verb`, saying `says`, by default the
+    message) and the announcement. False: nothing was written."""
+    if domain.reason == reason and domain.message == message:
+        return False
+    rows = ComputeDomain.objects.filter(pk=domain.pk)
+    if phase is not None:
+        rows = rows.filter(phase=phase)
+    if not rows.update(reason=reason, message=message, updated_at=now or timezone.now()):
+        return False
+    domain.reason, domain.message = reason, message
+    if verb is not None:
+        said = message if says is None else says
+        record_event(actor=CONTROLLER, verb=verb, obj=domain, message=said, details=details)
+    announce_domain(domain)
+    return True
+
+
 # --- the members' states folded into the phase -----------------------------------------------
 
 # What aggregation and its messages and events read of each member (it runs on every
@@ -222,9 +252,9 @@ def _aggregate_forming(
         )
     failed = [m for m in not_ready if m.state == MemberState.FAILED]
     if failed:
-        return _update_message(domain, "MemberFailed", _not_ready_message(failed))
+        return set_reason(domain, "MemberFailed", _not_ready_message(failed))
     ready = len(members) - len(not_ready)
-    return _update_message(domain, "Forming", f"{ready} of {len(members)} members ready")
+    return set_reason(domain, "Forming", f"{ready} of {len(members)} members ready")
 
 
 def _tally_formation(domain: ComputeDomain, members: list[DomainMember]) -> None:
@@ -247,7 +277,7 @@ def _aggregate_degraded(
     domain: ComputeDomain, members: list[DomainMember], not_ready: list[DomainMember]
 ) -> bool:
     if not_ready:
-        return _update_message(domain, "MemberNotReady", _not_ready_message(not_ready))
+        return set_reason(domain, "MemberNotReady", _not_ready_message(not_ready))
     message = f"recovered: all {len(members)} members ready"
     return _phase_change(domain, Phase.DEGRADED, Phase.READY, "domain.recovered", message, [])
 
@@ -264,17 +294,6 @@ def _not_ready_message(members: list[DomainMember]) -> str:
         parts.append(text)
     more = f" and {len(members) - 3} more" if len(members) > 3 else ""
     return "; ".join(parts) + more
-
-
-def _update_message(domain: ComputeDomain, reason: str, message: str) -> bool:
-    if domain.reason == reason and domain.message == message:
-        return False
-    ComputeDomain.objects.filter(pk=domain.pk).update(
-        reason=reason, message=message, updated_at=timezone.now()
-    )
-    domain.reason, domain.message = reason, message
-    announce_domain(domain)
-    return True
 
 
 def _phase_change(

@@ -25,7 +25,6 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from domains.audit.events import CONTROLLER, record_event
 from domains.computedomains.admission import lease_end
 from domains.computedomains.fabric import topology_snapshot
 from domains.computedomains.models import (
@@ -36,13 +35,13 @@ from domains.computedomains.models import (
     Phase,
     PlacementConstraint,
 )
-from domains.computedomains.phases import request_id_from, transition
+from domains.computedomains.phases import request_id_from, set_reason, transition
 from domains.computedomains.selectors import queued_domains
 from domains.errors import TransientError
 from domains.placement.algorithm import place
 from domains.placement.model import Placement, PlacementRequest, Rejection
 from domains.placement.simulation import Fabric
-from domains.signals import announce_desired_state, announce_domain, announce_nodes
+from domains.signals import announce_desired_state, announce_nodes
 
 log = logging.getLogger(__name__)
 
@@ -215,18 +214,11 @@ def _form(domain: ComputeDomain, placement: Placement, channels: list[int]) -> N
 def _mark_unschedulable(domain: ComputeDomain, reasons: Iterable[str]) -> None:
     """Stay queued with the reasons; an event only when the story changes (no spam)."""
     reasons = list(reasons)
-    message = "; ".join(reasons)
-    if domain.reason == "Unschedulable" and domain.message == message:
-        return
-    ComputeDomain.objects.filter(pk=domain.pk).update(
-        reason="Unschedulable", message=message, updated_at=timezone.now()
-    )
-    domain.reason, domain.message = "Unschedulable", message
-    record_event(
-        actor=CONTROLLER,
+    set_reason(
+        domain,
+        "Unschedulable",
+        "; ".join(reasons),
         verb="domain.unschedulable",
-        obj=domain,
-        message=reasons[0] if reasons else "",
+        says=reasons[0] if reasons else "",
         details={"reasons": reasons},
     )
-    announce_domain(domain)

@@ -26,12 +26,12 @@ from domains.computedomains.phases import (
     lock_domain,
     release_member,
     request_id_from,
+    set_reason,
 )
 from domains.computedomains.placing import domains_place_queued
 from domains.computedomains.selectors import RUNNING_PHASES
 from domains.computedomains.services import domain_release
 from domains.inventory.models import NodeState
-from domains.signals import announce_domain
 
 log = logging.getLogger(__name__)
 
@@ -158,12 +158,14 @@ def _note_slow_releases(now: datetime) -> None:
             f"still waiting for {', '.join(hosts)} to confirm a clean tray; an operator can "
             "mark a dead tray down to finish the release"
         )
-        if ComputeDomain.objects.filter(pk=domain.pk, phase=Phase.RELEASING).update(
-            reason="ReleaseStuck", message=message, updated_at=now
-        ):
-            domain.reason, domain.message = "ReleaseStuck", message
-            record_event(actor=CONTROLLER, verb="domain.release_stuck", obj=domain, message=message)
-            announce_domain(domain)
+        set_reason(
+            domain,
+            "ReleaseStuck",
+            message,
+            phase=Phase.RELEASING,
+            verb="domain.release_stuck",
+            now=now,
+        )
 
 
 def reap_stale_heartbeats(*, now: datetime | None = None) -> int:

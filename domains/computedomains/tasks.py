@@ -4,8 +4,9 @@ All are idempotent (compare-and-set on phase, row locks), so `acks_late` redeliv
 a killed worker, a duplicate message or the beat reconcile running beside them is safe.
 Only `TransientError` and a lost database (`DATABASE_AWAY`: PostgreSQL restarting or
 unreachable) are retried; anything else is a bug and is logged, not looped.
-Business code never imports this module: it announces "placement wanted" or "capacity
-freed", and `apps.py` queues these tasks when it hears that.
+Business code never imports this module: it announces "placement wanted", "capacity
+freed" or "peers changed", and `receivers.py` queues these tasks when it hears that; beat
+runs the two passes of `reconcile.py` (portal/settings.py, CELERY_BEAT_SCHEDULE).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from celery import shared_task
 from django.core.cache import cache
 
-from domains.computedomains import reconcile as controller
+from domains.computedomains import reconcile
 from domains.computedomains.models import DomainMember, Phase
 from domains.computedomains.placing import domains_place_burst, domains_place_queued
 from domains.computedomains.selectors import peers_key, peers_nudge_wait
@@ -44,15 +45,15 @@ def place_queued() -> int:
 
 
 @shared_task(name="computedomains.reconcile", **RETRY)
-def reconcile() -> dict[str, int]:
+def reconcile_pass() -> dict[str, int]:
     """Finish whatever a lost message or a killed worker left (beat, every few seconds)."""
-    return controller.reconcile()
+    return reconcile.reconcile()
 
 
 @shared_task(name="computedomains.reap_stale_heartbeats", **RETRY)
-def reap_stale_heartbeats() -> int:
-    """Members of running domains whose agent went silent count as not ready."""
-    return controller.reap_stale_heartbeats()
+def reap_pass() -> int:
+    """Members of running domains whose agent went silent count as not ready (beat)."""
+    return reconcile.reap_stale_heartbeats()
 
 
 @shared_task(name="computedomains.nudge_peers", acks_late=True)

@@ -1,6 +1,6 @@
 """Kubernetes publishing tasks: thin, idempotent, retried only on `KubeUnavailable`.
 
-`publish_domain` is queued whenever a domain changes (see apps.py); `reconcile` runs from
+`publish_domain` is queued whenever a domain changes (see receivers.py); `reconcile` runs from
 beat and publishes whatever the database says is not yet in the cluster, so a message lost
 with Redis or a task that ran out of retries during an API server outage is caught up.
 """

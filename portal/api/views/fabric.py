@@ -4,16 +4,18 @@ tray and part actions for operators."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 
 from domains.agents.joining import node_allow_rejoin
 from domains.computedomains.fabric import (
@@ -133,8 +135,9 @@ class CliqueViewSet(
         return obj
 
 
+OPERATORS = [IsAuthenticated, TokenScope, IsOperator]  # an action's permission classes
 _NODE_ACTION: dict[str, Any] = {
-    "permission_classes": [IsAuthenticated, TokenScope, IsOperator],
+    "permission_classes": OPERATORS,
     "serializer_class": ReasonSerializer,
 }
 
@@ -246,7 +249,7 @@ class NodeViewSet(
     @action(
         detail=True,
         methods=["post"],
-        permission_classes=[IsAuthenticated, TokenScope, IsOperator],
+        permission_classes=OPERATORS,
         serializer_class=AcceptSerializer,
     )
     def accept(self, request: Request, hostname: str) -> Response:
@@ -258,21 +261,50 @@ class NodeViewSet(
         return Response(NodeSerializer(node, context=self.get_serializer_context()).data)
 
 
-_PART_ACTION: dict[str, Any] = {
-    "permission_classes": [IsAuthenticated, TokenScope, IsOperator],
-    "serializer_class": PartStateInput,
-}
+# A class decorator (drf-spectacular's are typed for any callable).
+_Decorated = TypeVar("_Decorated", bound=Callable[..., Any])
 
 
-class SwitchTrayViewSet(
+def part_state_schema(
+    noun: str, serializer: type[Serializer]
+) -> Callable[[_Decorated], _Decorated]:
+    """The `state` action's schema for one kind of rack part."""
+    return extend_schema_view(
+        state=extend_schema(
+            request=PartStateInput,
+            responses={200: serializer, **errors(*WRITE)},
+            summary=f"Record that the {noun} is down (failed or out for service) or back.",
+        )
+    )
+
+
+class PartViewSet(
     BlastRadiusMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
 ):
+    """A kind of rack part without an agent, by name: read by everyone signed in, its state
+    recorded by operators. A subclass says which kind: its serializer (and
+    `part_state_schema`), who sees which, its blast-radius scope and its state service."""
+
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+
+    def set_state(self, part: Any, *, state: str, reason: str) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must say how a part's state is set")
+
+    @action(detail=True, methods=["post"], permission_classes=OPERATORS)
+    def state(self, request: Request, name: str) -> Response:
+        body = PartStateInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        part = self.set_state(self.get_object(), **body.validated_data)
+        return Response(self.get_serializer(refreshed(part, self.get_queryset())).data)
+
+
+@part_state_schema("switch tray", SwitchTraySerializer)
+class SwitchTrayViewSet(PartViewSet):
     """NVLink switch trays (nine per GB200 NVL72 rack). Losing one slows every domain of
     its rack; operators record when one is down or back."""
 
     serializer_class = SwitchTraySerializer
-    lookup_field = "name"
-    lookup_value_regex = "[^/]+"
 
     def scoped_queryset(self, user: Viewer) -> QuerySet[SwitchTray]:
         return switch_trays_visible_to(user)
@@ -280,31 +312,16 @@ class SwitchTrayViewSet(
     def scope_of(self, obj: SwitchTray) -> Scope:
         return switch_tray_scope(obj)
 
-    @extend_schema(
-        request=PartStateInput,
-        responses={200: SwitchTraySerializer, **errors(*WRITE)},
-        summary="Record that the switch tray is down (failed or out for service) or back.",
-    )
-    @action(detail=True, methods=["post"], **_PART_ACTION)
-    def state(self, request: Request, name: str) -> Response:
-        body = PartStateInput(data=request.data)
-        body.is_valid(raise_exception=True)
-        tray = switch_tray_set_state(
-            actor=self.actor, tray=self.get_object(), **body.validated_data
-        )
-        tray = refreshed(tray, self.get_queryset())
-        return Response(SwitchTraySerializer(tray, context=self.get_serializer_context()).data)
+    def set_state(self, part: SwitchTray, *, state: str, reason: str) -> SwitchTray:
+        return switch_tray_set_state(actor=self.actor, tray=part, state=state, reason=reason)
 
 
-class PowerShelfViewSet(
-    BlastRadiusMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
-):
+@part_state_schema("power shelf", PowerShelfSerializer)
+class PowerShelfViewSet(PartViewSet):
     """Power shelves (eight per GB200 NVL72 rack, all feeding its busbar). Losing one costs
     redundancy until the rest cannot carry the rack; operators record when one is down."""
 
     serializer_class = PowerShelfSerializer
-    lookup_field = "name"
-    lookup_value_regex = "[^/]+"
 
     def scoped_queryset(self, user: Viewer) -> QuerySet[PowerShelf]:
         return power_shelves_visible_to(user)
@@ -312,20 +329,8 @@ class PowerShelfViewSet(
     def scope_of(self, obj: PowerShelf) -> Scope:
         return power_shelf_scope(obj)
 
-    @extend_schema(
-        request=PartStateInput,
-        responses={200: PowerShelfSerializer, **errors(*WRITE)},
-        summary="Record that the power shelf is down (failed or out for service) or back.",
-    )
-    @action(detail=True, methods=["post"], **_PART_ACTION)
-    def state(self, request: Request, name: str) -> Response:
-        body = PartStateInput(data=request.data)
-        body.is_valid(raise_exception=True)
-        shelf = power_shelf_set_state(
-            actor=self.actor, shelf=self.get_object(), **body.validated_data
-        )
-        shelf = refreshed(shelf, self.get_queryset())
-        return Response(PowerShelfSerializer(shelf, context=self.get_serializer_context()).data)
+    def set_state(self, part: PowerShelf, *, state: str, reason: str) -> PowerShelf:
+        return power_shelf_set_state(actor=self.actor, shelf=part, state=state, reason=reason)
 
 
 # Service field names → API names, for errors that name a field.

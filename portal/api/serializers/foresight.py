@@ -207,6 +207,8 @@ class MaintenanceWindowInput(StrictSerializer):
         default="",
         help_text="A rack's name: all its trays.",
     )
-    startsAt = serializers.DateTimeField(help_text="When it starts (ISO 8601).")
-    endsAt = serializers.DateTimeField(help_text="When it ends; after `startsAt`.")
+    startsAt = serializers.DateTimeField(source="starts_at", help_text="When it starts (ISO 8601).")
+    endsAt = serializers.DateTimeField(
+        source="ends_at", help_text="When it ends; after `startsAt`."
+    )
     reason = StrictCharField(max_length=300, help_text="Why; tenants see it.")

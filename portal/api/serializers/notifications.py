@@ -60,10 +60,16 @@ class SubscriptionInput(StrictSerializer):
         required=False, allow_blank=True, max_length=63, default="", help_text=NAMESPACE_HELP
     )
     leaseWarningHours = serializers.IntegerField(
-        required=False, default=4, help_text=LEASE_HELP + " Default: 4."
+        source="lease_warning_hours",
+        required=False,
+        default=4,
+        help_text=LEASE_HELP + " Default: 4.",
     )
     maintenanceWarningHours = serializers.IntegerField(
-        required=False, default=24, help_text=MAINTENANCE_HELP + " Default: 24."
+        source="maintenance_warning_hours",
+        required=False,
+        default=24,
+        help_text=MAINTENANCE_HELP + " Default: 24.",
     )
 
 

@@ -92,29 +92,33 @@ class QuotaSerializer(serializers.Serializer):
 
 def _limit(name: str) -> serializers.IntegerField:
     return serializers.IntegerField(
-        required=False, allow_null=True, min_value=0, max_value=LIMIT_MAX, help_text=LIMITS[name]
+        source=QUOTA_FIELDS[name],
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=LIMIT_MAX,
+        help_text=LIMITS[name],
     )
 
 
 class QuotaInput(StrictSerializer):
     """PUT replaces every limit (missing = unlimited); PATCH changes only those given."""
 
+    # Each limit given is checked into its Quota field's name (`source`).
+
     maxGpus = _limit("maxGpus")
     maxNodes = _limit("maxNodes")
     maxDomains = _limit("maxDomains")
     maxNodesPerDomain = _limit("maxNodesPerDomain")
-    maxLifetime = DurationField(required=False, allow_null=True, help_text=LIMITS["maxLifetime"])
+    maxLifetime = DurationField(
+        source="max_lifetime", required=False, allow_null=True, help_text=LIMITS["maxLifetime"]
+    )
     approvalAboveNodes = _limit("approvalAboveNodes")
 
     def limits(self, *, partial: bool) -> dict[str, Any]:
-        return quota_limits(self.validated_data, partial=partial)
-
-
-def quota_limits(data: dict[str, Any], *, partial: bool) -> dict[str, Any]:
-    """Validated QuotaInput data → keyword arguments for `quota_set` (model field names)."""
-    return {
-        field: data.get(api) for api, field in QUOTA_FIELDS.items() if not partial or api in data
-    }
+        """Keyword arguments for `quota_set`: a missing limit is unlimited unless `partial`."""
+        data = self.validated_data
+        return {f: data.get(f) for f in QUOTA_FIELDS.values() if not partial or f in data}
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
@@ -227,8 +231,11 @@ class EventSerializer(serializers.ModelSerializer):
 class NamespaceInput(StrictSerializer):
     """Create body for a namespace (portal admins); `quota` as in the quota endpoint."""
 
+    # Checked into `namespace_create`'s arguments, the limits given among them.
+
     name = StrictCharField(max_length=63, help_text="A DNS-1123 label, as in Kubernetes.")
     displayName = StrictCharField(
+        source="display_name",
         required=False,
         allow_blank=True,
         max_length=200,
@@ -236,7 +243,9 @@ class NamespaceInput(StrictSerializer):
         help_text="A human name for the pages.",
     )
     labels = LabelsField(required=False, default=dict, help_text="Kubernetes-style labels.")
-    quota = QuotaInput(required=False, help_text="Its limits; missing ones are unlimited.")
+    quota = QuotaInput(  # its limits join the namespace's own fields
+        source="*", required=False, help_text="Its limits; missing ones are unlimited."
+    )
 
 
 ROLE_HELP = (

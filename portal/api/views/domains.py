@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
@@ -22,11 +21,11 @@ from domains.computedomains.selectors import (
     domains_with_members,
     events_visible_to,
 )
-from domains.errors import DomainError, InvalidInput
+from domains.errors import InvalidInput
 from domains.kube.manifests import parse_replicas, workload_manifests
 from domains.tenancy.selectors import Viewer, can_request_in
 from portal.api import examples
-from portal.api.base import NamespacedViewSet, ScopedViewSet, refreshed
+from portal.api.base import NamespacedViewSet, ScopedViewSet, call_service, refreshed
 from portal.api.permissions import IsPortalAdmin
 from portal.api.schema import NAMESPACE_HELP, READ, WRITE, errors
 from portal.api.serializers.common import ReasonSerializer
@@ -40,8 +39,6 @@ from portal.api.serializers.domains import (
 from portal.api.serializers.dryrun import DryRunSerializer
 from portal.api.serializers.tenancy import EventSerializer
 
-T = TypeVar("T")
-
 DRY_RUN = OpenApiParameter(
     "dryRun",
     OpenApiTypes.STR,
@@ -51,17 +48,6 @@ DRY_RUN = OpenApiParameter(
 PHASE_FILTER = OpenApiParameter(
     "phase", OpenApiTypes.STR, enum=[p.value for p in Phase], description="Only this phase."
 )
-
-
-def call_service(service: Callable[..., T], **kwargs: Any) -> T:
-    """Run a service, naming the offending field as it appears in the API body."""
-    try:
-        return service(**kwargs)
-    except DomainError as exc:
-        if exc.field in SPEC_FIELD_PATHS:
-            exc.field = SPEC_FIELD_PATHS[exc.field]
-            exc.message = f"{exc.field}: {exc.message}"
-        raise
 
 
 @extend_schema(
@@ -142,10 +128,18 @@ class ComputeDomainViewSet(
         if dry_run is not None:
             if dry_run != "All":
                 raise InvalidInput("dryRun: the only accepted value is All", field="dryRun")
-            result = call_service(services.domain_dry_run, namespace=self.namespace, spec=spec)
+            result = call_service(
+                services.domain_dry_run,
+                api_names=SPEC_FIELD_PATHS,
+                in_message=True,  # `spec.numNodes: must be …`
+                namespace=self.namespace,
+                spec=spec,
+            )
             return Response(DryRunSerializer(result).data)
         domain = call_service(
             services.domain_request,
+            api_names=SPEC_FIELD_PATHS,
+            in_message=True,
             actor=self.actor,
             namespace=self.namespace,
             spec=spec,

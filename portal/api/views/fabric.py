@@ -26,7 +26,6 @@ from domains.computedomains.fabric import (
     switch_trays_visible_to,
 )
 from domains.computedomains.trays import tray_act
-from domains.errors import DomainError
 from domains.foresight.blast import (
     Scope,
     blast_radius_for,
@@ -333,10 +332,6 @@ class PowerShelfViewSet(PartViewSet):
         return power_shelf_set_state(actor=self.actor, shelf=part, state=state, reason=reason)
 
 
-# Service field names → API names, for errors that name a field.
-WINDOW_FIELDS = {"starts_at": "startsAt", "ends_at": "endsAt"}
-
-
 class MaintenanceWindowViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, ScopedViewSet
 ):
@@ -378,22 +373,7 @@ class MaintenanceWindowViewSet(
         summary="Schedule maintenance of trays, a clique or a rack (operators).",
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        body = MaintenanceWindowInput(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        try:
-            window = maintenance_schedule(
-                actor=self.actor,
-                starts_at=data["startsAt"],
-                ends_at=data["endsAt"],
-                reason=data["reason"],
-                trays=data["trays"],
-                clique=data["clique"],
-                rack=data["rack"],
-            )
-        except DomainError as exc:
-            exc.field = WINDOW_FIELDS.get(exc.field or "", exc.field)
-            raise
+        window = self.call_with_body(MaintenanceWindowInput, maintenance_schedule, actor=self.actor)
         window = window_for(request.user, window.pk)
         body_out = MaintenanceWindowSerializer(window_views(request.user, [window])[0]).data
         return Response(body_out, status=status.HTTP_201_CREATED)

@@ -13,7 +13,6 @@ from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from domains.errors import DomainError
 from domains.notifications.models import Notification, Subscription
 from domains.notifications.selectors import (
     delivery_log,
@@ -36,11 +35,6 @@ from portal.api.serializers.notifications import (
     SubscriptionInput,
     SubscriptionSerializer,
 )
-
-FIELDS = {
-    "lease_warning_hours": "leaseWarningHours",
-    "maintenance_warning_hours": "maintenanceWarningHours",
-}
 
 
 class SubscriptionViewSet(
@@ -72,22 +66,9 @@ class SubscriptionViewSet(
         summary="Subscribe to some kinds of events over one channel.",
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        body = SubscriptionInput(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        try:
-            created = subscription_create(
-                user=self.signed_in_user,
-                channel=data["channel"],
-                kinds=data["kinds"],
-                target=data["target"],
-                namespace=data["namespace"],
-                lease_warning_hours=data["leaseWarningHours"],
-                maintenance_warning_hours=data["maintenanceWarningHours"],
-            )
-        except DomainError as exc:
-            exc.field = FIELDS.get(exc.field or "", exc.field)
-            raise
+        created = self.call_with_body(
+            SubscriptionInput, subscription_create, user=self.signed_in_user
+        )
         return Response(SubscriptionSerializer(created).data, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance: Subscription) -> None:

@@ -17,12 +17,12 @@ from rest_framework.response import Response
 
 from domains.audit.models import Event
 from domains.computedomains.selectors import events_visible_to, quota_usage
-from domains.errors import DomainError, InvalidInput
+from domains.errors import InvalidInput
 from domains.tenancy.models import ApiToken, Namespace, Quota
 from domains.tenancy.selectors import Viewer, is_admin, namespaces_with_role, tokens_of
 from domains.tenancy.services import namespace_create, quota_set
 from domains.tenancy.tokens import token_create, token_revoke
-from portal.api.base import ScopedViewSet
+from portal.api.base import ScopedViewSet, call_service
 from portal.api.schema import READ, WRITE, errors
 from portal.api.serializers.tenancy import (
     QUOTA_FIELDS,
@@ -34,7 +34,6 @@ from portal.api.serializers.tenancy import (
     NewApiTokenSerializer,
     QuotaInput,
     QuotaSerializer,
-    quota_limits,
 )
 
 QUOTA_API_NAMES = {field: api for api, field in QUOTA_FIELDS.items()}
@@ -62,16 +61,7 @@ class NamespaceViewSet(
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         if not is_admin(request.user):
             raise PermissionDenied("Only portal admins may create namespaces.")
-        body = NamespaceInput(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        namespace = namespace_create(
-            actor=self.actor,
-            name=data["name"],
-            display_name=data["displayName"],
-            labels=data["labels"],
-            **quota_limits(data.get("quota", {}), partial=True),
-        )
+        namespace = self.call_with_body(NamespaceInput, namespace_create, actor=self.actor)
         created = self.get_queryset().get(pk=namespace.pk)
         return Response(NamespaceSerializer(created).data, status=status.HTTP_201_CREATED)
 
@@ -99,11 +89,9 @@ class NamespaceViewSet(
             body = QuotaInput(data=request.data)
             body.is_valid(raise_exception=True)
             limits = body.limits(partial=request.method == "PATCH")
-            try:
-                quota_set(actor=self.actor, namespace=ns, **limits)
-            except DomainError as exc:
-                exc.field = QUOTA_API_NAMES.get(exc.field or "", exc.field)
-                raise
+            call_service(
+                quota_set, api_names=QUOTA_API_NAMES, actor=self.actor, namespace=ns, **limits
+            )
         return Response(self._quota_body(ns))
 
 

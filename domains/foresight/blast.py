@@ -21,10 +21,11 @@ What "hit" means depends on the part (`BlastRadius.hit`):
   point which trays the rack would shed is not knowable here, so every tray counts as
   down.
 
-Assumptions (documented in the README): a GB200 compute tray draws at most 5.4 kW and a
-switch tray 0.4 kW; each shelf's capacity is its PSU count times PSU watts (NVIDIA's
-reference: 6 PSUs of 5.5 kW). Only domains holding trays count as live here (Forming,
-Ready, Degraded): queued domains hold nothing yet and Releasing ones are already going.
+Assumptions (documented in docs/features.md, "Blast radius"): a GB200 compute tray draws
+at most 5.4 kW and a switch tray 0.4 kW; each shelf's capacity is its PSU count times PSU
+watts (NVIDIA's reference: 6 PSUs of 5.5 kW). Only domains holding trays count as live
+here (Forming, Ready, Degraded): queued domains hold nothing yet and Releasing ones are
+already going.
 
 Each call is a constant number of queries, however large the scope.
 """

@@ -4,10 +4,12 @@ at, slugged the way GitHub slugs headings. Markdown is read by markdown-it (Comm
 GitHub reads it), so code spans and fenced blocks are not taken for links.
 
 Pointers written in words, `docs/operations.md, "Releasing"` (in the docs, the code, the
-chart), name a section that is there: a heading, or a paragraph's bold lead-in."""
+chart), name a section that is there: a heading, or a paragraph's bold lead-in. And code
+named as `path.py:function` (or `path.py:Class.method`) is defined there."""
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
 import unicodedata
@@ -33,6 +35,8 @@ POINTER_SOURCES = [
     ROOT / "pyproject.toml",
     ROOT / "Makefile",
 ]  # fmt: skip
+# `portal/web/views/tenant.py:request_domain`, `nodeagent/agent.py:Agent.cycle`
+CODE_NAME = re.compile(r"`(?P<path>[\w./-]+\.py):(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)`")
 # `page.md, "Section"`, `[page.md](page.md) ("Section")`, `README's "Section"` …
 POINTER = re.compile(
     r"(?P<page>(?:[\w.-]+/)*[\w.-]+\.md|README)(?:\]\([^)\s]*\))?\)?(?:'s)?,?\s*\(?"
@@ -144,6 +148,34 @@ def test_every_pointer_in_words_names_a_section_that_is_there() -> None:
             elif not any(s.startswith(slug(section)) for s in sections(page)):
                 problems.append(f'{where}: {page.relative_to(ROOT)} has no section "{section}"')
     assert problems == [], "\n".join(problems)
+
+
+@cache
+def definitions(source: Path) -> frozenset[str]:
+    """The functions and classes a module defines, and its classes' methods as Class.name."""
+    found = set()
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            found |= {
+                f"{node.name}.{item.name}"
+                for item in node.body
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+            }
+    return frozenset(found)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_code_named_as_file_and_function_is_defined_there(page: Path) -> None:
+    problems = []
+    for match in CODE_NAME.finditer(page.read_text(encoding="utf-8")):
+        source = ROOT / match["path"]
+        if not source.is_file():
+            problems.append(f"{match[0]}: no file {match['path']}")
+        elif match["name"] not in definitions(source):
+            problems.append(f"{match[0]}: {match['path']} defines no {match['name']}")
+    assert problems == [], f"{page.relative_to(ROOT)}:\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

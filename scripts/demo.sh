@@ -36,11 +36,24 @@ esac
 # One emulated node agent per seeded tray (each its own root under var/agents/ and loopback IP).
 "$VENV/bin/python" -m testbed.fleetspec --out var/agents/fleet.json
 
-cat <<MSG
+# honcho runs in the background so that the address is printed once the web server answers,
+# not seconds before. Ctrl-C reaches honcho as well (one process group) and it stops
+# everything; this script waits for that, so devservices stops PostgreSQL and Redis last.
+"$VENV/bin/honcho" -f Procfile start &
+honcho=$!
+trap 'kill -TERM "$honcho" 2>/dev/null' TERM
+trap ':' INT
+if "$VENV/bin/python" scripts/demo_ready.py "${PORTAL_URL}/healthz" --pid "$honcho"; then
+  cat <<MSG
 
   Domain Portal demo → ${PORTAL_URL}/
   (logins above, password "demo"; API docs at ${PORTAL_URL}/api/v1/docs/)
   Logs also under var/log/. Ctrl-C stops everything.
 
 MSG
-exec "$VENV/bin/honcho" -f Procfile start
+fi
+status=0
+while kill -0 "$honcho" 2>/dev/null; do
+  wait "$honcho" || status=$?
+done
+exit "$status"

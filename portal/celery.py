@@ -6,6 +6,7 @@ web, worker and agent.
 
 from __future__ import annotations
 
+import logging.config
 import os
 from typing import Any
 
@@ -33,6 +34,16 @@ import portal.worker_consumer  # noqa: E402, F401  # kombu 5.7.0's lost-Redis gu
 from portal.worker_health import WorkerHealth  # noqa: E402
 
 app.steps["worker"].add(WorkerHealth)
+
+
+@signals.setup_logging.connect
+def _logging_as_configured(**_: object) -> None:
+    """Workers and beat log as the web does, by settings.LOGGING (LOG_LEVEL, LOG_FORMAT,
+    request ids, periodic tasks' runs at DEBUG): a receiver here is Celery's documented way to
+    keep it from setting up its own handlers and level (`--loglevel` then changes nothing)."""
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
 
 
 @signals.before_task_publish.connect

@@ -268,7 +268,6 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
-CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep LOGGING (request ids) in workers too
 # Reconnects after Redis went away with tasks unacknowledged (portal/worker_consumer.py).
 CELERY_WORKER_CONSUMER = "portal.worker_consumer:Consumer"
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "portal")
@@ -386,7 +385,13 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "domain-portal@localho
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "portal.logging.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "portal.logging.RequestIdFilter"},
+        "periodic_tasks": {
+            "()": "portal.logging.PeriodicTaskChatter",
+            "periodic": sorted({entry["task"] for entry in CELERY_BEAT_SCHEDULE.values()}),
+        },
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
         "json": {"()": "portal.logging.JsonFormatter"},
@@ -395,7 +400,7 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": os.environ.get("LOG_FORMAT", "plain"),
-            "filters": ["request_id"],
+            "filters": ["request_id", "periodic_tasks"],
         },
     },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},

@@ -3,9 +3,11 @@
 Starts `make demo` exactly as the README says (no DATABASE_URL, REDIS_URL or PORT: the demo
 brings its own PostgreSQL and Redis), signs in as alice, requests a 4-tray domain over the
 API, waits for Ready, releases it, checks its trays are clean (no channel device left, no
-IMEX daemon running), stops the demo with Ctrl-C (SIGINT to its process group) and checks
-that nothing of it is left running or listening. Prints each step's time; exits non-zero
-with the reason and the demo's log tail on the first thing that goes wrong.
+IMEX daemon running), checks that the terminal showed the address only once the server
+answered and no periodic task's runs at INFO, stops the demo with Ctrl-C (SIGINT to its
+process group) and checks that nothing of it is left running or listening. Prints each
+step's time; exits non-zero with the reason and the demo's log tail on the first thing that
+goes wrong.
 """
 
 from __future__ import annotations
@@ -155,6 +157,20 @@ def form_and_release(api: httpx.Client) -> None:
     say(f"trays clean: {', '.join(members)}")
 
 
+def check_terminal(text: str) -> None:
+    """What the terminal showed: the address once the server answered (not before), and no
+    line at INFO for a run of one of beat's periodic tasks."""
+    banner, serving = text.find("Domain Portal demo →"), text.find("Uvicorn running on")
+    if banner < 0 or serving < 0 or banner < serving:
+        raise SmokeFailed("the demo's address was not printed after the web server answered")
+    periodic = re.findall(
+        r".* INFO celery\.\S+ .*(?:Sending due task|computedomains\.reconcile\[).*", text
+    )
+    if periodic:
+        raise SmokeFailed(f"periodic tasks' runs logged at INFO: {periodic[:3]}")
+    say("terminal: address after the server answered; periodic tasks quiet")
+
+
 def stop(demo: subprocess.Popen[bytes], run: str, ports: list[int]) -> None:
     os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C in the terminal that ran `make demo`
     try:
@@ -193,6 +209,7 @@ def main() -> int:
         ports += [int(p) for p in re.findall(r"Private (?:PostgreSQL|Redis) at \S+:(\d+)/", text)]
         say(f"make demo up at {URL} (private services on ports {ports[1:]})")
         form_and_release(sign_in_as("alice", "demo"))
+        check_terminal(LOG.read_text(errors="replace"))
         stop(demo, run, ports)
     except (SmokeFailed, RuntimeError, httpx.HTTPError, OSError, KeyError) as exc:
         print(f"demo-smoke FAILED: {exc}", file=sys.stderr)

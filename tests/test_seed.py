@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from django.core.management import call_command
 from django.test import Client
@@ -105,3 +107,12 @@ def test_an_address_base_that_is_not_two_numbers_is_refused_by_name(monkeypatch)
     with pytest.raises(CommandError, match="PORTAL_DEMO_IP_PREFIX must be two numbers"):
         call_command("seed_demo", "--no-users")
     assert not Node.objects.exists()
+
+
+def test_the_seed_says_a_tray_it_cordoned_is_a_tray_not_a_domain():
+    out = io.StringIO()
+    call_command("seed_demo", stdout=out)
+    lines = [line.split() for line in out.getvalue().splitlines() if "cordoned" in line]
+    assert lines and lines[0][:2] == ["tray", "gb-r01-t18:"], out.getvalue()
+    domains = [line.split()[1] for line in out.getvalue().splitlines() if "  domain " in line]
+    assert domains and all("/" in name for name in domains)  # namespace/name, never a tray

@@ -31,8 +31,9 @@ CORDONED_TRAY_SLOT = 18
 CORDON_REASON = "fan replacement (demo)"
 
 
-def seed_demo_domains() -> list[str]:
-    """Request the demo's domains (and cordon one tray); returns what was done, in words."""
+def seed_demo_domains() -> list[tuple[str, str]]:
+    """Request the demo's domains (and cordon one tray); returns what was done, each as
+    (what it was done to: "domain" or "tray", in words)."""
     done = []
     users = get_user_model().objects
     for ns_name, username, name, trays, release in DEMO_DOMAINS:
@@ -50,13 +51,15 @@ def seed_demo_domains() -> list[str]:
             if release:
                 domain_release(actor=actor, domain=domain, reason="demo: tried and done")
         except DomainError as exc:  # a fabric too small for it: the demo goes on without
-            done.append(f"{ns_name}/{name}: not requested ({exc.message})")
+            done.append(("domain", f"{ns_name}/{name}: not requested ({exc.message})"))
             continue
         state = "requested and released" if release else f"requested ({domain.phase})"
-        done.append(f"{ns_name}/{name}: {trays} tray{'s' if trays != 1 else ''}, {state}")
+        done.append(
+            ("domain", f"{ns_name}/{name}: {trays} tray{'s' if trays != 1 else ''}, {state}")
+        )
     tray = Node.objects.filter(slot=CORDONED_TRAY_SLOT).order_by("rack__position").first()
     operator = users.filter(username="operator").first()
     if tray is not None and operator is not None and tray.state != NodeState.CORDONED:
         node_cordon(actor=Actor.for_user(operator), node=tray, reason=CORDON_REASON)
-        done.append(f"{tray.hostname}: cordoned ({CORDON_REASON})")
+        done.append(("tray", f"{tray.hostname}: cordoned ({CORDON_REASON})"))
     return done

@@ -87,8 +87,8 @@ class Command(BaseCommand):
             self.stdout.write(f"  login {username:9} / {DEMO_PASSWORD}   {description}")
         _subscribe_demo_users()
         if not opts["no_domains"]:
-            for line in seed_demo_domains():
-                self.stdout.write(f"  domain  {line}")
+            for what, line in seed_demo_domains():
+                self.stdout.write(f"  {what:7} {line}")
 
     @staticmethod
     def _layouts(racks: int | None, texts: list[str] | None) -> list[RackLayout]:

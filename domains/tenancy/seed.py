@@ -69,3 +69,11 @@ def build_demo_tenants() -> list[tuple[str, str]]:
             )
         logins.append((username, description))
     return logins
+
+
+def demo_logins() -> list[tuple[str, str]]:
+    """The demo users there are, as (username, what each may do), in the demo's order."""
+    there = set(
+        get_user_model().objects.filter(groups__name=DEMO_GROUP).values_list("username", flat=True)
+    )
+    return [(name, description) for name, *_, description in DEMO_USERS if name in there]

@@ -4,7 +4,6 @@
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from portal.ratelimit import RateLimitedLoginView
 from portal.web import views
 from portal.web.views import (
     account,
@@ -80,7 +79,7 @@ admin_patterns = (
 )
 
 urlpatterns = [
-    path("login/", RateLimitedLoginView.as_view(template_name="auth/login.html"), name="login"),
+    path("login/", account.SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.home, name="home"),
     path("favicon.ico", views.favicon, name="favicon"),

@@ -1,4 +1,5 @@
-"""The signed-in user's own things: personal API tokens for scripts and kubectl-style clients.
+"""Signing in, and the signed-in user's own things: personal API tokens for scripts and
+kubectl-style clients.
 
 A token's secret is shown once, in the response to the POST that created it, and never
 again (only its hash is stored); the list shows each token's prefix to tell them apart.
@@ -6,6 +7,9 @@ again (only its hash is stored); the list shows each token's prefix to tell them
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
@@ -16,9 +20,25 @@ from django.views.decorators.http import require_http_methods, require_POST
 from domains.audit.events import Actor
 from domains.errors import DomainError
 from domains.tenancy.models import ApiToken
+from domains.tenancy.seed import DEMO_PASSWORD, demo_logins
 from domains.tenancy.tokens import token_create, token_revoke
+from portal.ratelimit import RateLimitedLoginView
 from portal.web.access import SignedInRequest
 from portal.web.forms import TokenCreateForm, apply_error
+
+
+class SignInView(RateLimitedLoginView):
+    """The sign-in page. With DEBUG on it lists the demo's logins, the only time they work
+    (portal/auth.py refuses them otherwise); with DEBUG off it never names them."""
+
+    template_name = "auth/login.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        if settings.DEBUG:
+            context["demo_logins"] = demo_logins()
+            context["demo_password"] = DEMO_PASSWORD
+        return context
 
 
 @login_required

@@ -314,7 +314,6 @@ PORTAL: PortalSettings = {
     "IMEX_CHANNEL_COUNT": env_int("PORTAL_IMEX_CHANNEL_COUNT", 2048),
     "FORMATION_DEADLINE": timedelta(seconds=env_int("PORTAL_FORMATION_DEADLINE_S", 300)),
     "RELEASE_DEADLINE": timedelta(seconds=env_int("PORTAL_RELEASE_DEADLINE_S", 300)),
-    "HEARTBEAT_INTERVAL_S": env_int("PORTAL_HEARTBEAT_INTERVAL_S", 10),
     "HEARTBEAT_STALE_AFTER": timedelta(seconds=env_int("PORTAL_HEARTBEAT_STALE_S", 30)),
     "AGENT_JOIN_TOKEN": os.environ.get("PORTAL_AGENT_JOIN_TOKEN", ""),
     # Kubernetes: agents join with their pod's projected service-account token, verified by

@@ -13,7 +13,6 @@ class PortalSettings(TypedDict):
     IMEX_CHANNEL_COUNT: int  # channel minors per tray (NVreg_ImexChannelCount); 0 is reserved
     FORMATION_DEADLINE: timedelta  # a domain not Ready by then fails
     RELEASE_DEADLINE: timedelta  # a release slower than this names the trays it waits for
-    HEARTBEAT_INTERVAL_S: int
     HEARTBEAT_STALE_AFTER: timedelta  # agent silence after which a tray counts as lost
     AGENT_JOIN_TOKEN: str
     # Kubernetes: the agents' ServiceAccounts ("<namespace>:<name>") whose projected tokens,

@@ -28,7 +28,7 @@ IP_PREFIX = factories.tray_ip_prefix(12)  # 127.12 unless TEST_TRAY_IP_BASE move
 @pytest.fixture(scope="module")
 def portal(django_db_setup, django_db_blocker) -> Iterator[str]:
     """URL of a real server with a real worker behind it."""
-    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", PORTAL_METRICS_TOKEN=METRICS_TOKEN)
+    server, url = start_server(PORTAL_METRICS_TOKEN=METRICS_TOKEN)
     worker = start_worker(concurrency=4)
     with running(worker, server):
         yield url

@@ -43,7 +43,7 @@ def test_agents_cut_off_for_60_s_keep_daemons_and_channels_and_the_domain_recove
     user = factories.make_user("cut-tenant")
     factories.add_member(user, ns, "member")
     _, token = token_create(actor=Actor.for_user(user), user=user, name="cut")
-    env = {"PORTAL_HEARTBEAT_INTERVAL_S": "2", "PORTAL_HEARTBEAT_STALE_S": str(STALE_S)}
+    env = {"PORTAL_HEARTBEAT_STALE_S": str(STALE_S)}
     with NetnsLink() as link:
         server, url = start_server(host=link.host_ip, **env)
         worker = start_worker(**env)

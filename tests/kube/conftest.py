@@ -125,7 +125,7 @@ def real_kube(cluster, tmp_path, settings, monkeypatch) -> Iterator[ClusterKube]
 def portal(django_db_setup, django_db_blocker, cluster: Cluster) -> Iterator[str]:
     """The real server and Celery worker, publishing to upstream's API server."""
     env = {"KUBECONFIG": str(cluster.kubeconfig), "PORTAL_KUBE_ENABLED": "1"}
-    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", **env)
+    server, url = start_server(**env)
     worker = start_worker(concurrency=4, **env)
     with running(worker, server):
         yield url

@@ -54,7 +54,7 @@ def test_a_kubectl_computedomain_forms_on_kubernetes_trays_and_kubectl_delete_re
         kube.put_node(hostname, gpu_labels(clique=7, rack="r1"), ip=ip)
     kube.put_namespace("gitops")
     sync = start_kube_sync(env)
-    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", **env)
+    server, url = start_server(**env)
     worker = start_worker(concurrency=4, **env)
     with running(sync, worker, server):
         wait_for(

@@ -157,7 +157,7 @@ def trays_needed(workload: Workload) -> int:
 def portal(django_db_setup, django_db_blocker, cluster: Cluster) -> Iterator[str]:
     """The real server, Celery worker and beat, publishing to upstream's API server."""
     env = {"KUBECONFIG": str(cluster.kubeconfig), **ENV}
-    server, url = start_server(PORTAL_HEARTBEAT_INTERVAL_S="2", **env)
+    server, url = start_server(**env)
     worker = start_worker(concurrency=4, **env)
     beat = start_beat(PORTAL_KUBE_RECONCILE_SECONDS="2", **env)
     with running(beat, worker, server):

@@ -320,7 +320,7 @@ def wait_for_slice(cluster, name: str, timeout: float) -> dict | None:
     return None
 
 
-def test_a_kubelet_restart_wipes_the_slice_and_the_tray_publishes_it_again_within_seconds(
+def test_a_kubelet_restart_wipes_the_slice_and_the_tray_publishes_it_again_unasked(
     plugin, cluster, tmp_path
 ):
     kubelet = Kubelet(tmp_path / "kubelet")
@@ -329,12 +329,10 @@ def test_a_kubelet_restart_wipes_the_slice_and_the_tray_publishes_it_again_withi
     name = f"tray-1-{DRIVER_NAME}"
     before = cluster.get("resourceslices", name)
     cluster.apply({**before, "metadata": {"name": "tray-1-other.example.com"}})  # another driver
-    started = time.monotonic()
     wiped = kubelet.restart(tmp_path / "kubeconfig", "tray-1")
     assert sorted(wiped) == sorted([name, "tray-1-other.example.com"])
-    back = wait_for_slice(cluster, name, 5)
-    assert back is not None, "the tray's slice was not published again within 5 s"
-    assert time.monotonic() - started < 5
+    back = wait_for_slice(cluster, name, 5)  # the plugin's watch saw the deletion
+    assert back is not None, "the tray's slice was not published again"
     assert back["spec"] == before["spec"]
     # The agent's own cycle, facts unchanged, finds nothing more to do.
     plugin.publish_slice(FACTS)
@@ -376,6 +374,7 @@ class SlowTray(ServingTray):
         super().__init__(root)
         self.ready_at = time.monotonic() + ready_in
         self.failures = failures
+        self.waits: list[float] = []  # how long each call let the daemon take to be ready
 
     def admit(self, claim, domain_uid: str) -> dict:
         if self.failures:
@@ -384,6 +383,7 @@ class SlowTray(ServingTray):
         return super().admit(claim, domain_uid)
 
     def wait_serving(self, domain_uid: str, timeout: float) -> Serving:
+        self.waits.append(timeout)
         time.sleep(max(0.0, min(timeout, self.ready_at - time.monotonic())))
         state = "READY" if time.monotonic() >= self.ready_at else "WAITING_FOR_PEERS"
         return Serving(domain_uid, state, [0], 237, "Single", 0o666, None)
@@ -416,16 +416,18 @@ def test_a_portal_briefly_away_is_asked_again_within_the_call(cluster, tmp_path)
 def test_a_prepare_that_cannot_pass_answers_at_once_and_one_that_lasts_at_the_deadline(
     cluster, tmp_path
 ):
+    tray = SlowTray(tmp_path, ready_in=3600)
+    driver = slow_driver(cluster, tmp_path, tray, wait_s=1.5)
     gone = ClaimRef("team-a", str(uuid.uuid4()), "never-made")
-    driver = slow_driver(cluster, tmp_path, SlowTray(tmp_path, ready_in=3600), wait_s=1.5)
-    started = time.monotonic()
     assert "not found" in driver.prepare([gone])[gone.uid].error
-    assert time.monotonic() - started < 1  # a refusal is not tried again
+    assert cluster.count("GET", "resourceclaims/never-made") == 1  # a refusal: not asked again
+    assert tray.waits == []  # nor the tray
     stored = cluster.apply(claim_object("train-4"))
     stuck = ClaimRef("team-a", stored["metadata"]["uid"], "train-4")
-    started = time.monotonic()
     assert "is not ready for ComputeDomain" in driver.prepare([stuck])[stuck.uid].error
-    assert 1.4 < time.monotonic() - started < 3
+    # The daemon was given what was left of the call's deadline, once: not "not yet" at
+    # once, and not past the deadline (it stays inside the kubelet's own call timeout).
+    assert len(tray.waits) == 1 and 0 < tray.waits[0] <= 1.5, tray.waits
 
 
 class LedgerTray(ServingTray):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,7 @@ from nodeagent.imex.supervisor import Daemon, log_tail
 from nodeagent.probe import ZERO_UUID, channel_major, clique_of, probe
 from nodeagent.traylog import TrayLog
 from testbed.emulator.tray import GpuFacts, TrayFacts, channel_major_for, prepare_tray
+from testbed.processes import wait_until
 
 CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
 
@@ -183,6 +185,15 @@ def test_a_new_agent_re_adopts_the_running_daemon_instead_of_restarting_it(tray)
             first.child.kill()
 
 
+def ignores(pid: int, sig: int) -> bool:
+    """Whether the process has set `sig` to be ignored (/proc's SigIgn mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(
+        next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn")), 16
+    )
+    return bool(mask & (1 << (sig - 1)))
+
+
 def test_a_daemon_that_ignores_sigterm_is_killed(tray):
     paths = Paths(tray)
     write_atomic(paths.imex_config, "DAEMONIZE=0\n")
@@ -193,11 +204,12 @@ def test_a_daemon_that_ignores_sigterm_is_killed(tray):
     ]
     daemon = Daemon(stubborn, paths, TrayLog("t"))
     daemon.start()
-    time.sleep(0.3)
-    started = time.monotonic()
+    child = daemon.child
+    assert child is not None
+    wait_until(lambda: ignores(child.pid, signal.SIGTERM), 10, what="SIGTERM ignored")
     daemon.stop(timeout=0.5)
-    assert time.monotonic() - started < 3
     assert daemon.pid is None
+    assert child.returncode == -signal.SIGKILL  # SIGTERM was not enough: it was killed
 
 
 def test_the_agent_module_never_imports_django():

@@ -122,9 +122,13 @@ out = pathlib.Path(sys.argv[1])
 hosts = pathlib.Path(sys.argv[2])
 out.write_text("start " + " ".join(l.split()[-1] for l in hosts.read_text().splitlines()
                                  if l.startswith("127.12.")) + "\\n")
-def noted(*_):
+last = []
+def noted(*_):  # as nvidia-imex: one SIGUSR1 within 5 s of the last it acted on is ignored
+    now = time.monotonic()
+    acted = not last or now - last[-1] >= 5
+    last.append(now) if acted else None
     with out.open("a") as fh:
-        fh.write("usr1\\n")
+        fh.write("usr1\\n" if acted else "ignored\\n")
 signal.signal(signal.SIGUSR1, noted)
 while True:
     time.sleep(1)
@@ -188,13 +192,12 @@ def test_a_resolve_is_a_sigusr1_from_the_runner_to_its_own_child_at_most_every_5
         agent.resolve()
         wait_until(lambda: status(paths)["resolved"] == 1, 10, what="the runner's SIGUSR1")
         wait_until(lambda: out.read_text().count("usr1") == 1, 5, what="the daemon to get it")
-        asked = time.monotonic()
         agent.resolve()  # too soon: the daemon would ignore it, so the runner holds it
         time.sleep(1.0)
         assert status(paths)["resolved"] == 1 and out.read_text().count("usr1") == 1
         wait_until(lambda: status(paths)["resolved"] == 2, 10, what="the held SIGUSR1")
-        assert time.monotonic() - asked >= 4.0
         wait_until(lambda: out.read_text().count("usr1") == 2, 5, what="the second one")
+        assert "ignored" not in out.read_text()  # the daemon acted on every one it got
     finally:
         proc.terminate()
         proc.wait(10)

@@ -111,31 +111,25 @@ def test_an_oversized_head_is_answered_431(wire, upgrade, extra, status):
 
 @pytest.mark.parametrize("upgrade", [HANDSHAKE, b""], ids=["websocket", "http"])
 @pytest.mark.parametrize("length", [9_000, 70_000])
-def test_a_long_request_line_is_answered_414_at_once(wire, upgrade, length):
+def test_a_long_request_line_is_answered_414_not_left_to_time_out(wire, upgrade, length):
     path = b"/ws/agent/" if upgrade else b"/healthz"
     target = path + b"?q=" + b"a" * length
-    started = time.monotonic()
     reply = answer(
         send_head(wire, b"GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % (target, upgrade))
     )
-    assert reply.startswith(b"HTTP/1.1 414"), reply[:200]
-    assert time.monotonic() - started < 2
+    assert reply.startswith(b"HTTP/1.1 414"), reply[:200]  # left waiting, it would be 408
 
 
 def test_a_head_that_never_completes_is_answered_408(wire):
-    started = time.monotonic()
     reply = answer(send_head(wire, b"GET /ws/agent/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"))
-    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
-    assert 1.5 < time.monotonic() - started < 6
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]  # the head timeout, not a drop
 
 
 def test_one_address_holds_at_most_a_few_heads_open_and_others_still_get_in(wire):
     slow = [send_head(wire, b"GET /ws/agent/ HTTP/1.1\r\n") for _ in range(4)]
     time.sleep(0.3)
     extra = send_head(wire, b"GET /ws/agent/ HTTP/1.1\r\n")
-    refused_at = time.monotonic()
-    assert answer(extra).startswith(b"HTTP/1.1 429")
-    assert time.monotonic() - refused_at < 1  # at once, not at the timeout
+    assert answer(extra).startswith(b"HTTP/1.1 429")  # refused as one too many, not timed out
     # Another address is not counted with them.
     other = socket.create_connection(wire, timeout=10, source_address=("127.0.0.2", 0))
     other.sendall(HEALTHZ)

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 export BENCH_DATABASE_URL=${BENCH_DATABASE_URL:-${DATABASE_URL%/*}/portal_bench}
 export REDIS_URL=${REDIS_URL:?}
 PY=.venv/bin/python
-for script in ${BENCH_SCRIPTS:-bench/placement.py bench/eta.py bench/formation.py bench/dra.py bench/emulator.py bench/pages.py bench/metrics.py bench/agent_load.py bench/fanout.py bench/soak.py}; do
+for script in ${BENCH_SCRIPTS:-bench/placement.py bench/eta.py bench/formation.py bench/dra.py bench/failover.py bench/emulator.py bench/pages.py bench/metrics.py bench/agent_load.py bench/fanout.py bench/soak.py}; do
   if [ -f "$script" ]; then
     echo "=== $script ==="
     "$PY" "$script" "$@"

@@ -25,6 +25,7 @@ from domains.tenancy.models import Namespace
 from domains.tenancy.selectors import Viewer, is_operator, namespace_for
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Model)
 
 
 def call_service(
@@ -111,6 +112,6 @@ class NamespacedViewSet(ScopedViewSet):
         return context
 
 
-def refreshed(obj: Model, queryset: QuerySet[Any]) -> Any:
+def refreshed(obj: M, queryset: QuerySet[M]) -> M:
     """Re-read an object through its scoped queryset after a service changed it."""
     return queryset.get(pk=obj.pk)

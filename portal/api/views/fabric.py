@@ -5,7 +5,7 @@ tray and part actions for operators."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
@@ -15,7 +15,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.serializers import Serializer
+from rest_framework.serializers import BaseSerializer, Serializer
 
 from domains.agents.joining import node_allow_rejoin
 from domains.computedomains.fabric import (
@@ -156,7 +156,7 @@ class NodeViewSet(
     def scope_of(self, obj: Node) -> Scope:
         return tray_scope(obj)
 
-    def get_serializer_class(self) -> Any:
+    def get_serializer_class(self) -> type[BaseSerializer[Node]]:
         if self.action == "retrieve":
             return NodeDetailSerializer
         return super().get_serializer_class()
@@ -260,6 +260,7 @@ class NodeViewSet(
         return Response(NodeSerializer(node, context=self.get_serializer_context()).data)
 
 
+_Part = TypeVar("_Part", SwitchTray, PowerShelf)  # a rack part without an agent
 # A class decorator (drf-spectacular's are typed for any callable).
 _Decorated = TypeVar("_Decorated", bound=Callable[..., Any])
 
@@ -278,7 +279,11 @@ def part_state_schema(
 
 
 class PartViewSet(
-    BlastRadiusMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, ScopedViewSet
+    BlastRadiusMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    ScopedViewSet,
+    Generic[_Part],
 ):
     """A kind of rack part without an agent, by name: read by everyone signed in, its state
     recorded by operators. A subclass says which kind: its serializer (and
@@ -287,7 +292,7 @@ class PartViewSet(
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
 
-    def set_state(self, part: Any, *, state: str, reason: str) -> Any:
+    def set_state(self, part: _Part, *, state: str, reason: str) -> _Part:
         raise NotImplementedError(f"{type(self).__name__} must say how a part's state is set")
 
     @action(detail=True, methods=["post"], permission_classes=OPERATORS)
@@ -299,7 +304,7 @@ class PartViewSet(
 
 
 @part_state_schema("switch tray", SwitchTraySerializer)
-class SwitchTrayViewSet(PartViewSet):
+class SwitchTrayViewSet(PartViewSet[SwitchTray]):
     """NVLink switch trays (nine per GB200 NVL72 rack). Losing one slows every domain of
     its rack; operators record when one is down or back."""
 
@@ -316,7 +321,7 @@ class SwitchTrayViewSet(PartViewSet):
 
 
 @part_state_schema("power shelf", PowerShelfSerializer)
-class PowerShelfViewSet(PartViewSet):
+class PowerShelfViewSet(PartViewSet[PowerShelf]):
     """Power shelves (eight per GB200 NVL72 rack, all feeding its busbar). Losing one costs
     redundancy until the rest cannot carry the rack; operators record when one is down."""
 

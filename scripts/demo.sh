@@ -36,6 +36,16 @@ esac
 # One emulated node agent per seeded tray (each its own root under var/agents/ and loopback IP).
 "$VENV/bin/python" -m testbed.fleetspec --out var/agents/fleet.json
 
+# Whether the web server answers an HTTP request (whatever its status: it is up).
+answers() {
+  local line=""
+  { exec 3<>"/dev/tcp/127.0.0.1/${PORT}"; } 2>/dev/null || return 1
+  printf 'GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+  IFS= read -r -t 5 line <&3 || true
+  exec 3<&-
+  [[ $line == HTTP/* ]]
+}
+
 # honcho runs in the background so that the address is printed once the web server answers,
 # not seconds before. Ctrl-C reaches honcho as well (one process group) and it stops
 # everything; this script waits for that, so devservices stops PostgreSQL and Redis last.
@@ -43,17 +53,23 @@ esac
 honcho=$!
 trap 'kill -TERM "$honcho" 2>/dev/null' TERM
 trap ':' INT
-if "$VENV/bin/python" scripts/demo_ready.py "${PORTAL_URL}/healthz" --pid "$honcho"; then
-  cat <<MSG
+for _ in $(seq 240); do  # two minutes at most; and not once honcho has given up
+  if answers; then
+    cat <<MSG
 
   Domain Portal demo → ${PORTAL_URL}/
   (logins above, password "demo"; API docs at ${PORTAL_URL}/api/v1/docs/)
   Logs also under var/log/. Ctrl-C stops everything.
 
 MSG
-fi
+    break
+  fi
+  kill -0 "$honcho" 2>/dev/null || break
+  sleep 0.5
+done
 status=0
-while kill -0 "$honcho" 2>/dev/null; do
+wait "$honcho" || status=$?
+while kill -0 "$honcho" 2>/dev/null; do  # a trapped Ctrl-C ended the wait before honcho did
   wait "$honcho" || status=$?
 done
 exit "$status"

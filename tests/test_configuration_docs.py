@@ -26,7 +26,6 @@ def demo_sources() -> list[Path]:
         *(ROOT / "testbed" / "emulator").rglob("*.py"),
         ROOT / "testbed" / "devservices.py",
         ROOT / "testbed" / "fleetspec.py",
-        ROOT / "scripts" / "demo_ready.py",
     ]
     return [p for p in python if "migrations" not in p.parts]
 

@@ -113,6 +113,15 @@ class PlacementRequest:
     # window inside that time are not taken. None: windows are not considered.
     at: float | None = None
     until: float | None = None
+    # How many cliques (or racks, one clique in each) the domain asks to span; 0: one clique
+    # when the request fits the largest allowed, else the fewest that hold it (`plan()`).
+    cliques: int = 0
+    racks: int = 0
+
+    @property
+    def spread(self) -> int:
+        """The count of cliques or racks asked for (0: placement decides)."""
+        return self.cliques or self.racks
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +146,37 @@ class Placement:
     def describe(self) -> str:
         where = f"rack {self.rack} clique {self.clique_name}" if self.rack else self.clique_name
         return f"{len(self.trays)} trays in {where} ({self.free_before} free before)"
+
+
+@dataclass(frozen=True, slots=True)
+class SpanningPlacement:
+    """A domain over several cliques: one `Placement` per clique (each its own IMEX
+    ensemble, indexes counted inside it), in topology order, and why these, in words."""
+
+    parts: tuple[Placement, ...]
+    reasons: tuple[str, ...]  # the headline first, then one line per clique
+
+    @property
+    def trays(self) -> tuple[Tray, ...]:
+        return tuple(t for part in self.parts for t in part.trays)
+
+    @property
+    def node_ids(self) -> list[int]:
+        return [t.node_id for t in self.trays]
+
+    @property
+    def hostnames(self) -> list[str]:
+        return [t.hostname for t in self.trays]
+
+    @property
+    def racks(self) -> list[str]:
+        """The racks it spans, in topology order, each once."""
+        return list(dict.fromkeys(part.rack for part in self.parts))
+
+    def describe(self) -> str:
+        racks = self.racks
+        over = f"{len(racks)} rack{'s' if len(racks) != 1 else ''}" if all(racks) else "the fabric"
+        return f"{len(self.trays)} trays in {len(self.parts)} cliques over {over}"
 
 
 @dataclass(frozen=True, slots=True)

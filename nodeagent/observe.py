@@ -3,8 +3,10 @@
 
 A look is `nvidia-imex-ctl -q` (the daemon's word) and, when it matters, `-N -j` (the
 domain's state and this tray's connection to every peer); a READY daemon is looked at with
-`-N -j` alone. While the daemon starts or its peers connect the agent looks often, backing
-off while nothing changes; a domain that stays UP is looked at less and less often.
+`-N -j` alone, and so is a new daemon the first time it listens (it is READY then, as a
+rule, and `-q` would only be followed by `-N -j`). While the daemon starts or its peers
+connect the agent looks often, backing off while nothing changes; a domain that stays UP is
+looked at less and less often.
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ class Observer:
         self.ready_poll = config.ready_poll_interval
         self.last_view: tuple[str, DomainHealth | None] = ("", None)  # while waiting
         self.daemon_ready = False  # the daemon said READY at the last look
+        self.domain_first = True  # the daemon's first look once it listens: `-N -j` alone
 
     def daemon_started(self) -> None:
         """A new daemon: not READY, and looked at quickly again."""
         self.daemon_ready = False
+        self.domain_first = True
         self.start_poll = self.cfg.start_poll_interval
 
     def observe(
@@ -81,15 +85,24 @@ class Observer:
     def look(self, want: DesiredDomain, index: int, now: float) -> tuple[str, DomainHealth | None]:
         """The daemon's word and, when it matters, the domain's health."""
         state, health = "", None
-        if self.daemon_ready:
+        listening = self.daemon_ready or self.listening(want, index)
+        first = listening and self.domain_first and not self.daemon_ready
+        if self.daemon_ready or first:
             # One call where it would be two: a READY daemon's `-N -j` row for this node
             # carries the word `-q` prints. Anything but READY there is checked with `-q`.
+            # A new daemon is READY, as a rule, once it listens: its first look is the
+            # same single call (not READY yet: `-q` from then on, as before).
+            self.domain_first = False
             with contextlib.suppress(CtlError):  # -q says what went wrong
                 health = self.ctl.domain(index)
             state = "READY" if health and health.own_state == "READY" else ""
+            if first and state:
+                self.next_health_check = now + 1.0  # as after `-q` and `-N -j`
+            elif first:
+                health = None  # the look `-q` alone would have made
         if not state:
-            own = next((p["ip"] for p in want["peers"] if p["index"] == index), "")
-            listening = not own or accepts(own, want["imex"]["cmd_port"])
+            if self.daemon_ready:
+                listening = self.listening(want, index)
             state = self.ctl.query() if listening else ""
         waited = now - self.keeper.wait_started
         if health is None and (
@@ -102,6 +115,13 @@ class Observer:
             health = members_only(health, want)
         self.log.debug("observed daemon=%s domain=%s", state, health.state if health else "-")
         return state, health
+
+    @staticmethod
+    def listening(want: DesiredDomain, index: int) -> bool:
+        """Whether the daemon accepts connections on its command port yet (before it does,
+        `nvidia-imex-ctl` could only say it could not connect)."""
+        own = next((p["ip"] for p in want["peers"] if p["index"] == index), "")
+        return not own or accepts(own, want["imex"]["cmd_port"])
 
     def waiting_poll(self, state: str, health: DomainHealth | None) -> float:
         """Back off from fast polling: quick when formation is quick, cheap when it is not.

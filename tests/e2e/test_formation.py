@@ -11,6 +11,7 @@ from domains.inventory.models import Node
 from nodeagent.config import Paths
 from testbed import factories
 from testbed.agents import AgentFleet, wait_for
+from testbed.emulator.tray import EMU_DIR
 from testbed.processes import pods_supported
 from tests.e2e.conftest import IP_PREFIX, phase_of, release_domain, request_domain, verbs
 
@@ -86,3 +87,20 @@ def test_an_all_channels_domain_gets_every_channel_but_zero(portal, tenant_api):
         release_domain(tenant_api, "every-channel")
         wait_for(lambda: phase_of(domain) == Phase.RELEASED, 30, "domain Released")
         assert fleet.leftovers(member.node.hostname) == []
+
+
+def test_a_new_daemon_is_looked_at_with_one_call_once_it_listens(portal, tenant_api):
+    """`nvidia-imex-ctl -N -j` carries the daemon's own word: a daemon READY when it first
+    listens is never asked `-q` as well (each call is a process on the tray)."""
+    (rack,) = factories.make_racks("2", ip_prefix=IP_PREFIX)
+    with AgentFleet(portal, Node.objects.filter(rack=rack)) as fleet:
+        fleet.wait_joined()
+        domain = request_domain(tenant_api, "one-look", 2)
+        wait_for(lambda: phase_of(domain) == Phase.READY, 30, "domain Ready")
+        release_domain(tenant_api, "one-look")
+        wait_for(lambda: phase_of(domain) == Phase.RELEASED, 30, "domain Released")
+        for node in Node.objects.filter(rack=rack):
+            # Written by the daemon as it stopped: -q and -N answered, rows sent to peers.
+            served = (fleet.tray_root(node.hostname) / EMU_DIR / "served").read_text().split()
+            asked_q, asked_n = int(served[0]), int(served[1])
+            assert (asked_q, asked_n >= 1) == (0, True)

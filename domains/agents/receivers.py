@@ -6,10 +6,12 @@ burst queues one fold for the domain and marks it pending in the cache; the repo
 it find the mark and queue nothing, and the fold reads all of them from the trays' rows.
 The fold waits FOLD_QUIET_S before it runs, so a burst spread over 100-300 ms is folded two
 to four times, not once per report as the worker catches up; Ready comes that much later at
-most. The fold clears the mark before it reads, so a report that lands meanwhile queues the
-next one. The mark expires after FOLD_PENDING_S, so a fold lost with a killed worker costs
-one heartbeat's delay: the tray's next report, still differing from its member, queues
-again. When the cache or the broker is away, the report is folded here and now.
+most, but for the burst's last report: once every member has reported ready (or, releasing,
+clean), its fold is queued at once. The fold clears the mark before it reads, so a report
+that lands meanwhile queues the next one. The mark expires after FOLD_PENDING_S, so a fold
+lost with a killed worker costs one heartbeat's delay: the tray's next report, still
+differing from its member, queues again. When the cache or the broker is away, the report
+is folded here and now.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from django.dispatch import receiver
 
 from domains import signals
 from domains.agents.fold import reports_fold
+from domains.agents.selectors import reports_settled
 from domains.agents.tasks import fold_key, fold_reports, release_fold
+from domains.errors import DATABASE_AWAY
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +39,24 @@ FOLD_QUIET_S = 0.05
 
 @receiver(signals.member_reports_pending, dispatch_uid="agents.fold_reports")
 def queue_fold(sender: object, domain_id: int, **kwargs: Any) -> None:
+    settled = _settled(domain_id)
     try:
-        if cache.add(fold_key(domain_id), 1, FOLD_PENDING_S):
+        if settled:
+            # The burst's last report: nothing more to wait for. A fold queued by an
+            # earlier report of the burst may still run; it finds nothing left to change.
+            fold_reports.apply_async((domain_id,))
+        elif cache.add(fold_key(domain_id), 1, FOLD_PENDING_S):
             fold_reports.apply_async((domain_id,), countdown=FOLD_QUIET_S)
         return
     except Exception:  # Redis away: the report must not be lost
         log.warning("could not queue agents.fold_reports for %s; folding now", domain_id)
     release_fold(domain_id)
     reports_fold(domain_id=domain_id)
+
+
+def _settled(domain_id: int) -> bool:
+    """`reports_settled`, False when it cannot be told (the fold then waits as usual)."""
+    try:
+        return reports_settled(domain_id)
+    except DATABASE_AWAY:
+        return False

@@ -1,9 +1,11 @@
 """What an agent's report that changes its member costs, in queries, whatever the domain's
-size: one statement on the web, and one fold per burst of reports on a worker."""
+size: one statement on the web, and one fold per burst of reports on a worker (queued at
+once for the burst's last report)."""
 
 from __future__ import annotations
 
 import pytest
+from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -11,6 +13,8 @@ from agentwire.messages import Step, status_report
 from domains.agents.fold import reports_fold
 from domains.agents.heartbeats import agent_heartbeat
 from domains.agents.joining import agent_join
+from domains.agents.selectors import reports_settled
+from domains.agents.tasks import fold_key
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain, DomainMember, MemberState, Phase
@@ -164,3 +168,49 @@ def test_a_clean_report_from_before_the_release_lets_no_tray_go(
     assert DomainMember.objects.get(domain=domain, node=early).active
     domain.refresh_from_db()
     assert domain.phase == Phase.RELEASING
+
+
+def test_reports_are_settled_once_every_member_said_ready_then_clean(
+    topology, big_ns, tenant_a, worker_folds, django_capture_on_commit_callbacks
+):
+    domain, tokens = placed_with_tokens(big_ns, tenant_a, 3)
+    (first, first_token), *rest = tokens.items()
+    with django_capture_on_commit_callbacks():
+        for node, token in rest:
+            agent_heartbeat(node_id=node.pk, token=token, report=ready_report(domain))
+        assert not reports_settled(domain.pk)  # one tray has not said it yet
+        # A stale "clean" of no domain is no word about this one.
+        idle = status_report(domain_uid=None, generation_applied=0, step=Step.IDLE, clean=True)
+        agent_heartbeat(node_id=first.pk, token=first_token, report=idle)
+        assert not reports_settled(domain.pk)
+        agent_heartbeat(node_id=first.pk, token=first_token, report=ready_report(domain))
+    assert reports_settled(domain.pk)
+    reports_fold(domain_id=domain.pk)
+    assert not reports_settled(domain.pk)  # Ready: no burst of this kind to finish
+    domain_release(actor=Actor.for_user(tenant_a), domain=domain)
+    domain.refresh_from_db()
+    clean = status_report(
+        domain_uid=str(domain.uid), generation_applied=domain.generation, step=Step.IDLE, clean=True
+    )
+    with django_capture_on_commit_callbacks():
+        for node, token in tokens.items():
+            assert not reports_settled(domain.pk)
+            agent_heartbeat(node_id=node.pk, token=token, report=clean)
+    assert reports_settled(domain.pk)
+
+
+def test_the_bursts_last_report_queues_its_fold_without_the_wait(
+    topology, big_ns, tenant_a, worker_folds, django_capture_on_commit_callbacks
+):
+    """The first reports of a burst mark a fold pending (it runs FOLD_QUIET_S later, with
+    whatever else arrived); the last one queues its own at once and marks nothing."""
+    domain, tokens = placed_with_tokens(big_ns, tenant_a, 2)
+    (first, first_token), (last, last_token) = tokens.items()
+    cache.delete(fold_key(domain.pk))
+    with django_capture_on_commit_callbacks(execute=True):
+        agent_heartbeat(node_id=first.pk, token=first_token, report=ready_report(domain))
+    assert cache.get(fold_key(domain.pk)) == 1
+    cache.delete(fold_key(domain.pk))
+    with django_capture_on_commit_callbacks(execute=True):
+        agent_heartbeat(node_id=last.pk, token=last_token, report=ready_report(domain))
+    assert cache.get(fold_key(domain.pk)) is None

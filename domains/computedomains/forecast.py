@@ -36,8 +36,10 @@ NEW_REQUEST = 0  # the key of a request not made yet (domain ids start at 1)
 def queue_forecast(*, now: datetime | None = None) -> dict[int, Forecast]:
     """Domain id → its forecast, for every Admitted and every Pending domain."""
     now = now or timezone.now()
-    topology, holdings, queue = _inputs(now)
-    answers = forecast(topology, holdings, queue, now=now.timestamp())
+    queue = _queue()
+    if not queue:  # nothing waits (the rule after every placement): no fabric to read
+        return {}
+    answers = forecast(topology_snapshot(now=now), _holdings(now), queue, now=now.timestamp())
     return {abs(key): answer for key, answer in answers.items()}
 
 

@@ -15,8 +15,8 @@ at once, one thread each, as several tenants' jobs would; until 2026-11-24 one c
 them in turn, so the eighth of 8 domains was admitted 1.1 to 1.6 s after the first. Prints
 median and p95 per scenario and where the formation time went:
   portal = request → Forming (admission, placement, channel, members; via a Celery task)
-           + last member ready → domain Ready (aggregation)
-  agents = Forming → last member ready (nudge, desired-state fetch, config, mknod, CDI,
+           + last ready report received → domain Ready (the fold and the aggregation)
+  agents = Forming → last ready report received (nudge, desired-state fetch, config, mknod, CDI,
            daemon start, peers connecting, readiness polling, the status report)
 and the CPU each process used per round (PostgreSQL and Redis: all their processes, shared
 with anything else using them), with the web's per tray formed and released:
@@ -32,9 +32,10 @@ domain, medians over the rounds), from the (first) request to Ready:
   daemon     the tray's `nvidia-imex` started (the emulator's `starts` file)
   peers      the tray's daemon recorded its last peer (its `persist.dat` rewritten; the
              emulator writes it within 50 ms of a change, or when asked before that)
-  reported   the portal recorded the tray's ready report (the member's `ready_at`: the
-             agent's readiness poll, the report's request)
-  Ready      the domain's `ready_at` (the members' reports folded into the phase)
+  reported   the portal received the tray's ready report (the `received_at` it stored
+             with it: the agent's readiness poll, the report's request)
+  Ready      the domain's `ready_at` (the members' reports folded into the phase, on a
+             worker, once per burst of reports)
 From file modification times and database timestamps on this one machine's clock.
 
 `--web N` runs N uvicorn processes (`--workers N`, one listening socket) and `--workers N`
@@ -132,7 +133,6 @@ def main() -> int:
 
     setup_django(PORTAL_TESTING="1", LOG_LEVEL="WARNING")
     import httpx
-    from django.db.models import Max
 
     from domains.audit.events import SYSTEM
     from domains.computedomains.models import ComputeDomain, DomainMember, Phase
@@ -229,7 +229,7 @@ def main() -> int:
                     120,
                     f"{count} domains Ready",
                 )
-                split = _split(domains, DomainMember, Max)
+                split = _split(domains, DomainMember)
                 timeline, last = _timeline(list(domains), wall0, fleet, DomainMember)
                 timelines.append(timeline)
                 lasts.append(last)
@@ -379,15 +379,15 @@ def _timeline(
         out["requested"].append(domain.created_at.timestamp() - wall0)
         out["placed"].append(domain.placed_at.timestamp() - wall0)
         out["Ready"].append(domain.ready_at.timestamp() - wall0)
-    for hostname, ready_at in member_model.objects.filter(domain__in=domains).values_list(
-        "node__hostname", "ready_at"
+    for hostname, ready_at, report in member_model.objects.filter(domain__in=domains).values_list(
+        "node__hostname", "ready_at", "node__agent_report"
     ):
         root = fleet.tray_root(hostname)
         tray = (
             mtime(Paths(root).nodes_file),
             mtime(root / EMU_DIR / "starts"),
             mtime(root / "var/run/nvidia-imex/persist.dat"),
-            ready_at.timestamp() - wall0,
+            _received(report, ready_at).timestamp() - wall0,
         )
         for stage, seconds in zip(TRAY_STAGES, tray, strict=True):
             out[stage].append(seconds)
@@ -422,17 +422,28 @@ def _print_rounds(ready_t: list[float], lasts: list[tuple[str, tuple[float, ...]
         print(f"{'':>16}{seconds * 1000:7.0f} ms   {host}: {marks} ms")
 
 
-def _split(domains, member_model, max_agg) -> tuple[float, float]:
+def _split(domains, member_model) -> tuple[float, float]:
     """(portal, agents) seconds for the slowest domain of a round, from DB timestamps."""
     worst = (0.0, 0.0)
     for d in domains:
-        last_member = member_model.objects.filter(domain=d).aggregate(t=max_agg("ready_at"))["t"]
+        rows = member_model.objects.filter(domain=d).values_list("ready_at", "node__agent_report")
+        last_member = max(_received(report, ready_at) for ready_at, report in rows)
         portal = (d.placed_at - d.created_at).total_seconds()
         portal += max(0.0, (d.ready_at - last_member).total_seconds())
         agents = (last_member - d.placed_at).total_seconds()
         if portal + agents > sum(worst):
             worst = (portal, agents)
     return worst
+
+
+def _received(report: dict | None, folded):
+    """When the portal received the tray's ready report (stored with it), or, once a later
+    report replaced it, when the fold marked the member ready."""
+    from datetime import datetime
+
+    stamp = (report or {}).get("received_at")
+    received = datetime.fromisoformat(stamp) if stamp else folded
+    return min(received, folded)
 
 
 if __name__ == "__main__":

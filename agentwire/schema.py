@@ -136,6 +136,11 @@ def _typed_schema(annotation: Any) -> dict[str, Any]:
         return {"const": values[0]} if len(values) == 1 else {"enum": values}
     if origin is list:
         return {"type": "array", "items": value_schema(get_args(annotation)[0])}
+    if origin is dict:
+        key, value = get_args(annotation)
+        keys = {k: v for k, v in value_schema(key).items() if k != "type"}
+        found = {"type": "object", "additionalProperties": value_schema(value)}
+        return found | ({"propertyNames": keys} if keys else {})
     if annotation is bool:
         return {"type": "boolean"}
     if annotation is int:

@@ -12,7 +12,8 @@ runtime puts into the containers. The pieces:
 - `server`: the registration socket and the `DRAPlugin` service (v1 and v1beta1);
 - `kubeapi`: the few `resource.k8s.io` calls (API discovery picks v1 or v1beta1);
 - `slices`: the tray's ResourceSlice;
-- `claims`: prepare and unprepare, with the per-claim CDI spec and the on-disk checkpoint.
+- `claims`: prepare and unprepare, with the per-claim CDI spec;
+- `checkpoint`: the claims a prepare began, typed and versioned on the agent's disk.
 
 The names it publishes are the contract's (`agentwire.dra`).
 """

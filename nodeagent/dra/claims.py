@@ -17,8 +17,9 @@ Prepare, for each claim the kubelet names:
 
 Unprepare removes that spec and tells the portal the claim is gone (the last claim of a
 domain that follows its workload takes the tray out of it). Both are idempotent, and what
-was begun is recorded in a checkpoint on disk *before* it is done, so an agent killed
-between prepare and unprepare still undoes everything after its restart.
+was begun is recorded in a checkpoint on disk (`nodeagent.dra.checkpoint`) *before* it is
+done, so an agent killed between prepare and unprepare still undoes everything after its
+restart.
 
 The checkpoint survives a reboot; what a prepare made does not (the CDI spec under
 /var/run/cdi and the channel device nodes live in tmpfs). So the checkpoint carries the boot
@@ -31,7 +32,6 @@ portal holds for them.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import time
@@ -42,9 +42,10 @@ from typing import Any, Protocol
 from nodeagent.channels import cdi_device_node, cdi_document
 from nodeagent.config import CHANNELS_DIR
 from nodeagent.dra import CDI_CLAIM_KIND, CONFIG_KIND, DEVICE_NAME, DRIVER_NAME
+from nodeagent.dra.checkpoint import Checkpoint, CheckpointedClaim, ClaimState
 from nodeagent.dra.kubeapi import KubeError, ResourceApi
 from nodeagent.dra.server import ClaimRef, PreparedDevice, PrepareResult
-from nodeagent.files import read_json, remove, write_atomic
+from nodeagent.files import remove, write_atomic
 
 log = logging.getLogger("nodeagent.dra")
 
@@ -93,7 +94,6 @@ BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 PREPARE_WAIT_S = 40.0
 RETRY_FIRST_S = 0.25  # then doubling, up to
 RETRY_MAX_S = 4.0
-REBOOTED = "rebooted"  # a claim's state: prepared before the last reboot, to prepare again
 
 
 def read_boot_id(path: Path) -> str:
@@ -123,37 +123,35 @@ class ClaimDriver:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.boot_id = read_boot_id(boot_id_file)
-        self.claims: dict[str, dict[str, Any]] = self._load()
+        self.checkpoint = self._load()
 
     # --- checkpoint -------------------------------------------------------------------------
-    def _load(self) -> dict[str, dict[str, Any]]:
-        doc = read_json(self.checkpoint_path) or {}
-        claims: dict[str, dict[str, Any]] = doc.get("claims", {})
-        written_under = str(doc.get("boot_id") or "")
-        if not (claims and self.boot_id and written_under and written_under != self.boot_id):
-            return claims  # same boot, or one of the two unknown: the checkpoint holds
-        stale = [uid for uid, entry in claims.items() if entry.get("state") == "prepared"]
+    def _load(self) -> Checkpoint:
+        checkpoint = Checkpoint.load(self.checkpoint_path)
+        written_under, checkpoint.boot_id = checkpoint.boot_id, self.boot_id
+        if not (checkpoint.claims and self.boot_id and written_under and
+                written_under != self.boot_id):  # fmt: skip
+            return checkpoint  # same boot, or one of the two unknown: the checkpoint holds
+        claims = checkpoint.claims
+        stale = [uid for uid, claim in claims.items() if claim.state == ClaimState.PREPARED]
         for uid in stale:
-            entry = claims[uid]
-            entry.pop("cdi_device_id", None)
-            entry["state"] = REBOOTED
+            claims[uid] = claims[uid].to(ClaimState.REBOOTED, cdi_device_ids=())
             remove(self.cdi_path(uid))  # what of it is left outside tmpfs
         log.info(
             "%s: the node rebooted since the DRA checkpoint was written (boot id %s, now %s): "
             "%d claim(s) are prepared again at the kubelet's next call",
             self.tray.node_name, written_under, self.boot_id, len(stale),
         )  # fmt: skip
-        self.claims = claims
-        self._save()  # under this boot's id: a restart of the agent changes nothing more
-        return claims
+        checkpoint.save()  # under this boot's id: a restart of the agent changes nothing more
+        return checkpoint
 
-    def _save(self) -> None:
-        doc = {"version": 1, "boot_id": self.boot_id, "claims": self.claims}
-        write_atomic(self.checkpoint_path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    @property
+    def claims(self) -> dict[str, CheckpointedClaim]:
+        return self.checkpoint.claims
 
-    def prepared(self) -> dict[str, dict[str, Any]]:
+    def prepared(self) -> dict[str, CheckpointedClaim]:
         with self.lock:
-            return {uid: dict(entry) for uid, entry in self.claims.items()}
+            return dict(self.claims)
 
     def cdi_path(self, uid: str) -> Path:
         return self.cdi_dir / f"{DRIVER_NAME}-{uid}.json"
@@ -187,21 +185,21 @@ class ClaimDriver:
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
         with self.lock:
             done = self.claims.get(claim.uid)
-        if done and done.get("state") == "prepared":
+        if done and done.state == ClaimState.PREPARED:
             return _result(done), False
         try:
             found = self._allocation(claim, where)
             request, domain_uid = found
             with self.lock:  # recorded before the portal hears of it: unprepare undoes it
-                self.claims[claim.uid] = {
-                    "namespace": claim.namespace,
-                    "name": claim.name,
-                    "domain_uid": domain_uid,
-                    "request": request,
-                    "pool": self.tray.node_name,
-                    "state": "admitting",
-                }
-                self._save()
+                self.claims[claim.uid] = CheckpointedClaim(
+                    namespace=claim.namespace,
+                    name=claim.name,
+                    domain_uid=domain_uid,
+                    state=ClaimState.ADMITTING,
+                    request=request,
+                    pool=self.tray.node_name,
+                )
+                self.checkpoint.save()
             admitted = self.tray.admit(claim, domain_uid)
             wait = 0.0 if self.stopping.is_set() else max(0.0, deadline - time.monotonic())
             serving = self.tray.wait_serving(domain_uid, wait)
@@ -224,9 +222,9 @@ class ClaimDriver:
         with self.lock:
             begun = self.claims.get(claim.uid)
             if begun is not None:
-                entry = {**begun, "state": "prepared", "cdi_device_id": cdi_id}
+                entry = begun.to(ClaimState.PREPARED, cdi_device_ids=(cdi_id,))
                 self.claims[claim.uid] = entry
-                self._save()
+                self.checkpoint.save()
         if begun is None:  # `drop_stale` found its ResourceClaim gone meanwhile and undid it
             remove(self.cdi_path(claim.uid))
             return PrepareResult(error=f"{where}: deleted while it was being prepared"), False
@@ -297,9 +295,9 @@ class ClaimDriver:
         """Drop a claim the portal holds nothing for (refused, or never asked)."""
         with self.lock:
             entry = self.claims.get(uid)
-            if entry is not None and entry.get("state") == "admitting":
+            if entry is not None and entry.state == ClaimState.ADMITTING:
                 del self.claims[uid]
-                self._save()
+                self.checkpoint.save()
 
     # --- unprepare --------------------------------------------------------------------------
     def unprepare(self, claims: list[ClaimRef]) -> dict[str, str]:
@@ -313,15 +311,14 @@ class ClaimDriver:
             return ""
         remove(self.cdi_path(claim.uid))
         try:
-            self.tray.leave(
-                ClaimRef(entry.get("namespace", claim.namespace), claim.uid, entry["name"])
-            )
+            self.tray.leave(ClaimRef(entry.namespace or claim.namespace, claim.uid, entry.name))
         except Refused as exc:
             return f"ResourceClaim {claim.namespace}/{claim.name}: {exc}"
         with self.lock:
             self.claims.pop(claim.uid, None)
-            self._save()
-        log.info("%s: unprepared ResourceClaim %s/%s", self.tray.node_name, *entry_name(entry))
+            self.checkpoint.save()
+        log.info("%s: unprepared ResourceClaim %s/%s",
+                 self.tray.node_name, entry.namespace, entry.name)  # fmt: skip
         return ""
 
     # --- claims nobody will unprepare -------------------------------------------------------
@@ -337,10 +334,10 @@ class ClaimDriver:
         NVIDIA's driver does, at the plugin's start and every few minutes; an API server
         that does not answer leaves everything as it is until the next time."""
         with self.lock:
-            entries = {uid: dict(entry) for uid, entry in self.claims.items()}
+            entries = dict(self.claims)
         dropped = []
         for uid, entry in entries.items():
-            namespace, name = entry_name(entry)
+            namespace, name = entry.namespace, entry.name
             try:
                 obj = self.api.get_claim(namespace, name)
             except KubeError as exc:  # the others would wait as long: all next time
@@ -359,18 +356,14 @@ class ClaimDriver:
         return dropped
 
 
-def entry_name(entry: dict[str, Any]) -> tuple[str, str]:
-    return entry.get("namespace", ""), entry.get("name", "")
-
-
-def _result(entry: dict[str, Any]) -> PrepareResult:
+def _result(entry: CheckpointedClaim) -> PrepareResult:
     return PrepareResult(
         devices=[
             PreparedDevice(
-                request_names=[entry["request"]] if entry.get("request") else [],
-                pool_name=entry["pool"],
+                request_names=[entry.request] if entry.request else [],
+                pool_name=entry.pool,
                 device_name=DEVICE_NAME,
-                cdi_device_ids=[entry["cdi_device_id"]],
+                cdi_device_ids=list(entry.cdi_device_ids),
             )
         ]
     )

@@ -13,6 +13,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import copy
 import functools
 import types
 import typing
@@ -78,8 +79,10 @@ def defaults(message: type) -> dict[str, Any]:
 
 
 def with_defaults(message: type, document: Mapping[str, Any]) -> Any:
-    """`document` with every left-out field that has a default set to it (lists copied)."""
-    filled = {k: list(v) if isinstance(v, list) else v for k, v in defaults(message).items()}
+    """`document` with every left-out field that has a default set to it (lists and maps
+    copied)."""
+    filled = {k: copy.copy(v) if isinstance(v, list | dict) else v
+              for k, v in defaults(message).items()}  # fmt: skip
     return filled | dict(document)
 
 
@@ -145,6 +148,8 @@ def _typed_schema(annotation: Any) -> dict[str, Any]:
         return {"type": "boolean"}
     if annotation is int:
         return {"type": "integer"}
+    if annotation is float:
+        return {"type": "number"}
     if annotation is str:
         return {"type": "string"}
     if isinstance(annotation, type) and hasattr(annotation, "__required_keys__"):

@@ -19,9 +19,9 @@ from agentwire.messages import Condition, ConditionType, NodeFacts
 from nodeagent.config import AGENT_VERSION, AgentConfig
 from nodeagent.driver import BINARY_DIRS, DriverRoot
 from nodeagent.host import host_service_condition
+from nodeagent.imex.runnerfiles import status_path
 from nodeagent.metrics import runner_condition
 from nodeagent.probe import Facts, probe
-from nodeagent.runner import status_path
 
 Log = logging.Logger | logging.LoggerAdapter[Any]
 

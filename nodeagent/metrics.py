@@ -35,7 +35,7 @@ from prometheus_client.registry import Collector
 
 from agentwire.messages import Condition
 from nodeagent.config import AGENT_VERSION
-from nodeagent.files import read_json
+from nodeagent.imex.runnerfiles import read_status
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -120,12 +120,12 @@ def runner_condition(status_file: Path) -> Condition | None:
     until an operator replaces it on an idle tray. It still works; the condition (not
     blocking) says which trays wait for that, and the version is also a metric.
     """
-    status = read_json(status_file)
-    if not status or time.time() - float(status.get("updated_at", 0)) > RUNNER_STALE_S:
+    status = read_status(status_file)
+    if status is None or time.time() - status["updated_at"] > RUNNER_STALE_S:
         with STATE.lock:
             STATE.runner_version = None
         return None  # no runner running: the daemon's own problem says so
-    version = str(status.get("version") or "")
+    version = status["version"]
     with STATE.lock:
         STATE.runner_version = version
     if version == AGENT_VERSION:

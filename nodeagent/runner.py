@@ -14,16 +14,12 @@ tray, updated only by hand (`updateStrategy: OnDelete`), with no liveness probe 
 memory limit that could kill it, and nothing in it that changes with the agent.
 
 The agent drives it through two files in `<root>/var/lib/domain-portal/runner/` (a host
-directory both pods mount at the same path), level-triggered like the agent itself:
-
-- `request.json`, written by the agent: `{"run": bool, "instance": int, "config": path,
-  "peers": {slot: IP}, "peers_generation": int, "resolve": int}`. The runner keeps a
-  daemon for `instance` running while `run` is true, and starts one when the instance it
-  runs is not the requested one (stopping the old one first).
-- `status.json`, written by the runner: `{"instance", "pid", "running", "exit_code",
-  "starts", "runner_pid", "version", "peers_generation", "resolved", "updated_at"}`,
-  refreshed at least every HEARTBEAT_S. `pid` is the daemon's pid in the runner's own PID
-  namespace: a number for reading, never one to signal from another pod.
+directory both pods mount at the same path), level-triggered like the agent itself, typed
+in `nodeagent.imex.runnerfiles`: the agent's `request.json` (`RunnerRequest`) and the
+runner's `status.json` (`RunnerStatus`). The runner keeps a daemon for `instance` running
+while `run` is true, and starts one when the instance it runs is not the requested one
+(stopping the old one first). `pid` in its status is the daemon's pid in the runner's own
+PID namespace: a number for reading, never one to signal from another pod.
 
 The peers of a domain that follows its workload are the runner's business, as they are
 the compute-domain daemon's in NVIDIA's driver: the nodes file lists stable names, and
@@ -46,7 +42,6 @@ or an operator replacing it on an idle tray), never a side effect of the agent's
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -56,12 +51,22 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from nodeagent.config import AGENT_VERSION, Paths, split_command
 from nodeagent.driver import CapabilityError, DriverRoot, ensure_imex_mgmt
-from nodeagent.files import read_json, write_atomic
 from nodeagent.imex.files import write_hosts
+from nodeagent.imex.runnerfiles import (
+    PROTOCOL,
+    RunnerRequest,
+    RunnerStatus,
+    read_request,
+    read_status,
+    request_path,
+    status_path,
+    write_request,
+    write_status,
+)
 from nodeagent.imex.supervisor import USR1_SPACING_S, Log, describe_exit
 
 log = logging.getLogger("nodeagent.runner")
@@ -70,17 +75,7 @@ POLL_S = 0.05  # how often the runner looks at the request and its child
 HEARTBEAT_S = 2.0  # status.json is rewritten at least this often
 STALE_S = 10.0  # a status older than this: the runner is not running
 
-
-def request_path(paths: Paths) -> Path:
-    return paths.runner_dir / "request.json"
-
-
-def status_path(paths: Paths) -> Path:
-    return paths.runner_dir / "status.json"
-
-
-def _dump(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, sort_keys=True) + "\n"
+__all__ = ["Runner", "RunnerDaemon", "main", "request_path", "status_path"]
 
 
 class Runner:
@@ -107,8 +102,8 @@ class Runner:
         self.child: subprocess.Popen[bytes] | None = None
         self.instance = 0  # of the child (running or exited); 0: none started here
         self.exit_code: int | None = None
-        previous = read_json(status_path(paths)) or {}
-        self.starts = int(previous.get("starts", 0))
+        previous = read_status(status_path(paths))
+        self.starts = previous["starts"] if previous else 0
         self.written: dict[str, Any] = {}
         self.written_at = 0.0
 
@@ -124,8 +119,8 @@ class Runner:
         self.write_status()
 
     def step(self) -> None:
-        request = read_json(request_path(self.paths)) or {}
-        wanted = int(request.get("instance", 0)) if request.get("run") else 0
+        request = read_request(self.paths)
+        wanted = request["instance"] if request["run"] else 0
         if self.child is not None and self.child.poll() is not None:
             self.exit_code = self.child.returncode
             log.warning(
@@ -137,18 +132,18 @@ class Runner:
             self.instance = 0
         self.apply_peers(request)  # before a start: the new daemon reads them at once
         if wanted and self.instance != wanted:
-            self.start_child(wanted, str(request.get("config") or self.paths.imex_config))
-            self.resolved = int(request.get("resolve", 0))  # it resolves every name at start
-        self.signal_resolve(int(request.get("resolve", 0)))
+            self.start_child(wanted, request["config"] or str(self.paths.imex_config))
+            self.resolved = request["resolve"]  # it resolves every name at start
+        self.signal_resolve(request["resolve"])
         self.write_status()
 
-    def apply_peers(self, request: dict[str, Any]) -> None:
+    def apply_peers(self, request: RunnerRequest) -> None:
         """Write the requested peer names into this runner's own hosts file (in place)."""
-        generation = int(request.get("peers_generation", 0))
+        generation = request["peers_generation"]
         if generation == self.peers_generation:
             return
         try:
-            peers = {int(slot): str(ip) for slot, ip in (request.get("peers") or {}).items()}
+            peers = {int(slot): str(ip) for slot, ip in (request["peers"] or {}).items()}
         except (AttributeError, TypeError, ValueError):
             log.error("request.json: peers must map slot numbers to IPs: %r", request["peers"])
             return
@@ -203,7 +198,8 @@ class Runner:
         self.exit_code = None
 
     def write_status(self) -> None:
-        doc = {
+        doc: dict[str, Any] = {
+            "protocol": PROTOCOL,
             "instance": self.instance,
             "pid": self.child.pid if self.child else None,
             "running": self.child is not None,
@@ -217,7 +213,8 @@ class Runner:
         now = time.time()
         if doc == self.written and now - self.written_at < HEARTBEAT_S:
             return
-        write_atomic(status_path(self.paths), _dump(doc | {"updated_at": now}), durable=False)
+        status: RunnerStatus = {**doc, "updated_at": now}  # type: ignore[typeddict-item]
+        write_status(self.paths, status)
         self.written, self.written_at = doc, now
 
 
@@ -232,32 +229,32 @@ class RunnerDaemon:
         self.exit_code: int | None = None
         self.requested_at = 0.0
 
-    def _request(self) -> dict[str, Any]:
-        return read_json(request_path(self.paths)) or {"run": False, "instance": 0}
+    def _request(self) -> RunnerRequest:
+        return read_request(self.paths)
 
-    def _status(self) -> dict[str, Any]:
-        return read_json(status_path(self.paths)) or {}
+    def _status(self) -> RunnerStatus | None:
+        return read_status(status_path(self.paths))
 
-    def _fresh(self, status: dict[str, Any]) -> bool:
-        return time.time() - float(status.get("updated_at", 0)) < STALE_S
+    def _fresh(self, status: RunnerStatus | None) -> bool:
+        return status is not None and time.time() - status["updated_at"] < STALE_S
 
     def _write(self, **changes: Any) -> None:
         """Change some fields of the request, keeping the others (the peers above all)."""
-        doc = self._request() | changes | {"config": str(self.paths.imex_config)}
-        write_atomic(request_path(self.paths), _dump(doc), durable=False)
+        fields = {"protocol": PROTOCOL, "config": str(self.paths.imex_config)}
+        write_request(self.paths, cast(RunnerRequest, {**self._request(), **changes, **fields}))
 
     def adopt(self) -> bool:
         request, status = self._request(), self._status()
-        if not (request.get("run") and status.get("instance") == request.get("instance")):
+        if not (request["run"] and status and status["instance"] == request["instance"]):
             return False
-        if not (status.get("running") and self._fresh(status)):
+        if not (status["running"] and status["pid"] and self._fresh(status)):
             return False
-        self.pid = int(status["pid"])
+        self.pid = status["pid"]
         self.log.info("re-adopted nvidia-imex pid %s run by the IMEX runner", self.pid)
         return True
 
     def start(self) -> None:
-        instance = int(self._request().get("instance", 0)) + 1
+        instance = self._request()["instance"] + 1
         self._write(run=True, instance=instance)
         self.requested_at = time.monotonic()
         self.exit_code = None
@@ -265,39 +262,38 @@ class RunnerDaemon:
 
     def running(self) -> bool:
         request = self._request()
-        if not request.get("run"):
+        if not request["run"]:
             return False
         status = self._status()
-        if status.get("instance") != request.get("instance"):
+        if status is None or status["instance"] != request["instance"]:
             return True  # the runner has not taken the request up yet: see problem()
-        if status.get("running"):
-            self.pid = status.get("pid")
+        if status["running"]:
+            self.pid = status["pid"]
             return True
         if self.pid is not None:
-            code = status.get("exit_code")
-            self.exit_code = int(code) if code is not None else None
+            self.exit_code = status["exit_code"]
             self.log.warning(
                 "nvidia-imex pid %s exited (%s)", self.pid, describe_exit(self.exit_code)
             )
             self.pid = None
-        elif self.exit_code is None and status.get("exit_code") is not None:
-            self.exit_code = int(status["exit_code"])  # it exited before this agent looked
+        elif self.exit_code is None and status["exit_code"] is not None:
+            self.exit_code = status["exit_code"]  # it exited before this agent looked
         return False
 
     def problem(self) -> str:
         request, status = self._request(), self._status()
-        if not request.get("run"):
+        if not request["run"]:
             return ""
         waited = time.monotonic() - self.requested_at if self.requested_at else 0.0
-        taken = status.get("instance") == request.get("instance")
+        taken = status is not None and status["instance"] == request["instance"]
         if (not taken and waited > self.start_timeout) or (status and not self._fresh(status)):
             return (
                 f"the IMEX runner has not answered for {max(waited, STALE_S):.0f} s "
                 f"({status_path(self.paths)}): is its pod running on this tray?"
             )
-        if request.get("peers") and "peers_generation" not in status and taken:
+        if request["peers"] and status is not None and "peers_generation" not in status and taken:
             return (
-                f"the IMEX runner (version {status.get('version', 'unknown')}) does not write "
+                f"the IMEX runner (version {status['version'] or 'unknown'}) does not write "
                 "the peers of a domain that follows its workload into its hosts file: delete "
                 "its pod while the tray is idle so that the current one replaces it"
             )
@@ -306,28 +302,28 @@ class RunnerDaemon:
     def set_peers(self, peers: Mapping[int, str]) -> None:
         request = self._request()
         wanted = {str(slot): ip for slot, ip in sorted(peers.items())}
-        if (request.get("peers") or {}) == wanted:
+        if request["peers"] == wanted:
             return
-        generation = int(request.get("peers_generation", 0)) + 1
-        self._write(peers=wanted, peers_generation=generation)
+        self._write(peers=wanted, peers_generation=request["peers_generation"] + 1)
 
     def peers_applied(self) -> bool:
         """Whether the runner has written the peer list last asked for."""
-        wanted = self._request().get("peers_generation", 0)
-        return bool(self._status().get("peers_generation", -1) == wanted)
+        status = self._status()
+        wanted = self._request()["peers_generation"]
+        return status is not None and status.get("peers_generation", -1) == wanted
 
     def resolve(self) -> None:
-        self._write(resolve=int(self._request().get("resolve", 0)) + 1)
+        self._write(resolve=self._request()["resolve"] + 1)
 
     def stop(self, timeout: float) -> None:
         request = self._request()
-        if request.get("run"):
-            self._write(run=False, instance=int(request.get("instance", 0)))
+        if request["run"]:
+            self._write(run=False, instance=request["instance"])
             self.log.info("asked the IMEX runner to stop nvidia-imex")
         deadline = time.monotonic() + 2 * timeout + 1
         while time.monotonic() < deadline:
             status = self._status()
-            if not status.get("running") or not self._fresh(status):
+            if status is None or not status["running"] or not self._fresh(status):
                 break
             time.sleep(0.05)
         self.pid = None

@@ -6,6 +6,7 @@ the agent's side is `RunnerDaemon`, as the agent uses it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,10 +15,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from nodeagent.config import Paths
-from nodeagent.files import read_json
+from nodeagent.files import read_json, write_atomic
+from nodeagent.imex.runnerfiles import REQUEST_SCHEMA, STATUS_SCHEMA, request_path
 from nodeagent.runner import RunnerDaemon, status_path
 from nodeagent.traylog import TrayLog
 from testbed.processes import wait_until
@@ -80,6 +83,25 @@ def test_it_runs_the_daemon_the_agent_asks_for_and_a_new_agent_adopts_it(paths, 
 
     successor.stop(timeout=2)
     assert not alive(pid) and not status(paths)["running"] and not successor.running()
+
+
+def test_both_files_are_of_their_typed_shape(paths, runner):
+    agent = RunnerDaemon(paths, TrayLog("t"))
+    agent.set_peers({0: "127.12.9.1"})
+    agent.start()
+    wait_until(lambda: status(paths).get("pid"), 10, what="the daemon to start")
+    jsonschema.validate(read_json(request_path(paths)), REQUEST_SCHEMA)
+    jsonschema.validate(status(paths), STATUS_SCHEMA)
+
+
+def test_a_request_written_before_the_protocol_field_is_read_as_version_1(paths, runner):
+    """An agent of an older release wrote no `protocol`: the runner (kept by OnDelete across
+    upgrades, and so met by agents of both sides) takes it as it is."""
+    doc = {"run": True, "instance": 3, "config": str(paths.imex_config)}
+    write_atomic(request_path(paths), json.dumps(doc))
+    wait_until(lambda: status(paths).get("instance") == 3, 10, what="the old request run")
+    agent = RunnerDaemon(paths, TrayLog("t"))
+    assert agent.adopt() and agent.running()
 
 
 def test_a_daemon_that_exits_stays_exited_until_the_agent_decides(paths, runner):

@@ -70,7 +70,7 @@ class Agent:
             config, daemon, self.facts, self.log, on_start=lambda: self.observer.daemon_started()
         )
         self.observer = Observer(config, ctl, self.keeper, self.reporter, self.log)
-        self.files = TrayFiles(config, self.keeper, self.facts, self.log)
+        self.files = TrayFiles(config, self.log)
         self.last_cycle_at = time.monotonic()
         self.started = False
         self.serving = TrayServing(
@@ -147,9 +147,7 @@ class Agent:
             )
             self.teardown()
         now = time.monotonic()
-        # Files and devices are checked when the desired state changes and once per poll
-        # interval (repairing drift), not on every fast readiness poll.
-        error = self.files.check(want, now)
+        error = self.configure(want, now)
         hold = self.keeper.gather_hold(want, now)
         if hold and not error:
             report = self.reporter.doc(
@@ -165,10 +163,24 @@ class Agent:
         self.serving.serve(want, report["daemon_state"], self.files.present, self.files.major)
         return report, self.keeper.paced(want, report, delay)
 
+    def configure(self, want: DesiredDomain, now: float) -> str:
+        """The tray's files for `want`, checked when the desired state changes and once per
+        poll interval (repairing drift), not on every fast readiness poll; and what that asks
+        of the daemon, told to its keeper. Returns what went wrong."""
+        checked = self.files.check(want, now, driver_version=self.facts.driver_version())
+        if checked is None:
+            return ""
+        if checked.restart and self.keeper.daemon.running():
+            self.log.info("IMEX peers or addresses changed; restarting nvidia-imex")
+            self.keeper.daemon.stop(self.cfg.stop_timeout)
+        if checked.peers is not None:
+            self.keeper.follow_peers(checked.peers, settling=checked.settling)
+        return checked.error
+
     def release(self) -> tuple[StatusReport, float]:
         self.serving.set(None)
         uid = self.files.applied.get("domain_uid")
-        if uid or self.files.dirty():
+        if uid or self.files.dirty(daemon_running=self.keeper.daemon.running()):
             self.log.info("releasing: stopping nvidia-imex, removing channels, CDI spec, config")
             self.teardown()
         report = self.reporter.doc(
@@ -176,7 +188,7 @@ class Agent:
             generation=int(self.files.applied.get("generation", 0)),
             step=Step.IDLE,
             channels=[],
-            clean=not self.files.dirty(),
+            clean=not self.files.dirty(daemon_running=self.keeper.daemon.running()),
             message="tray clean" if uid else "",
         )
         return report, self.cfg.poll_interval

@@ -19,7 +19,7 @@ from agentwire.messages import Condition, ConditionType, NodeFacts
 from nodeagent.config import AGENT_VERSION, AgentConfig
 from nodeagent.driver import BINARY_DIRS, DriverRoot
 from nodeagent.host import host_service_condition
-from nodeagent.imex.runnerfiles import status_path
+from nodeagent.imex.runnerfiles import running_version, status_path
 from nodeagent.metrics import runner_condition
 from nodeagent.probe import Facts, probe
 
@@ -66,6 +66,10 @@ class FactsKeeper:
         self.backoff = min(self.backoff * 2, self.cfg.fabric_retry_max_s)
         return facts
 
+    def driver_version(self) -> str:
+        """The driver's version as last probed ("" before the first probe)."""
+        return self.facts.driver_version if self.facts else ""
+
     def check_host(self) -> None:
         self.host_condition = host_service_condition(self.paths)
         self.next_host_check = time.monotonic() + self.cfg.poll_interval
@@ -91,7 +95,11 @@ class FactsKeeper:
         found = list(self.facts.conditions) if self.facts else []
         if self.host_condition is not None:
             found.append(self.host_condition)
-        runner = runner_condition(status_path(self.paths)) if self.cfg.imex_runner else None
+        runner = (
+            runner_condition(running_version(status_path(self.paths)))
+            if self.cfg.imex_runner
+            else None
+        )
         if runner is not None:
             found.append(runner)
         missing = self.missing_binary()

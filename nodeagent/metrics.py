@@ -26,7 +26,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -35,7 +34,6 @@ from prometheus_client.registry import Collector
 
 from agentwire.messages import Condition
 from nodeagent.config import AGENT_VERSION
-from nodeagent.imex.runnerfiles import read_status
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -109,23 +107,21 @@ def daemon_restarted() -> None:
 
 
 RUNNER_SKEW = "RunnerVersionSkew"
-RUNNER_STALE_S = 10.0  # the runner rewrites its status every 2 s (nodeagent.runner.STALE_S)
 
 
-def runner_condition(status_file: Path) -> Condition | None:
-    """A tray condition while the IMEX runner runs another version than this agent.
+def runner_condition(version: str | None) -> Condition | None:
+    """A tray condition while the IMEX runner runs another version than this agent
+    (`version`: the running runner's, from its status; None: no runner running).
 
     The runner's DaemonSet is updated only by deleting its pod (`OnDelete`: a new runner
     is a new nvidia-imex), so after an upgrade an old runner keeps running on every tray
     until an operator replaces it on an idle tray. It still works; the condition (not
     blocking) says which trays wait for that, and the version is also a metric.
     """
-    status = read_status(status_file)
-    if status is None or time.time() - status["updated_at"] > RUNNER_STALE_S:
+    if version is None:
         with STATE.lock:
             STATE.runner_version = None
         return None  # no runner running: the daemon's own problem says so
-    version = status["version"]
     with STATE.lock:
         STATE.runner_version = version
     if version == AGENT_VERSION:

@@ -57,9 +57,12 @@ from nodeagent.config import AGENT_VERSION, Paths, split_command
 from nodeagent.driver import CapabilityError, DriverRoot, ensure_imex_mgmt
 from nodeagent.imex.files import write_hosts
 from nodeagent.imex.runnerfiles import (
+    HEARTBEAT_S,
     PROTOCOL,
+    STALE_S,
     RunnerRequest,
     RunnerStatus,
+    fresh,
     read_request,
     read_status,
     request_path,
@@ -72,8 +75,6 @@ from nodeagent.imex.supervisor import USR1_SPACING_S, Log, describe_exit
 log = logging.getLogger("nodeagent.runner")
 
 POLL_S = 0.05  # how often the runner looks at the request and its child
-HEARTBEAT_S = 2.0  # status.json is rewritten at least this often
-STALE_S = 10.0  # a status older than this: the runner is not running
 
 __all__ = ["Runner", "RunnerDaemon", "main", "request_path", "status_path"]
 
@@ -235,9 +236,6 @@ class RunnerDaemon:
     def _status(self) -> RunnerStatus | None:
         return read_status(status_path(self.paths))
 
-    def _fresh(self, status: RunnerStatus | None) -> bool:
-        return status is not None and time.time() - status["updated_at"] < STALE_S
-
     def _write(self, **changes: Any) -> None:
         """Change some fields of the request, keeping the others (the peers above all)."""
         fields = {"protocol": PROTOCOL, "config": str(self.paths.imex_config)}
@@ -247,7 +245,7 @@ class RunnerDaemon:
         request, status = self._request(), self._status()
         if not (request["run"] and status and status["instance"] == request["instance"]):
             return False
-        if not (status["running"] and status["pid"] and self._fresh(status)):
+        if not (status["running"] and status["pid"] and fresh(status)):
             return False
         self.pid = status["pid"]
         self.log.info("re-adopted nvidia-imex pid %s run by the IMEX runner", self.pid)
@@ -286,7 +284,7 @@ class RunnerDaemon:
             return ""
         waited = time.monotonic() - self.requested_at if self.requested_at else 0.0
         taken = status is not None and status["instance"] == request["instance"]
-        if (not taken and waited > self.start_timeout) or (status and not self._fresh(status)):
+        if (not taken and waited > self.start_timeout) or (status and not fresh(status)):
             return (
                 f"the IMEX runner has not answered for {max(waited, STALE_S):.0f} s "
                 f"({status_path(self.paths)}): is its pod running on this tray?"
@@ -323,7 +321,7 @@ class RunnerDaemon:
         deadline = time.monotonic() + 2 * timeout + 1
         while time.monotonic() < deadline:
             status = self._status()
-            if status is None or not status["running"] or not self._fresh(status):
+            if status is None or not status["running"] or not fresh(status):
                 break
             time.sleep(0.05)
         self.pid = None

@@ -2,21 +2,26 @@
 """What the agent writes on the tray for a domain, and its own record of what it applied.
 
 The IMEX config and nodes file (or, for a domain that follows its workload, the stable
-names and the members' hosts block), the channel device nodes and the CDI spec that hands
-them to containers. They are checked when the desired state changes and once per poll
-interval, repairing drift. The record (`applied.json`) lets a restarted agent re-adopt
-what it had applied, and clean up what it had not.
+names), the channel device nodes and the CDI spec that hands them to containers. They are
+checked when the desired state changes and once per poll interval, repairing drift. The
+record (`applied.json`) lets a restarted agent re-adopt what it had applied, and clean up
+what it had not.
+
+Files only: what a change asks of the daemon (a restart for a new config, the members'
+names for its hosts file) is returned (`FilesChecked`), and the agent's loop tells the
+daemon's keeper.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentwire.messages import ChannelSpec, DesiredDomain, Peer
 from nodeagent.channels import Channels, cdi_spec, channel_numbers, remove_cdi
 from nodeagent.config import AgentConfig
-from nodeagent.facts import FactsKeeper
 from nodeagent.files import read_json, remove, write_atomic
 from nodeagent.imex.files import (
     MAX_NODES,
@@ -28,18 +33,28 @@ from nodeagent.imex.files import (
     write_config,
 )
 from nodeagent.probe import channel_major
-from nodeagent.supervision import DaemonKeeper
 from nodeagent.traylog import TrayLog
 
 
+@dataclass(frozen=True)
+class FilesChecked:
+    """What applying a desired state to the files found, and asks of the daemon."""
+
+    present: list[int] = field(default_factory=list)  # the channels found or made
+    error: str = ""  # what went wrong ("": nothing)
+    # The config or nodes file changed in what a running daemon reads only at its start:
+    # it must be restarted to follow them.
+    restart: bool = False
+    # A domain that follows its workload: the members now (slot → IP), for the hosts file
+    # the daemon resolves its stable names through; None for a domain of fixed trays.
+    peers: Mapping[int, str] | None = None
+    settling: bool = False  # the portal says the members are still changing
+
+
 class TrayFiles:
-    def __init__(
-        self, config: AgentConfig, keeper: DaemonKeeper, facts: FactsKeeper, log: TrayLog
-    ) -> None:
+    def __init__(self, config: AgentConfig, log: TrayLog) -> None:
         self.cfg = config
         self.paths = config.paths
-        self.keeper = keeper
-        self.facts = facts
         self.log = log
         self.channels = Channels(
             self.paths.channels_dir,
@@ -53,17 +68,18 @@ class TrayFiles:
         self.present: list[int] = []  # the channels found or made at the last check
         self.major: int | None = None  # the channel devices' major at the last check
 
-    def check(self, want: DesiredDomain, now: float) -> str:
+    def check(self, want: DesiredDomain, now: float, *, driver_version: str) -> FilesChecked | None:
         """Apply `want` to the files when it changed or the poll interval is up (not on every
-        fast readiness poll); returns what went wrong."""
+        fast readiness poll); None when they were not looked at."""
         if want == self.want and now - self.checked_at < self.cfg.poll_interval:
-            return ""
-        self.present, error = self.apply(want)
-        self.want, self.checked_at = (None if error else want), now
-        return error
+            return None
+        checked = self.apply(want, driver_version=driver_version)
+        self.present = checked.present
+        self.want, self.checked_at = (None if checked.error else want), now
+        return checked
 
-    def apply(self, want: DesiredDomain) -> tuple[list[int], str]:
-        """IMEX config + nodes file, channel devices, CDI spec → (channels present, error)."""
+    def apply(self, want: DesiredDomain, *, driver_version: str) -> FilesChecked:
+        """IMEX config + nodes file, channel devices, CDI spec."""
         peers = sorted(want["peers"], key=lambda p: p["index"])
         own = next((p["ip"] for p in peers if p["index"] == want["index"]), "")
         config = render_config(
@@ -74,29 +90,27 @@ class TrayFiles:
             grace_time=self.cfg.imex_grace_time,
             log_level=self.cfg.imex_log_level,
         )
-        nodes, error = self.nodes(want, peers)
+        nodes, error = self.nodes(want, peers, driver_version)
         if error:
-            return [], error
+            return FilesChecked(error=error)
+        # The daemon reads its config only at start: a new peer list needs a new instance.
         restart = write_config(paths=self.paths, config=config, nodes=nodes)
-        if restart and self.keeper.daemon.running():
-            # The daemon reads its config only at start: a new peer list needs a new instance.
-            self.log.info("IMEX peers or addresses changed; restarting nvidia-imex")
-            self.keeper.daemon.stop(self.cfg.stop_timeout)
         present, error = self.ensure_channels(want["channels"], want["uid"])
         if (
             self.applied.get("domain_uid") != want["uid"]
             or self.applied.get("generation") != want["generation"]
         ):
             self.save_applied(want)
-        return present, error
+        # Follows its workload: a new peer list is a hosts change and a SIGUSR1, never a
+        # restart of this daemon.
+        mapping = {p["index"]: p["ip"] for p in peers} if want.get("slots") else None
+        return FilesChecked(present, error, restart, mapping, bool(want.get("settling")))
 
-    def nodes(self, want: DesiredDomain, peers: list[Peer]) -> tuple[str, str]:
+    def nodes(self, want: DesiredDomain, peers: list[Peer], driver_version: str) -> tuple[str, str]:
         """The nodes file's text, or why there is none (→ (text, error))."""
         if not want.get("slots"):
             return render_nodes([p["ip"] for p in peers]), ""
-        # Follows its workload: stable names; a new peer list is a hosts change and a
-        # SIGUSR1, never a restart of this daemon.
-        unsupported = names_unsupported(self.facts.facts.driver_version if self.facts.facts else "")
+        unsupported = names_unsupported(driver_version)
         if unsupported:
             return "", unsupported
         if want["index"] >= MAX_NODES:
@@ -105,8 +119,6 @@ class TrayFiles:
                 f"workload, whose nodes file lists {MAX_NODES} names (0 to "
                 f"{MAX_NODES - 1})"
             )
-        mapping = {p["index"]: p["ip"] for p in peers}
-        self.keeper.follow_peers(mapping, settling=bool(want.get("settling")))
         return render_names(), ""
 
     def ensure_channels(self, spec: ChannelSpec, uid: str) -> tuple[list[int], str]:
@@ -155,9 +167,9 @@ class TrayFiles:
         if not self.applied.get("domain_uid"):
             remove_cdi(self.paths.cdi_spec)
 
-    def dirty(self) -> bool:
+    def dirty(self, *, daemon_running: bool) -> bool:
         return bool(
-            self.keeper.daemon.running()
+            daemon_running
             or self.paths.imex_config.exists()
             or self.paths.nodes_file.exists()
             or self.paths.cdi_spec.exists()

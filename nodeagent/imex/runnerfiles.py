@@ -24,6 +24,7 @@ freely) read each other across versions.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated, NotRequired, TypedDict
 
@@ -32,6 +33,8 @@ from nodeagent.config import Paths
 from nodeagent.files import read_json, write_atomic
 
 PROTOCOL = 1
+HEARTBEAT_S = 2.0  # the runner rewrites its status at least this often
+STALE_S = 10.0  # a status older than this: the runner is not running
 
 
 class RunnerRequest(TypedDict):
@@ -84,6 +87,17 @@ def read_status(path: Path) -> RunnerStatus | None:
         return None
     status: RunnerStatus = with_defaults(RunnerStatus, doc)
     return status
+
+
+def fresh(status: RunnerStatus | None) -> bool:
+    """Whether the status was written by a runner that runs now."""
+    return status is not None and time.time() - status["updated_at"] < STALE_S
+
+
+def running_version(path: Path) -> str | None:
+    """The release of the runner that runs now ("" for one too old to say); None: none."""
+    status = read_status(path)
+    return status["version"] if fresh(status) and status is not None else None
 
 
 def write_request(paths: Paths, request: RunnerRequest) -> None:

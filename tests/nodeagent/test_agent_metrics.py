@@ -22,7 +22,7 @@ from nodeagent.config import AGENT_VERSION, Paths
 from nodeagent.dra.server import ClaimRef, MeteredDriver, PreparedDevice, PrepareResult
 from nodeagent.files import write_atomic
 from nodeagent.health import HealthServer
-from nodeagent.runner import status_path
+from nodeagent.imex.runnerfiles import running_version, status_path
 from testbed.processes import wait_until
 from tests.nodeagent.test_runner import start_runner
 from tests.observability.exposition import PROMTOOL, needs_promtool
@@ -161,7 +161,7 @@ def test_a_runner_of_this_release_says_its_version_and_raises_no_condition(
     wait_until(lambda: status_path(paths).exists(), timeout=10, what="the runner's status")
     status = json.loads(status_path(paths).read_text())
     assert status["version"] == AGENT_VERSION
-    assert metrics.runner_condition(status_path(paths)) is None
+    assert metrics.runner_condition(running_version(status_path(paths))) is None
     found = scrape(server)
     assert found[f'nodeagent_runner_info{{version="{AGENT_VERSION}"}}'] == 1
     assert found["nodeagent_runner_version_skew"] == 0
@@ -171,7 +171,7 @@ def test_an_older_runner_kept_by_on_delete_is_a_condition_and_a_metric(paths, se
     # What a runner from before this release writes: no version in its status.
     old = {"instance": 3, "pid": 4242, "running": True, "exit_code": None, "starts": 3}
     write_atomic(status_path(paths), json.dumps(old | {"updated_at": time.time()}))
-    condition = metrics.runner_condition(status_path(paths))
+    condition = metrics.runner_condition(running_version(status_path(paths)))
     assert condition is not None
     assert (condition["type"], condition["blocking"]) == ("RunnerVersionSkew", False)
     assert AGENT_VERSION in condition["message"] and "drain" in condition["message"]
@@ -180,5 +180,7 @@ def test_an_older_runner_kept_by_on_delete_is_a_condition_and_a_metric(paths, se
     assert found["nodeagent_runner_version_skew"] == 1
 
     write_atomic(status_path(paths), json.dumps(old | {"version": "0.0.1", "updated_at": 0}))
-    assert metrics.runner_condition(status_path(paths)) is None  # stale: no runner running
+    assert (
+        metrics.runner_condition(running_version(status_path(paths))) is None
+    )  # stale: no runner running
     assert scrape(server)["nodeagent_runner_version_skew"] == 0

@@ -6,6 +6,7 @@ The agent applies desired-state documents to an emulated tray; the daemon is nev
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,14 @@ def desired(*, slots: int, members: int, index: int = 0, **more: Any) -> Desired
     return want  # type: ignore[return-value]
 
 
+def configure(agent: Agent, want: DesiredDomain) -> tuple[list[int], str]:
+    """The agent's files for `want`, and what that asks of the daemon, as its loop does it."""
+    error = agent.configure(want, time.monotonic())
+    return agent.files.present, error
+
+
 def test_the_nodes_file_lists_eighteen_names_whatever_the_cliques_size(agent):
-    present, error = agent.files.apply(desired(slots=3, members=2))
+    present, error = configure(agent, desired(slots=3, members=2))
     assert error == "" and present == [3]
     nodes = Paths(agent.cfg.root).nodes_file.read_text()
     assert nodes == "".join(f"portal-imex-{i}\n" for i in range(18))
@@ -76,19 +83,19 @@ def test_the_nodes_file_lists_eighteen_names_whatever_the_cliques_size(agent):
 
 def test_a_tray_added_to_the_clique_rewrites_no_members_nodes_file(agent):
     """The portal's slot count follows the clique's trays; a daemon must not follow it."""
-    agent.files.apply(desired(slots=3, members=2))
+    configure(agent, desired(slots=3, members=2))
     paths = Paths(agent.cfg.root)
     before = paths.nodes_file.stat().st_mtime_ns, paths.nodes_file.read_text()
     # A Node joins the clique (or is relabelled into it), and a third member joins: what a
     # running daemon reads only at its start stays as it is; the newcomer is a hosts line.
-    agent.files.apply(desired(slots=4, members=3))
+    configure(agent, desired(slots=4, members=3))
     assert (paths.nodes_file.stat().st_mtime_ns, paths.nodes_file.read_text()) == before
     hosts = paths.hosts.read_text()
     assert "127.12.7.3\tportal-imex-2\n" in hosts
 
 
 def test_a_member_index_beyond_the_names_is_refused_and_nothing_is_written(agent):
-    present, error = agent.files.apply(desired(slots=20, members=20, index=18))
+    present, error = configure(agent, desired(slots=20, members=20, index=18))
     assert present == [] and "member 18" in error and "18 names (0 to 17)" in error
     assert not Paths(agent.cfg.root).nodes_file.exists()
 
@@ -101,7 +108,7 @@ def test_a_driver_older_than_570_158_01_does_not_serve_a_domain_that_follows_its
     tmp_path, version, refused
 ):
     agent = make_agent(tmp_path, driver_version=version)
-    present, error = agent.files.apply(desired(slots=3, members=2))
+    present, error = configure(agent, desired(slots=3, members=2))
     assert bool(error) == refused
     if refused:
         assert present == [] and "needs NVIDIA driver 570.158.01 or newer" in error
@@ -110,5 +117,5 @@ def test_a_driver_older_than_570_158_01_does_not_serve_a_domain_that_follows_its
     # A domain with a fixed set of trays lists IPs: any driver serves it.
     want = desired(slots=3, members=2)
     del want["slots"]
-    assert agent.files.apply(want)[1] == ""
+    assert configure(agent, want)[1] == ""
     agent.link.close()

@@ -224,9 +224,11 @@ class SingleChannels(TypedDict):
 
 
 class AllChannels(TypedDict):
+    """Every channel the tray's driver offers, channel 0 included (NVIDIA's All mode)."""
+
     mode: Literal["All"]
-    first: Annotated[int, _int(1)]
-    last: Annotated[int, _int(1)]
+    first: Annotated[int, _int(0)]
+    last: Annotated[int, _int(0)]
 
 
 class ChannelSpec(TypedDict):

@@ -13,7 +13,8 @@ can use its channel. Operators who want less give a mode and a group (`--channel
 gets what a process on the host gets.
 
 Channel sets travel compactly: `{"mode": "Single", "numbers": [7]}` or, for `All`,
-`{"mode": "All", "first": 1, "last": 2047}`.
+`{"mode": "All", "first": 0, "last": 2047}` (every channel, 0 included, as NVIDIA's driver
+gives them: the tray serves one domain at a time).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def channel_numbers(spec: ChannelSpec | None) -> list[int]:
     if not spec:
         return []
     if spec["mode"] == "All":
-        return list(range(int(spec.get("first", 1)), int(spec.get("last", 0)) + 1))
+        return list(range(int(spec.get("first", 0)), int(spec.get("last", -1)) + 1))
     return sorted({int(n) for n in spec.get("numbers", [])})
 
 

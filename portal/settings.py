@@ -310,7 +310,8 @@ PORTAL: PortalSettings = {
     # IMEX ports every member daemon uses (one daemon per tray, so one port pair suffices).
     "IMEX_SERVER_PORT": env_int("PORTAL_IMEX_SERVER_PORT", 50000),
     "IMEX_CMD_PORT": env_int("PORTAL_IMEX_CMD_PORT", 50005),
-    # Channel minors per node (NVreg_ImexChannelCount); channel 0 is reserved.
+    # Channel minors per node (NVreg_ImexChannelCount). All mode hands out every one of
+    # them; the Single-mode ledger never hands out channel 0.
     "IMEX_CHANNEL_COUNT": env_int("PORTAL_IMEX_CHANNEL_COUNT", 2048),
     "FORMATION_DEADLINE": timedelta(seconds=env_int("PORTAL_FORMATION_DEADLINE_S", 300)),
     "RELEASE_DEADLINE": timedelta(seconds=env_int("PORTAL_RELEASE_DEADLINE_S", 300)),

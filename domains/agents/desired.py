@@ -97,13 +97,11 @@ def desired_state(node_id: int, *, token: str | None = None) -> DesiredState | N
 
 
 def _channels(mode: str, ledger: list[int]) -> ChannelSpec:
-    """`Single`: the channel the ledger holds for the domain. `All`: every channel but the
-    reserved 0 (no ledger rows: a tray serves one domain at a time), sent as a range."""
+    """`Single`: the channel the ledger holds for the domain. `All`: every channel, 0
+    included, as NVIDIA's driver gives them (no ledger rows: a tray serves one domain at a
+    time), sent as a range."""
     if mode == AllocationMode.ALL:
-        last = settings.PORTAL["IMEX_CHANNEL_COUNT"] - 1
-        if last >= 1:
-            return {"mode": "All", "first": 1, "last": last}
-        return {"mode": "Single", "numbers": []}
+        return {"mode": "All", "first": 0, "last": settings.PORTAL["IMEX_CHANNEL_COUNT"] - 1}
     return {"mode": "Single", "numbers": sorted(ledger)}
 
 

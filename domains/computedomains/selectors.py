@@ -141,11 +141,12 @@ def domain_peer_addresses(domain: ComputeDomain) -> list[tuple[int, str, str]]:
 def domain_channels(domain: ComputeDomain) -> list[int]:
     """The IMEX channel numbers the domain's workload may open.
 
-    `Single`: the one channel the ledger holds for it. `All`: every channel but the
-    reserved 0 — safe without ledger rows because a tray serves one domain at a time.
+    `Single`: the one channel the ledger holds for it. `All`: every channel, 0 included,
+    as NVIDIA's driver gives them — safe without ledger rows because a tray serves one
+    domain at a time, and channel numbers mean something only inside one IMEX domain.
     """
     if domain.allocation_mode == AllocationMode.ALL:
-        return list(range(1, settings.PORTAL["IMEX_CHANNEL_COUNT"]))
+        return list(range(settings.PORTAL["IMEX_CHANNEL_COUNT"]))
     return list(
         ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True)
         .order_by("channel")

@@ -148,7 +148,7 @@ def test_all_mode_sends_the_channel_range_not_every_number(rack, ns_a, tenant_a)
     request_and_place(ns_a, tenant_a, name="d4all", num_nodes=4, allocation_mode=AllocationMode.ALL)
     client, node_id = join(rack.nodes.first())
     doc = client.get(f"/api/v1/agent/nodes/{node_id}/desired/").json()
-    assert doc["domain"]["channels"] == {"mode": "All", "first": 1, "last": 2047}
+    assert doc["domain"]["channels"] == {"mode": "All", "first": 0, "last": 2047}
 
 
 def test_reports_are_the_heartbeat_and_move_the_member(rack, ns_a, tenant_a):

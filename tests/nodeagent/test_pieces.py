@@ -103,7 +103,7 @@ def test_the_emulator_only_fallback_writes_plain_files(tray):
 
 
 def test_all_mode_travels_as_a_range():
-    assert channel_numbers({"mode": "All", "first": 1, "last": 2047}) == list(range(1, 2048))
+    assert channel_numbers({"mode": "All", "first": 0, "last": 2047}) == list(range(2048))
     assert channel_numbers({"mode": "Single", "numbers": [5]}) == [5]
     assert channel_numbers(None) == []
 
@@ -118,10 +118,10 @@ def test_the_cdi_spec_describes_the_channel_device_nodes(tray):
     assert node["path"] == "/dev/nvidia-caps-imex-channels/channel7"
     assert node["hostPath"] == str(tray / "dev/nvidia-caps-imex-channels/channel7")
     every = json.loads(
-        cdi_spec(numbers=list(range(1, 2048)), major=237, root=tray, domain_uid="u", mode="All")
+        cdi_spec(numbers=list(range(2048)), major=237, root=tray, domain_uid="u", mode="All")
     )
     assert [d["name"] for d in every["devices"]] == ["all"]
-    assert len(every["devices"][0]["containerEdits"]["deviceNodes"]) == 2047
+    assert len(every["devices"][0]["containerEdits"]["deviceNodes"]) == 2048
 
 
 def test_the_imex_config_keeps_the_daemon_in_the_foreground(tray):

@@ -41,7 +41,13 @@ from typing import Any, Protocol
 
 from nodeagent.channels import cdi_device_node, cdi_document
 from nodeagent.config import CHANNELS_DIR
-from nodeagent.dra import CDI_CLAIM_KIND, CONFIG_KIND, DEVICE_NAME, DRIVER_NAME
+from nodeagent.dra import (
+    CDI_CLAIM_KIND,
+    CONFIG_API_VERSION,
+    CONFIG_KIND,
+    DEVICE_NAME,
+    DRIVER_NAME,
+)
 from nodeagent.dra.checkpoint import Checkpoint, CheckpointedClaim, ClaimState
 from nodeagent.dra.kubeapi import KubeError, ResourceApi
 from nodeagent.dra.server import ClaimRef, PreparedDevice, PrepareResult
@@ -255,13 +261,11 @@ class ClaimDriver:
                 held=False,
             )
         configs = [
-            (c.get("opaque") or {}).get("parameters") or {}
+            (c.get("opaque") or {}).get("parameters")
             for c in devices.get("config") or []
             if (c.get("opaque") or {}).get("driver") == DRIVER_NAME
         ]
-        domain_uid = next(
-            (p.get("domainID") for p in configs if p.get("kind") == CONFIG_KIND), None
-        )
+        domain_uid = next((channel_config(p) for p in configs), None)
         if not domain_uid:
             raise Refused(
                 f"carries no {CONFIG_KIND} for driver {DRIVER_NAME}: make the claim from the "
@@ -354,6 +358,45 @@ class ClaimDriver:
             else:
                 dropped.append(uid)
         return dropped
+
+
+# What a ComputeDomainChannelConfig holds (the domain's ResourceClaimTemplate writes it).
+CONFIG_FIELDS = ("apiVersion", "kind", "domainID", "allocationMode")
+ALLOCATION_MODES = ("Single", "All")
+
+
+def channel_config(parameters: object) -> str:
+    """The domain uid of one opaque config of our driver, decoded strictly as NVIDIA's
+    driver decodes its own: the user may have written it by hand, and a field this driver
+    does not know (a typo, a setting of another driver) is refused, naming it, rather than
+    ignored. A refusal is permanent: the claim must be made again."""
+    why = _config_error(parameters)
+    if why:
+        raise Refused(
+            f"its opaque config for driver {DRIVER_NAME} is not a {CONFIG_API_VERSION} "
+            f"{CONFIG_KIND}: {why}",
+            held=False,
+        )
+    assert isinstance(parameters, dict)  # _config_error said so
+    return str(parameters["domainID"])
+
+
+def _config_error(parameters: object) -> str:
+    if not isinstance(parameters, dict):
+        return "its parameters are not an object"
+    unknown = sorted(set(parameters) - set(CONFIG_FIELDS))
+    if unknown:
+        return (
+            f'strict decoding error: unknown field "{unknown[0]}" (a {CONFIG_KIND} has '
+            f"{', '.join(CONFIG_FIELDS)})"
+        )
+    if parameters.get("apiVersion") != CONFIG_API_VERSION or parameters.get("kind") != CONFIG_KIND:
+        return f"apiVersion {parameters.get('apiVersion')!r}, kind {parameters.get('kind')!r}"
+    if not isinstance(parameters.get("domainID"), str) or not parameters["domainID"]:
+        return "domainID must name the ComputeDomain (its uid)"
+    if parameters.get("allocationMode", "Single") not in ALLOCATION_MODES:
+        return f"allocationMode must be one of {', '.join(ALLOCATION_MODES)}"
+    return ""
 
 
 def _result(entry: CheckpointedClaim) -> PrepareResult:

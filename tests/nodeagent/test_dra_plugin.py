@@ -154,7 +154,9 @@ def test_a_slice_the_api_server_refuses_is_tried_again_later(plugin, cluster):
     assert cluster.count("POST", "resourceslices") == 4  # 3 refused, 1 created
 
 
-def claim_object(name: str, *, pool: str = "tray-1", config: bool = True) -> dict:
+def claim_object(
+    name: str, *, pool: str = "tray-1", config: bool = True, **parameters: object
+) -> dict:
     devices: dict = {
         "results": [
             {"request": "channel", "driver": DRIVER_NAME, "pool": pool, "device": "channel"}
@@ -172,6 +174,7 @@ def claim_object(name: str, *, pool: str = "tray-1", config: bool = True) -> dic
                         "kind": "ComputeDomainChannelConfig",
                         "domainID": str(uuid.uuid4()),
                         "allocationMode": "Single",
+                        **parameters,
                     },
                 },
             }
@@ -189,6 +192,15 @@ def claim_object(name: str, *, pool: str = "tray-1", config: bool = True) -> dic
     [
         (claim_object("elsewhere", pool="tray-2"), "is not allocated to a device of driver"),
         (claim_object("bare", config=False), "carries no ComputeDomainChannelConfig"),
+        # NVIDIA's unknown-field test: its claim, in our driver's name.
+        (
+            claim_object("typo", unexpectedField="foo"),
+            "is not a portal.domains/v1 ComputeDomainChannelConfig: strict decoding error: "
+            'unknown field "unexpectedField"',
+        ),
+        (claim_object("other-kind", kind="ComputeDomainDaemonConfig"), "kind"),
+        (claim_object("no-domain", domainID=""), "domainID must name the ComputeDomain"),
+        (claim_object("mode", allocationMode="Some"), "allocationMode must be one of"),
         (claim_object("ok"), "has not joined the portal yet"),
     ],
 )

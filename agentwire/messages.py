@@ -345,7 +345,15 @@ class ClaimAdmission(TypedDict):
     domain_uid: Annotated[Uuid, wire(description="The domain's uid.")]
     domain_name: Annotated[str, wire(minLength=3, maxLength=200, description="<namespace>/<name>")]
     index: Annotated[
-        int, wire(minimum=0, maximum=4095, description="The tray's index in the domain.")
+        int,
+        wire(
+            minimum=-1,
+            maximum=4095,
+            description=(
+                "The tray's index in the domain; -1 for a tray in no NVLink clique, whose "
+                "claim is prepared without an IMEX channel (as NVIDIA's driver does)."
+            ),
+        ),
     ]
     joined: Annotated[bool, wire(description="True when this claim made the tray a member.")]
 

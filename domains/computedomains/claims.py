@@ -16,7 +16,6 @@ workload the tray's last claim takes it out of the domain.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -24,7 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentwire.messages import ClaimRef
-from domains.audit.events import CONTROLLER, Actor, record_event
+from domains.audit.events import Actor, record_event
 from domains.computedomains import admission
 from domains.computedomains.following import join_refusal
 from domains.computedomains.models import (
@@ -33,7 +32,6 @@ from domains.computedomains.models import (
     ComputeDomain,
     DomainClaim,
     DomainMember,
-    MemberState,
     Phase,
 )
 from domains.computedomains.phases import (
@@ -46,9 +44,10 @@ from domains.computedomains.phases import (
 )
 from domains.computedomains.selectors import RUNNING_PHASES, quota_usage
 from domains.errors import Conflict, NotFound, QuotaExceeded
-from domains.inventory.models import Node
+from domains.inventory.models import Node, NodeCondition
 from domains.signals import (
     announce_desired_state,
+    announce_domain,
     announce_nodes,
     announce_peers_changed,
 )
@@ -67,7 +66,8 @@ def claim_title(claim: ClaimRef) -> str:
 @dataclass(frozen=True)
 class Admission:
     domain: ComputeDomain
-    member: DomainMember
+    # None: the tray is in no NVLink clique; the claim is prepared without a channel.
+    member: DomainMember | None
     joined: bool  # this claim made the tray a member
 
 
@@ -127,6 +127,8 @@ def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef, *, may_join: bool
         raise Conflict(
             f"{claim_title(claim)}: ComputeDomain {domain} is {domain.phase}; it takes no new pods"
         )
+    if _without_fabric(node):
+        return _admit_without_channel(domain, node, claim, held)
     member = (
         DomainMember.objects.filter(domain=domain, node=node, active=True)
         .select_related("node")
@@ -150,22 +152,47 @@ def _admit(domain: ComputeDomain, node: Node, claim: ClaimRef, *, may_join: bool
             "those trays"
         )
     if held is None:
-        DomainClaim.objects.create(
-            domain=domain,
-            node=node,
-            claim_uid=claim["uid"],
-            namespace=claim["namespace"],
-            name=claim["name"],
-        )
-        record_event(
-            actor=Actor.for_agent(node),
-            verb="claim.prepared",
-            obj=domain,
-            node=node,
-            message=f"{claim_title(claim)} on {node.hostname}",
-            details={"claim_uid": claim["uid"], "index": member.index},
-        )
+        _record(domain, node, claim, index=member.index)
     return Admission(domain=domain, member=member, joined=joined)
+
+
+def _without_fabric(node: Node) -> bool:
+    """A tray in no NVLink clique for good: no clique, and nothing (a blocking condition:
+    fabric registration unfinished, NVML away) says it may be in one once it settles."""
+    if node.clique_id is not None:
+        return False
+    return not NodeCondition.objects.filter(node=node, blocking=True).exists()
+
+
+def _admit_without_channel(
+    domain: ComputeDomain, node: Node, claim: ClaimRef, held: DomainClaim | None
+) -> Admission:
+    """As NVIDIA's driver prepares a claim on a node that is not fabric-attached: the pod
+    runs, without an IMEX channel (it can share no GPU memory over NVLink), and the tray
+    joins no IMEX domain; its claim is recorded, so the domain's status lists the tray."""
+    if held is None:
+        _record(domain, node, claim, index=-1)
+    return Admission(domain=domain, member=None, joined=False)
+
+
+def _record(domain: ComputeDomain, node: Node, claim: ClaimRef, *, index: int) -> None:
+    DomainClaim.objects.create(
+        domain=domain,
+        node=node,
+        claim_uid=claim["uid"],
+        namespace=claim["namespace"],
+        name=claim["name"],
+    )
+    without = " (in no NVLink clique: without an IMEX channel)" if index < 0 else ""
+    record_event(
+        actor=Actor.for_agent(node),
+        verb="claim.prepared",
+        obj=domain,
+        node=node,
+        message=f"{claim_title(claim)} on {node.hostname}{without}",
+        details={"claim_uid": claim["uid"], "index": index},
+    )
+    announce_domain(domain)  # its published status lists the trays its pods are on
 
 
 def claim_release(*, node: Node, claim_uid: str) -> ComputeDomain:
@@ -192,6 +219,7 @@ def claim_release(*, node: Node, claim_uid: str) -> ComputeDomain:
         others = DomainClaim.objects.filter(domain=domain, node=node, released_at__isnull=True)
         if domain.follows_workload and domain.phase in RUNNING_PHASES and not others.exists():
             _leave(domain, node)
+        announce_domain(domain)  # its published status lists the trays its pods are on
         return domain
 
 
@@ -248,7 +276,7 @@ def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
         reason="Forming",
         message=message,
     )
-    _announce_membership(domain, [node.pk])
+    announce_membership(domain, [node.pk])
     return member
 
 
@@ -348,81 +376,10 @@ def _leave(domain: ComputeDomain, node: Node) -> None:
     )
     if remaining:
         aggregate(domain)
-    _announce_membership(domain, [node.pk])
+    announce_membership(domain, [node.pk])
 
 
-def drop_stuck_joiners(*, domain_id: int, now: datetime | None = None) -> int:
-    """The formation deadline passed for a domain that follows its workload: the trays whose
-    own IMEX daemon never became ready are dropped, so the others can form without them.
-
-    Such a tray leaves the domain (its agent tears down as for a leave), its claims are let
-    go of with a refusal that every later prepare is answered with (delete the pod so it is
-    scheduled again; cordon the tray if its daemon keeps failing), and the domain gets a new
-    deadline. Returns how many trays were dropped; 0 when it cannot tell whom to blame (no
-    member is stuck before its own daemon, or every member is): the caller then fails the
-    domain as for a placed one.
-    """
-    now = now or timezone.now()
-    with transaction.atomic():
-        domain = lock_domain(domain_id)
-        if (
-            domain is None
-            or not domain.follows_workload
-            or domain.phase != Phase.FORMING
-            or domain.formation_deadline is None
-            or domain.formation_deadline >= now
-        ):
-            return 0
-        members = list(domain.members.filter(active=True).select_related("node"))
-        stuck = [
-            m for m in members if m.state != MemberState.READY and m.daemon_state != DAEMON_READY
-        ]
-        if not stuck or len(stuck) == len(members):
-            return 0
-        deadline = settings.PORTAL["FORMATION_DEADLINE"]
-        for member in sorted(stuck, key=lambda m: m.index):
-            _drop(domain, member, deadline, now)
-        transition(  # the members' events, recorded by _drop, tell the change
-            domain,
-            Phase.FORMING,
-            Phase.FORMING,
-            verb=None,
-            bump=True,
-            formation_deadline=now + deadline,
-            reason="Forming",
-            message=f"dropped {', '.join(m.node.hostname for m in stuck)}: IMEX daemon not "
-            "ready by the formation deadline",
-        )
-        aggregate(domain)
-        _announce_membership(domain, [m.node_id for m in stuck])
-    return len(stuck)
-
-
-def _drop(domain: ComputeDomain, member: DomainMember, deadline: timedelta, now: datetime) -> None:
-    node = member.node
-    said = member.message or member.daemon_state or "nothing: its agent never reported"
-    why = (
-        f"tray {node.hostname} was dropped from ComputeDomain {domain}: its IMEX daemon was not "
-        f"ready {deadline.total_seconds():.0f} s after it joined (agent said: {said}); the "
-        f"other trays carry on without it. Delete this pod so that it is scheduled again, "
-        f"and cordon {node.hostname} (see its page in the portal) if its daemon keeps failing"
-    )
-    release_member(member, message=f"dropped: IMEX daemon not ready by the deadline ({said})")
-    DomainClaim.objects.filter(domain=domain, node=node, released_at__isnull=True).update(
-        released_at=now, refusal=why[:4000]
-    )
-    record_event(
-        actor=CONTROLLER,
-        verb="member.dropped",
-        obj=domain,
-        node=node,
-        message=f"{node.hostname} #{member.index} dropped: IMEX daemon not ready by the "
-        f"formation deadline ({said})",
-        details={"index": member.index, "step": member.step, "message": member.message},
-    )
-
-
-def _announce_membership(domain: ComputeDomain, changed: list[int]) -> None:
+def announce_membership(domain: ComputeDomain, changed: list[int]) -> None:
     """The joining (or leaving) tray hears at once: a pod waits for it. The other members
     learn the new peer list a moment later, once per burst (`peers_changed`). The domain
     itself was announced by its transition."""

@@ -17,7 +17,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from domains.audit.events import CONTROLLER, record_event
-from domains.computedomains.claims import drop_stuck_joiners
+from domains.computedomains.dropping import drop_stuck_joiners
 from domains.computedomains.members import member_fail
 from domains.computedomains.models import ComputeDomain, DomainMember, MemberState, Phase
 from domains.computedomains.phases import (

@@ -206,18 +206,7 @@ class ClaimDriver:
                     pool=self.tray.node_name,
                 )
                 self.checkpoint.save()
-            admitted = self.tray.admit(claim, domain_uid)
-            wait = 0.0 if self.stopping.is_set() else max(0.0, deadline - time.monotonic())
-            serving = self.tray.wait_serving(domain_uid, wait)
-            domain = admitted.get("domain_name") or domain_uid
-            if serving is None or serving.daemon_state != "READY" or not serving.channels:
-                state = serving.daemon_state if serving else "not started"
-                raise Refused(
-                    f"the IMEX daemon on {self.tray.node_name} is not ready for ComputeDomain "
-                    f"{domain} yet (nvidia-imex {state or 'not answering'}); the kubelet "
-                    "retries, nothing to do unless this lasts"
-                )
-            cdi_id = self._write_cdi(claim.uid, serving)
+            cdi_ids, domain = self._serve(claim, domain_uid, deadline)
         except Refused as exc:
             if not exc.held:
                 self._forget(claim.uid)
@@ -228,14 +217,37 @@ class ClaimDriver:
         with self.lock:
             begun = self.claims.get(claim.uid)
             if begun is not None:
-                entry = begun.to(ClaimState.PREPARED, cdi_device_ids=(cdi_id,))
+                entry = begun.to(ClaimState.PREPARED, cdi_device_ids=cdi_ids)
                 self.claims[claim.uid] = entry
                 self.checkpoint.save()
         if begun is None:  # `drop_stale` found its ResourceClaim gone meanwhile and undid it
             remove(self.cdi_path(claim.uid))
             return PrepareResult(error=f"{where}: deleted while it was being prepared"), False
-        log.info("%s: prepared %s (%s) for domain %s", self.tray.node_name, where, cdi_id, domain)
+        devices = ", ".join(cdi_ids) or "no channel"
+        log.info("%s: prepared %s (%s) for domain %s", self.tray.node_name, where, devices, domain)
         return _result(entry), False
+
+    def _serve(
+        self, claim: ClaimRef, domain_uid: str, deadline: float
+    ) -> tuple[tuple[str, ...], str]:
+        """Admitted by the portal, the tray's daemon READY for the domain, the claim's CDI
+        spec written: (its CDI device ids, the domain's name). A tray in no NVLink clique
+        (the portal's index -1) is prepared without a channel, as NVIDIA's driver prepares a
+        claim on a node that is not fabric-attached: no daemon to wait for, no CDI spec."""
+        admitted = self.tray.admit(claim, domain_uid)
+        domain = str(admitted.get("domain_name") or domain_uid)
+        if admitted.get("index") == -1:
+            return (), domain
+        wait = 0.0 if self.stopping.is_set() else max(0.0, deadline - time.monotonic())
+        serving = self.tray.wait_serving(domain_uid, wait)
+        if serving is None or serving.daemon_state != "READY" or not serving.channels:
+            state = serving.daemon_state if serving else "not started"
+            raise Refused(
+                f"the IMEX daemon on {self.tray.node_name} is not ready for ComputeDomain "
+                f"{domain} yet (nvidia-imex {state or 'not answering'}); the kubelet "
+                "retries, nothing to do unless this lasts"
+            )
+        return (self._write_cdi(claim.uid, serving),), domain
 
     def _allocation(self, claim: ClaimRef, where: str) -> tuple[str, str]:
         """(request name, domain uid) of the claim's allocation on this tray's device."""

@@ -14,7 +14,7 @@ from django.utils import timezone
 from agentwire.messages import ClaimRef
 from domains.agents.desired import desired_state_for
 from domains.audit.events import Actor
-from domains.computedomains.claims import claim_admit
+from domains.computedomains.claims import claim_admit, claim_release
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.computedomains.services import domain_release
 from domains.errors import Conflict
@@ -110,3 +110,51 @@ def test_it_refuses_the_trays_its_slices_call_not_eligible(cliques, ns_a, tenant
     # The tray its slice calls eligible is taken.
     assert scheduling(desired_state_for(free[1])) == ("", True)
     assert claim_admit(node=free[1], claim=claim(), domain_uid=str(domain.uid)).joined
+
+
+@pytest.mark.parametrize("num_nodes", [0, 1])
+def test_a_tray_in_no_clique_is_admitted_without_a_channel_as_nvidias_driver_does(
+    cliques, ns_a, tenant_a, num_nodes
+):
+    """A GPU node that is not fabric-attached (a PCIe card, an all-zero cluster uuid): NVIDIA's
+    driver prepares a ComputeDomain claim there without an IMEX channel. The tray joins no
+    IMEX domain and takes no quota; its claim is recorded and let go of as any other."""
+    first, _ = cliques
+    plain = first[3]
+    Node.objects.filter(pk=plain.pk).update(clique=None)
+    plain.refresh_from_db()
+    domain = (
+        follow(ns_a, tenant_a)
+        if num_nodes == 0
+        else request_and_place(ns_a, tenant_a, name="placed", num_nodes=1)
+    )
+    ref = claim()
+    admitted = claim_admit(node=plain, claim=ref, domain_uid=str(domain.uid))
+    assert admitted.member is None and not admitted.joined
+    assert not domain.members.filter(node=plain).exists()
+    again = claim_admit(node=plain, claim=ref, domain_uid=str(domain.uid))  # idempotent
+    assert again.member is None
+    held = domain.claims.get(claim_uid=ref["uid"], released_at__isnull=True)
+    assert held.node_id == plain.pk
+    claim_release(node=plain, claim_uid=ref["uid"])
+    assert not domain.claims.filter(released_at__isnull=True).exists()
+    domain.refresh_from_db()
+    assert domain.phase in (Phase.ADMITTED, Phase.FORMING, Phase.READY)
+
+
+def test_a_tray_without_a_clique_that_may_get_one_is_not_admitted_without_a_channel(
+    cliques, ns_a, tenant_a
+):
+    """No clique *yet*: its fabric registration unfinished (a blocking condition). Prepared
+    without a channel, its pod would run for good without one: it waits instead."""
+    first, _ = cliques
+    waiting = first[3]
+    Node.objects.filter(pk=waiting.pk).update(clique=None)
+    waiting.refresh_from_db()
+    waiting.conditions.create(
+        type="FabricNotReady", blocking=True, message="IN_PROGRESS", since=timezone.now()
+    )
+    domain = follow(ns_a, tenant_a)
+    with pytest.raises(Conflict, match=r"has no NVLink clique or management IP yet"):
+        claim_admit(node=waiting, claim=claim(), domain_uid=str(domain.uid))
+    assert not domain.claims.exists()

@@ -519,3 +519,33 @@ def test_a_checkpointed_claim_whose_resourceclaim_is_gone_is_unprepared(cluster,
     assert not driver.cdi_path(refs["deleted"].uid).exists()
     assert driver.cdi_path(refs["kept"].uid).exists()
     assert driver.drop_stale() == []  # idempotent
+
+
+class PlainTray(ServingTray):
+    """A GPU node in no NVLink clique: the portal admits the claim with index -1."""
+
+    def admit(self, claim, domain_uid: str) -> dict:
+        self.admitted.append(claim.uid)
+        return {"domain_name": "team-a/train", "index": -1, "joined": False}
+
+    def wait_serving(self, domain_uid: str, timeout: float) -> Serving:
+        raise AssertionError("no IMEX daemon serves a tray in no clique: nothing to wait for")
+
+
+def test_a_tray_in_no_clique_prepares_the_claim_without_a_channel(cluster, tmp_path):
+    """As NVIDIA's driver does on a node that is not fabric-attached: the claim is prepared
+    (the pod starts), with no CDI device and no IMEX channel; unprepare gives it back."""
+    left: list[str] = []
+    tray = PlainTray(tmp_path)
+    tray.leave = lambda claim: left.append(claim.uid)  # type: ignore[method-assign]
+    stored = cluster.apply(claim_object("plain-0"))
+    ref = ClaimRef("team-a", stored["metadata"]["uid"], "plain-0")
+    driver = slow_driver(cluster, tmp_path, tray)
+    answer = driver.prepare([ref])[ref.uid]
+    assert answer.error == ""
+    (device,) = answer.devices
+    assert device.cdi_device_ids == [] and device.device_name == "channel"
+    assert not driver.cdi_path(ref.uid).exists()
+    assert driver.prepare([ref])[ref.uid].devices == [device]  # asked again: the same
+    assert tray.admitted == [ref.uid]
+    assert driver.unprepare([ref]) == {ref.uid: ""} and left == [ref.uid]

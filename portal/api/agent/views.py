@@ -156,7 +156,7 @@ class ClaimsView(NodeScopedView):
         body: ClaimAdmission = {
             "domain_uid": str(domain.uid),
             "domain_name": f"{domain.namespace.name}/{domain.name}",
-            "index": admitted.member.index,
+            "index": admitted.member.index if admitted.member else -1,
             "joined": admitted.joined,
         }
         return Response(body)

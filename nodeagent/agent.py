@@ -117,9 +117,11 @@ class Agent:
         now = time.monotonic()
         self.facts.refresh(now)
         self.link.sync_facts(now)
-        self.serving.start(self.link.desired)
+        desired, fetched = self.link.advertised()
+        self.serving.start(desired, fetched=fetched)
         want = self.link.desired_or_last(now)["domain"]
-        self.serving.publish_slice(self.link.desired)  # names the domain the tray serves now
+        desired, fetched = self.link.advertised()  # names the domain the tray serves now
+        self.serving.publish_slice(desired, fetched=fetched)
         report, delay = self.apply(want) if want else self.release()
         metrics.observed(report)
         self.send_report(report)

@@ -82,6 +82,12 @@ class Paths:
         return self.state_dir / "agent/applied.json"
 
     @property
+    def desired(self) -> Path:
+        """The last desired state fetched: until a restarted agent fetches one, its tray's
+        ResourceSlice says what this one said (never free while it serves a domain)."""
+        return self.state_dir / "agent/desired.json"
+
+    @property
     def driver_libs(self) -> Path:
         """Links to the driver root's own libraries, for the IMEX binaries' loader."""
         return self.state_dir / "driver-libs"

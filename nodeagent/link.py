@@ -13,8 +13,11 @@ from __future__ import annotations
 import json
 import random
 import threading
+from pathlib import Path
 
-from agentwire.messages import DesiredState
+import jsonschema
+
+from agentwire.messages import DESIRED_STATE_SCHEMA, DesiredState
 from nodeagent.client import MalformedDocument, Nudger, PortalClient, PortalError, Unauthorized
 from nodeagent.config import AgentConfig
 from nodeagent.facts import FactsKeeper
@@ -24,6 +27,7 @@ from nodeagent.traylog import TrayLog
 # Retries back off, but stay well under the portal's heartbeat staleness (30 s by default):
 # a cycle that fails for a local reason must not make a healthy member look lost.
 MAX_BACKOFF_S = 10.0
+DESIRED_STATE = jsonschema.Draft202012Validator(DESIRED_STATE_SCHEMA)
 
 
 def backoff(delay: float) -> float:
@@ -49,7 +53,8 @@ class PortalLink:
         self.wake = wake
         self.client = PortalClient(config.portal)
         self.nudger: Nudger | None = None
-        self.desired: DesiredState | None = None
+        self.desired: DesiredState | None = None  # fetched by this agent process
+        self.last_known: DesiredState | None = _last_known(config.paths.desired)
         self.nudged = True
         self.next_fetch = 0.0
         self.retry = 0.0  # backoff of a failed desired-state fetch (0: none failed)
@@ -164,8 +169,38 @@ class PortalLink:
             raise
         self.log.debug("fetched desired state")
         self.next_fetch = now + self.cfg.poll_interval * random.uniform(0.8, 1.2)
+        self.keep(self.desired)
         return self.desired
+
+    def keep(self, desired: DesiredState) -> None:
+        """Keep the desired state on disk (when it changed) for the next agent process. No
+        fsync: a file lost to a power cut reads as none, which advertises the tray as not
+        eligible until the portal answers (never as free)."""
+        if desired == self.last_known:
+            return
+        try:
+            write_atomic(self.paths.desired, _json(dict(desired)), durable=False)
+        except OSError as exc:  # a full disk: the tray runs on; only a restart reads it
+            self.log.warning("desired state not kept on disk: %s", exc)
+        self.last_known = desired
+
+    def advertised(self) -> tuple[DesiredState | None, bool]:
+        """What the tray's ResourceSlice says: (the desired state, fetched by this process).
+        Before its first fetch, the last one an earlier agent kept."""
+        if self.desired is not None:
+            return self.desired, True
+        return self.last_known, False
 
 
 def _json(doc: dict[str, object]) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def _last_known(path: Path) -> DesiredState | None:
+    """The desired state an earlier agent kept, if it is one (a file from another version
+    that does not fit the contract is no desired state at all)."""
+    doc = read_json(path)
+    if doc is None or not DESIRED_STATE.is_valid(doc):
+        return None
+    desired: DesiredState = doc  # type: ignore[assignment]
+    return desired

@@ -58,17 +58,18 @@ class TrayServing:
         return DraPlugin(config, node_name=name, root=self.paths.root, client=client, tray=self)
 
     # --- the loop's side --------------------------------------------------------------------
-    def start(self, desired: DesiredState | None) -> None:
+    def start(self, desired: DesiredState | None, *, fetched: bool) -> None:
         """Once joined (admitting a claim needs the node token): the plugin's servers, the
-        slice with the domain last known (the portal may be away), stale claims undone."""
+        slice with the domain last known (the portal may be away: then not eligible), stale
+        claims undone."""
         if self.plugin is not None:
             self.plugin.start()
-            self.publish_slice(desired)
+            self.publish_slice(desired, fetched=fetched)
             self.plugin.drop_stale_claims()
 
-    def publish_slice(self, desired: DesiredState | None) -> None:
+    def publish_slice(self, desired: DesiredState | None, *, fetched: bool) -> None:
         if self.plugin is not None:
-            domain, eligible = scheduling(desired)
+            domain, eligible = scheduling(desired, fetched=fetched)
             self.plugin.publish_slice(dict(self.facts.document()), domain, eligible=eligible)
 
     def serve(

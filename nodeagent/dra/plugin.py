@@ -99,16 +99,17 @@ class DraPlugin:
             ).start()
 
     def stop(self) -> None:
-        """The agent stops serving the tray: no more kubelet calls, no slice to allocate."""
+        """The agent stops: no more kubelet calls. The slice stays (see `slices`): the next
+        agent advertises the tray as this one did until it hears from the portal."""
         if self.started:
             self.watching.set()
             self.driver.stop()
             self.server.stop()
             self.started = False
-        self.slices.remove(self.node_name)
+        self.slices.let_go()
 
     def publish_slice(
-        self, facts: dict[str, Any], domain: str = "", *, eligible: bool = True
+        self, facts: dict[str, Any], domain: str = "", *, eligible: bool = False
     ) -> None:
         """Keep the tray's ResourceSlice current; API trouble is retried a few seconds on."""
         now = time.monotonic()

@@ -5,9 +5,11 @@ The scheduler allocates a domain's claims to this device; its attributes say whi
 clique and which tray it sits on ("" while the clique is unknown), which domain it serves
 (`domain`, the uid; "" while free) and whether a claim may make it a new member
 (`eligible`), so the domain's claim template selects only trays its admission would take. The
-agent owns the slice: it creates it once it knows the tray's facts, rewrites it when they
-change (bumping the pool's generation) and deletes it when it stops serving the
-tray.
+agent owns the slice: it creates it once it knows the tray's facts and rewrites it when
+they change (bumping the pool's generation). It never deletes it when it stops, as
+NVIDIA's kubelet plugin never does: a restarted agent finds its tray advertised as it was
+(never as free while it serves a domain), and the kubelet itself wipes the slices of a
+driver that stays unregistered (a plugin that is really gone, an uninstall).
 
 `v1` (Kubernetes 1.34) lists a device's attributes on the device itself; `v1beta1` (1.32,
 1.33) under `devices[].basic`.
@@ -46,14 +48,20 @@ class SliceFacts:
     eligible: bool = True
 
 
-def scheduling(desired: DesiredState | None) -> tuple[str, bool]:
+def scheduling(desired: DesiredState | None, *, fetched: bool = True) -> tuple[str, bool]:
     """The slice's `domain` and `eligible` from the portal's desired state: the uid of the
     domain the tray serves ("" free) and whether a claim may make it a new member (taken as
-    True when the portal leaves it out, or before the first fetch)."""
+    True when the portal leaves it out).
+
+    Until the agent has fetched one since it started (`fetched` False; the portal may be
+    away), `desired` is the last one it fetched before (kept on its disk), and the tray is
+    never eligible: a Pending pod of a domain that follows its workload must not be
+    allocated a tray that may serve another domain, and would then hang. No desired state
+    at all (a new agent): free, not eligible."""
     if desired is None:
-        return "", True
+        return "", False
     held = desired["domain"]
-    return (held["uid"] if held else ""), desired.get("eligible", True)
+    return (held["uid"] if held else ""), fetched and desired.get("eligible", True)
 
 
 def slice_name(node: str) -> str:
@@ -178,13 +186,8 @@ class SlicePublisher:
             stop.wait(retry * random.uniform(0.5, 1.0))
             retry = min(retry * 2, WATCH_RETRY_MAX_S)
 
-    def remove(self, node: str) -> None:
+    def let_go(self) -> None:
+        """The agent stops: the slice stays as it is, and its watch (ending with the agent)
+        publishes it no more."""
         with self.lock:
-            self.wanted = None  # first: the watch must not publish it again
-            try:
-                self.api.delete_slice(slice_name(node))
-            except KubeError as exc:
-                log.warning("%s: could not delete ResourceSlice: %s", node, exc)
-                return
-            self.published = None
-            log.info("%s: removed ResourceSlice %s", node, slice_name(node))
+            self.wanted = None

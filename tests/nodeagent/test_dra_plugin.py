@@ -137,8 +137,8 @@ def test_the_tray_publishes_one_valid_slice_and_keeps_it_current(plugin, cluster
     assert_valid_dra(moved)
     assert moved["spec"]["pool"]["generation"] == 2
 
-    plugin.stop()  # the agent stops serving the tray: its slice goes
-    assert cluster.get("resourceslices", name) is None
+    plugin.stop()  # the agent stops: its slice stays, as NVIDIA's plugin leaves its own
+    assert cluster.get("resourceslices", name)["spec"] == moved["spec"]
 
 
 def test_a_slice_the_api_server_refuses_is_tried_again_later(plugin, cluster):
@@ -369,11 +369,14 @@ def test_a_slice_deleted_while_the_watch_was_down_is_found_by_the_relist(cluster
         assert wait_for_slice(cluster, name, 5) is not None
 
 
-def test_a_slice_the_agent_removed_itself_stays_removed(plugin, cluster):
+def test_a_stopped_agent_leaves_its_slice_and_republishes_it_no_more(plugin, cluster):
+    """The kubelet's own wipe of a plugin that stays unregistered removes the slice of an
+    agent that is really gone: the stopped agent's watch must not publish it again."""
     plugin.publish_slice(FACTS)
     name = f"tray-1-{DRIVER_NAME}"
     plugin.stop()
-    assert cluster.get("resourceslices", name) is None
+    assert cluster.get("resourceslices", name) is not None
+    cluster.delete("resourceslices", name)  # the kubelet's delayed wipe
     time.sleep(1)  # the watch saw the deletion
     assert cluster.get("resourceslices", name) is None
 

@@ -252,10 +252,14 @@ class DesiredDomain(TypedDict):
     imex: ImexPorts
     channels: Annotated[ChannelSpec, wire(one_of=(SingleChannels, AllChannels))]
     # Set for a domain that follows its workload: the nodes file lists a fixed set of stable
-    # names (`portal-imex-<i>`, i < 18, whatever the number), `peers` the members now; names
-    # are mapped to the members' IPs in the tray's hosts file and the daemon re-resolves them
-    # on SIGUSR1, so a member joining or leaving never restarts the daemons of the others.
+    # names (`portal-imex-<names>-<i>`, i < 18, whatever the number), `peers` the members
+    # now; every name is mapped in the tray's hosts file (a member's IP, or a sentinel
+    # address for a slot nobody holds) and the daemon re-resolves them on SIGUSR1, so a
+    # member joining or leaving never restarts the daemons of the others.
     slots: NotRequired[Annotated[int, _int(1, 4096)]]
+    # The domain's token in those names, so that no two domains' daemons list the same
+    # names. Left out for a domain from before names carried one (`portal-imex-<i>`).
+    names: NotRequired[Annotated[str, wire(pattern="^[0-9a-z]{1,16}$")]]
     # True while the domain's members are still changing (a burst of joins or leaves): the
     # portal nudges every member once the burst is over, and a daemon's re-resolve (one per
     # 5 s) is best spent then, on the whole list.

@@ -175,8 +175,8 @@ class Agent:
         if checked.restart and self.keeper.daemon.running():
             self.log.info("IMEX peers or addresses changed; restarting nvidia-imex")
             self.keeper.daemon.stop(self.cfg.stop_timeout)
-        if checked.peers is not None:
-            self.keeper.follow_peers(checked.peers, settling=checked.settling)
+        if checked.hosts is not None:
+            self.keeper.follow_peers(checked.hosts, settling=checked.settling)
         return checked.error
 
     def release(self) -> tuple[StatusReport, float]:
@@ -199,7 +199,7 @@ class Agent:
         self.observer.daemon_ready = False
         self.keeper.stop()
         self.files.remove_all()
-        self.keeper.daemon.set_peers({})
+        self.keeper.daemon.set_hosts({})
 
     def send_report(self, report: StatusReport) -> None:
         if self.reporter.send(report) and report["clean"] and report["domain_uid"]:

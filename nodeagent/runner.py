@@ -55,7 +55,7 @@ from typing import Any, cast
 
 from nodeagent.config import AGENT_VERSION, Paths, split_command
 from nodeagent.driver import CapabilityError, DriverRoot, ensure_imex_mgmt
-from nodeagent.imex.files import write_hosts
+from nodeagent.imex.files import legacy_peers, slot_name, write_hosts
 from nodeagent.imex.runnerfiles import (
     HEARTBEAT_S,
     PROTOCOL,
@@ -144,11 +144,11 @@ class Runner:
         if generation == self.peers_generation:
             return
         try:
-            peers = {int(slot): str(ip) for slot, ip in (request["peers"] or {}).items()}
+            hosts = _requested_hosts(request)
         except (AttributeError, TypeError, ValueError):
-            log.error("request.json: peers must map slot numbers to IPs: %r", request["peers"])
+            log.error("request.json: hosts must map names to IPs: %r", request["hosts"])
             return
-        if write_hosts(self.hosts_file, peers):
+        if write_hosts(self.hosts_file, hosts):
             log.info("peers (generation %s) written to %s", generation, self.hosts_file)
         self.peers_generation = generation
 
@@ -217,6 +217,14 @@ class Runner:
         status: RunnerStatus = {**doc, "updated_at": now}  # type: ignore[typeddict-item]
         write_status(self.paths, status)
         self.written, self.written_at = doc, now
+
+
+def _requested_hosts(request: RunnerRequest) -> dict[str, str]:
+    """The block of names the agent asks for: `hosts` (protocol 2), or the members by slot
+    of an agent of protocol 1 (`portal-imex-<slot>`, only the members)."""
+    if request["protocol"] >= 2:
+        return {str(name): str(ip) for name, ip in request["hosts"].items()}
+    return {slot_name(int(slot)): str(ip) for slot, ip in request["peers"].items()}
 
 
 class RunnerDaemon:
@@ -289,20 +297,23 @@ class RunnerDaemon:
                 f"the IMEX runner has not answered for {max(waited, STALE_S):.0f} s "
                 f"({status_path(self.paths)}): is its pod running on this tray?"
             )
-        if request["peers"] and status is not None and "peers_generation" not in status and taken:
+        if request["hosts"] and status is not None and taken and _too_old(request, status):
             return (
-                f"the IMEX runner (version {status['version'] or 'unknown'}) does not write "
-                "the peers of a domain that follows its workload into its hosts file: delete "
-                "its pod while the tray is idle so that the current one replaces it"
+                f"the IMEX runner (version {status['version'] or 'unknown'}) cannot write "
+                "the peer names of this domain that follows its workload into its hosts "
+                "file: delete its pod while the tray is idle so that the current one "
+                "replaces it"
             )
         return ""
 
-    def set_peers(self, peers: Mapping[int, str]) -> None:
+    def set_hosts(self, hosts: Mapping[str, str]) -> None:
         request = self._request()
-        wanted = {str(slot): ip for slot, ip in sorted(peers.items())}
-        if request["peers"] == wanted:
+        wanted = dict(hosts)
+        if request["hosts"] == wanted:
             return
-        self._write(peers=wanted, peers_generation=request["peers_generation"] + 1)
+        peers = {str(slot): ip for slot, ip in sorted(legacy_peers(hosts).items())}
+        generation = request["peers_generation"] + 1
+        self._write(hosts=wanted, peers=peers, peers_generation=generation)
 
     def peers_applied(self) -> bool:
         """Whether the runner has written the peer list last asked for."""
@@ -326,6 +337,14 @@ class RunnerDaemon:
             time.sleep(0.05)
         self.pid = None
         self.exit_code = None
+
+
+def _too_old(request: RunnerRequest, status: RunnerStatus) -> bool:
+    """Whether the runner cannot write the requested names: one that writes no peers at all,
+    or one of protocol 1 asked for names with a token."""
+    if "peers_generation" not in status:
+        return True
+    return status["protocol"] < 2 and not legacy_peers(request["hosts"])
 
 
 def parser() -> argparse.ArgumentParser:

@@ -64,7 +64,7 @@ class DaemonKeeper:
         self.usr1_at = -USR1_SPACING_S  # when the daemon was last told to re-resolve
         self.resolve_due = 0.0  # when to tell it next (0: nothing pending)
         self.resolve_since = 0.0  # when the first change not yet signalled was written
-        self.hosts_map: dict[int, str] = {}  # slot → IP, as last written to the hosts file
+        self.hosts_map: dict[str, str] = {}  # name → IP, as last written to the hosts file
         self.gather: tuple[str, float] = ("", 0.0)  # (domain uid, first seen) before a start
 
     # --- running it -------------------------------------------------------------------------
@@ -159,16 +159,19 @@ class DaemonKeeper:
         self.daemon.stop(self.cfg.stop_timeout)
 
     # --- peers of a domain that follows its workload ----------------------------------------
-    def follow_peers(self, mapping: Mapping[int, str], *, settling: bool) -> None:
-        """The members now (slot → IP) into the hosts file the daemon reads; a running
-        daemon re-resolves them once per burst."""
-        self.daemon.set_peers(mapping)
-        gained = any(self.hosts_map.get(i) != ip for i, ip in mapping.items())
-        self.hosts_map = dict(mapping)
+    def follow_peers(self, hosts: Mapping[str, str], *, settling: bool) -> None:
+        """The names and the members' addresses now (name → IP, every name of the nodes
+        file) into the hosts file the daemon reads; a running daemon re-resolves them once
+        per burst."""
+        self.daemon.set_hosts(hosts)
+        changed = dict(hosts) != self.hosts_map
+        self.hosts_map = dict(hosts)
         if self.daemon.running():
-            # A name that left needs nothing (its daemon said goodbye); a new one is
-            # re-resolved once per burst. A daemon not started yet reads it at start.
-            self.resolve_later(gained=gained, settling=settling)
+            # A new member and one that left alike (its name now points nowhere: the daemon
+            # must stop trying an address another domain's tray may get next, as NVIDIA's
+            # daemons are told) are re-resolved once per burst. A daemon not started yet
+            # reads them at start.
+            self.resolve_later(changed=changed, settling=settling)
 
     def paced(self, want: DesiredDomain, report: StatusReport, delay: float) -> float:
         """The cycle's `delay`, shortened to when the daemon is next told to re-resolve."""
@@ -192,10 +195,10 @@ class DaemonKeeper:
         self.log.info("IMEX peers changed; nvidia-imex told to re-resolve (SIGUSR1)")
         self.usr1_at, self.resolve_due, self.resolve_since = time.monotonic(), 0.0, 0.0
 
-    def resolve_later(self, *, gained: bool, settling: bool) -> None:
+    def resolve_later(self, *, changed: bool, settling: bool) -> None:
         """One SIGUSR1 for the names that got a new address, once the burst is over."""
         now = time.monotonic()
-        if gained:
+        if changed:
             self.resolve_since = self.resolve_since or now
         elif not self.resolve_since:
             return  # nothing waits for a re-resolve

@@ -26,6 +26,7 @@ from nodeagent.files import read_json, remove, write_atomic
 from nodeagent.imex.files import (
     MAX_NODES,
     names_unsupported,
+    peer_hosts,
     remove_config,
     render_config,
     render_names,
@@ -45,9 +46,10 @@ class FilesChecked:
     # The config or nodes file changed in what a running daemon reads only at its start:
     # it must be restarted to follow them.
     restart: bool = False
-    # A domain that follows its workload: the members now (slot → IP), for the hosts file
-    # the daemon resolves its stable names through; None for a domain of fixed trays.
-    peers: Mapping[int, str] | None = None
+    # A domain that follows its workload: its names and the members' addresses now (name →
+    # IP, every name of the nodes file), for the hosts file the daemon resolves them
+    # through; None for a domain of fixed trays.
+    hosts: Mapping[str, str] | None = None
     settling: bool = False  # the portal says the members are still changing
 
 
@@ -103,8 +105,11 @@ class TrayFiles:
             self.save_applied(want)
         # Follows its workload: a new peer list is a hosts change and a SIGUSR1, never a
         # restart of this daemon.
-        mapping = {p["index"]: p["ip"] for p in peers} if want.get("slots") else None
-        return FilesChecked(present, error, restart, mapping, bool(want.get("settling")))
+        hosts = None
+        if want.get("slots"):
+            members = {p["index"]: p["ip"] for p in peers}
+            hosts = peer_hosts(members, want.get("names", ""))
+        return FilesChecked(present, error, restart, hosts, bool(want.get("settling")))
 
     def nodes(self, want: DesiredDomain, peers: list[Peer], driver_version: str) -> tuple[str, str]:
         """The nodes file's text, or why there is none (→ (text, error))."""
@@ -119,7 +124,7 @@ class TrayFiles:
                 f"workload, whose nodes file lists {MAX_NODES} names (0 to "
                 f"{MAX_NODES - 1})"
             )
-        return render_names(), ""
+        return render_names(want.get("names", "")), ""
 
     def ensure_channels(self, spec: ChannelSpec, uid: str) -> tuple[list[int], str]:
         major = self.major = channel_major(self.paths.proc_devices)

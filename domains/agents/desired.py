@@ -57,7 +57,7 @@ def desired_state(node_id: int, *, token: str | None = None) -> DesiredState | N
     if row is None:
         return None
     (node_pk, hostname, eligible, index, domain_id, uid, name, namespace, generation, request_id,
-     phase, mode, num_nodes, peers, channels, slots) = row  # fmt: skip
+     phase, mode, num_nodes, name_token, peers, channels, slots) = row  # fmt: skip
     doc: DesiredState = {
         "node": {"id": node_pk, "hostname": hostname},
         "domain": None,
@@ -86,10 +86,12 @@ def desired_state(node_id: int, *, token: str | None = None) -> DesiredState | N
     }
     if num_nodes == 0:
         # A domain that follows its workload: membership changes without restarts. The nodes
-        # file lists a stable name per slot (as many as the clique has trays, identical on
-        # every member), the agents map the members' names to their IPs and tell the daemon
-        # to re-resolve them.
+        # file lists a fixed set of stable names carrying the domain's token (identical on
+        # every member), the agents map them to the members' IPs and tell the daemon to
+        # re-resolve them.
         want["slots"] = max(slots, index + 1)
+        if name_token:
+            want["names"] = name_token
         if peers_settling(domain_id):  # a burst of joins is under way (a Redis read)
             want["settling"] = True
     doc["domain"] = want
@@ -125,6 +127,7 @@ SELECT n.{node.id}, n.{node.hostname},
        m.{member.index}, d.{domain.id}, d.{domain.uid},
        d.{domain.name}, ns.{namespace.name}, d.{domain.generation}, d.{domain.request_id},
        d.{domain.phase}, d.{domain.allocation_mode}, d.{domain.num_nodes},
+       d.{domain.imex_name_token},
        CASE WHEN d.{domain.phase} IN ({running}) THEN (
            SELECT json_agg(json_build_array(p.{member.index}, p.{member.ip_address},
                                             pn.{node.hostname})

@@ -132,6 +132,11 @@ class ComputeDomain(models.Model):
     clique = models.ForeignKey(
         Clique, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    # The token in the IMEX peer names of a domain that follows its workload
+    # (`portal-imex-<token>-<i>`), set when it is requested: IMEX takes daemons whose nodes
+    # files list the same names for one domain, so no two domains share them. "" for a
+    # domain from before names carried one: it keeps the names its daemons started with.
+    imex_name_token = models.CharField(max_length=16, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at"]

@@ -9,6 +9,7 @@ reports (`members`) and the periodic controller (`reconcile`) sit beside them.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -117,9 +118,12 @@ def _create(
     actor: Actor, namespace: Namespace, clean: admission.CleanSpec, source: str, approval: bool
 ) -> ComputeDomain:
     now = timezone.now()
+    uid = uuid.uuid4()
     try:
         with transaction.atomic():
             domain = ComputeDomain.objects.create(
+                uid=uid,
+                imex_name_token=uid.hex[:10],
                 namespace=namespace,
                 name=clean.name,
                 labels=clean.labels,

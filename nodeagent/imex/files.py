@@ -63,9 +63,24 @@ def render_nodes(peer_ips: list[str]) -> str:
 # maxNodesPerIMEXDomain, 18 by default: one NVL72 rack), whatever the clique's size. A list
 # that followed the number of trays in the clique changed on every member, and restarted
 # every member's daemon, whenever a tray was added to the clique or relabelled. The names
-# are the portal's own (NVIDIA's are `compute-domain-daemon-%04d`, and NVIDIA's daemon
-# drops every hosts line that names one), so the two drivers never edit each other's lines.
+# are the portal's own (NVIDIA's are `compute-domain-daemon-<token>-%04d`, and NVIDIA's
+# daemon drops every hosts line that names one), so the two drivers never edit each
+# other's lines.
+#
+# Two things NVIDIA learnt in the field, done here too:
+# - Every name of the list is in the hosts file: a slot no member holds maps to
+#   UNUSED_SLOT_IP (nobody listens there). A name left out falls through to DNS, and the
+#   daemon asks for it again and again (with Kubernetes' default `ndots:5`, once per search
+#   domain each time): NVIDIA's users saw IMEX flood CoreDNS.
+# - The names carry a token of the domain (`portal-imex-<token>-<i>`, the desired state's
+#   `names`): IMEX takes two daemons whose nodes files list the same names as one domain,
+#   so with names shared by every domain, a daemon still holding a tray's old address after
+#   that tray moved to another domain saw an identical list and spoke to it (NVIDIA saw
+#   cross-domain IMEX connections after address reuse). A domain formed before the names
+#   carried a token keeps the names it started with (`portal-imex-<i>`): its running
+#   daemons read their nodes file only at start.
 MAX_NODES = 18
+UNUSED_SLOT_IP = "127.0.0.2"  # NVIDIA's sentinel
 # The oldest driver whose nvidia-imex takes names in its nodes file and re-resolves them on
 # SIGUSR1: NVIDIA's driver refuses to run its DNS-name mode on anything older.
 NAMES_MIN_DRIVER = "570.158.01"
@@ -76,8 +91,8 @@ HOSTS_BEGIN = "# BEGIN domain-portal IMEX peers"
 HOSTS_END = "# END domain-portal IMEX peers"
 
 
-def slot_name(index: int) -> str:
-    return f"{SLOT_PREFIX}{index}"
+def slot_name(index: int, token: str = "") -> str:
+    return f"{SLOT_PREFIX}{token}-{index}" if token else f"{SLOT_PREFIX}{index}"
 
 
 def names_unsupported(driver_version: str) -> str:
@@ -99,14 +114,33 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()
 
 
-def render_names() -> str:
+def render_names(token: str = "") -> str:
     """The nodes file of a domain that follows its workload: MAX_NODES names, always."""
-    return "".join(f"{slot_name(i)}\n" for i in range(MAX_NODES))
+    return "".join(f"{slot_name(i, token)}\n" for i in range(MAX_NODES))
 
 
-def write_hosts(path: Path, peers: Mapping[int, str]) -> bool:
-    """Map each member's slot name to its IP in our block of the hosts file, keeping every
-    other line; returns whether the file changed. No peers: the block goes.
+def peer_hosts(peers: Mapping[int, str], token: str = "") -> dict[str, str]:
+    """Every name of the nodes file → the IP of the member in that slot, or UNUSED_SLOT_IP
+    for a slot no member holds (`peers`: slot → IP)."""
+    return {slot_name(i, token): peers.get(i, UNUSED_SLOT_IP) for i in range(MAX_NODES)}
+
+
+def legacy_peers(hosts: Mapping[str, str]) -> dict[int, str]:
+    """The members (slot → IP) of a block of names without a token (an IMEX runner from
+    before tokens and sentinels writes its block from these); {} for names with one."""
+    found = {}
+    for name, ip in hosts.items():
+        slot = name.removeprefix(SLOT_PREFIX)
+        if not slot.isdigit():
+            return {}
+        if ip != UNUSED_SLOT_IP:
+            found[int(slot)] = ip
+    return found
+
+
+def write_hosts(path: Path, hosts: Mapping[str, str]) -> bool:
+    """Map each name (of the nodes file) to its IP in our block of the hosts file, keeping
+    every other line; returns whether the file changed. No names: the block goes.
 
     Always written in place (the same inode), never renamed onto: in a pod, `/etc/hosts` is
     the kubelet's bind mount of the pod's own copy, and only its inode is what the pod's
@@ -114,18 +148,25 @@ def write_hosts(path: Path, peers: Mapping[int, str]) -> bool:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        if not peers:
+        if not hosts:
             return False
         text = ""
     kept = _without_block(text)
-    block = [HOSTS_BEGIN, *(f"{ip}\t{slot_name(i)}" for i, ip in sorted(peers.items())), HOSTS_END]
-    wanted = kept + "\n".join(block) + "\n" if peers else kept
+    lines = (f"{ip}\t{name}" for name, ip in sorted(hosts.items(), key=_by_slot))
+    block = [HOSTS_BEGIN, *lines, HOSTS_END]
+    wanted = kept + "\n".join(block) + "\n" if hosts else kept
     if wanted == text:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch(mode=0o644, exist_ok=True)
     write_in_place(path, wanted)
     return True
+
+
+def _by_slot(entry: tuple[str, str]) -> tuple[str, int]:
+    """`portal-imex-<token>-<i>` in slot order (10 after 9, not after 1)."""
+    stem, _, slot = entry[0].rpartition("-")
+    return (stem, int(slot)) if slot.isdigit() else (entry[0], -1)
 
 
 def remove_hosts(path: Path) -> None:

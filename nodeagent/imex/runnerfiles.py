@@ -5,8 +5,9 @@ agent's directory (`<state dir>/runner/`, a host path both pods mount).
 - `request.json` (`RunnerRequest`), written by the agent alone: whether a daemon should
   run (`run`) and which instance (a new number: a new daemon), its `config`, and for a
   domain that follows its workload the peers to write into the runner's own hosts file
-  (`peers`, slot → IP, raised `peers_generation` with every new list) and `resolve`, a
-  counter the agent raises when the running daemon must re-resolve the names (SIGUSR1).
+  (`hosts`, name → IP: every name of its nodes file, `peers_generation` raised with every
+  new list) and `resolve`, a counter the agent raises when the running daemon must
+  re-resolve the names (SIGUSR1).
 - `status.json` (`RunnerStatus`), written by the runner alone, at least every 2 s: the
   instance it runs, its pid (in the runner's own PID namespace: for reading only),
   whether it runs, its exit code, how many daemons it started, the runner's own pid and
@@ -15,7 +16,11 @@ agent's directory (`<state dir>/runner/`, a host path both pods mount).
 Level-triggered, like the agent: each side rewrites its whole file atomically and reads
 the other's whole. Typed as the agent ↔ portal contract's documents are (`agentwire`),
 their JSON Schemas generated from the types. `protocol` says which version of this
-exchange the writer speaks; a file without it is of version 1 (the first). A field left
+exchange the writer speaks; a file without it is of version 1 (the first). Version 2 states
+the peers as the whole block of names (`hosts`: every name, a slot no member holds mapped to
+a sentinel address, names carrying the domain's token), where version 1 stated the members
+by slot (`peers`, which a runner of version 1 writes as `portal-imex-<slot>` lines); an
+agent of version 2 writes both while the names have no token. A field left
 out reads as its default, and a field a newer writer added is kept as it is read, so the
 runner (updated only when its pod is deleted, `OnDelete`) and the agent (updated
 freely) read each other across versions.
@@ -32,7 +37,7 @@ from agentwire.schema import json_schema, wire, with_defaults
 from nodeagent.config import Paths
 from nodeagent.files import read_json, write_atomic
 
-PROTOCOL = 1
+PROTOCOL = 2
 HEARTBEAT_S = 2.0  # the runner rewrites its status at least this often
 STALE_S = 10.0  # a status older than this: the runner is not running
 
@@ -42,7 +47,11 @@ class RunnerRequest(TypedDict):
     run: Annotated[bool, wire(False)]
     instance: Annotated[int, wire(0, minimum=0)]
     config: Annotated[str, wire("")]  # the daemon's config file ("": the agent's default)
-    peers: Annotated[dict[str, str], wire({})]  # slot → IP, of a domain that follows its workload
+    # The peers of a domain that follows its workload: every name of its nodes file → IP.
+    hosts: Annotated[dict[str, str], wire({})]
+    # The same members by slot (slot → IP), for a runner of protocol 1; {} for names with a
+    # token, which such a runner cannot write.
+    peers: Annotated[dict[str, str], wire({})]
     peers_generation: Annotated[int, wire(0, minimum=0)]
     resolve: Annotated[int, wire(0, minimum=0)]
 

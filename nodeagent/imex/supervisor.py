@@ -61,9 +61,10 @@ class Supervisor(Protocol):
         """Why the daemon cannot be run at all right now, or ""."""
         ...
 
-    def set_peers(self, peers: Mapping[int, str]) -> None:
-        """The peers a domain that follows its workload has now (slot → IP; empty: none):
-        written into the hosts file the daemon itself resolves names through."""
+    def set_hosts(self, hosts: Mapping[str, str]) -> None:
+        """The names of a domain that follows its workload and their addresses now (name →
+        IP, every name of its nodes file; empty: none): written into the hosts file the
+        daemon itself resolves names through."""
         ...
 
     def resolve(self) -> None:
@@ -209,10 +210,10 @@ class Daemon:
     def problem(self) -> str:
         return ""
 
-    def set_peers(self, peers: Mapping[int, str]) -> None:
+    def set_hosts(self, hosts: Mapping[str, str]) -> None:
         # This daemon is the agent's own, on the agent's host: it resolves through the
         # same hosts file the agent sees.
-        write_hosts(self.paths.hosts, peers)
+        write_hosts(self.paths.hosts, hosts)
 
     def resolve(self) -> None:
         if self.pid is not None and self.running():

@@ -6,7 +6,9 @@ The nodes file lists one IP or host name per line (line number = index). Names a
 as glibc resolves them, through `/etc/hosts` of the daemon's own mount namespace (in a pod:
 the pod's copy; IMEX_EMU_HOSTS names a stand-in where there is no namespace; the tray's own
 host name resolves to its IP), at start and on SIGUSR1 only. A name that does not resolve is
-a node that cannot be reached: its cell stays N (never connected), or keeps its R/D history.
+a node that cannot be reached: its cell stays N (never connected), or keeps its R/D history;
+each time, the log says it was looked up in DNS (where glibc goes next: the queries real
+daemons flood cluster DNS with).
 
 Connection cells: C connected; N never connected; R recovering — lost, clean up not yet
 triggered; D disconnected — clean up triggered. A lost peer is R until the grace time passes
@@ -220,6 +222,10 @@ class DaemonState:
             addr = hosts.get(entry.lower())
             if addr is None and entry.lower() == self.hostname.lower():
                 addr = self.ip  # a host resolves its own name
+            if addr is None:
+                # glibc asks DNS next (`hosts: files dns`), in a pod once per search domain
+                # under the default `ndots:5`; this emulator has no DNS, and says so.
+                self.log(f"{entry}: not in {hosts_file(self.root)}: looked up in DNS", 3)
             addrs.append(addr)
         return addrs
 

@@ -75,6 +75,8 @@ def as_the_selectors_say(node: Node) -> dict:
     if domain.follows_workload:
         slots = Node.objects.filter(clique_id=member.clique_id).count()
         doc["domain"]["slots"] = max(slots, member.index + 1)
+        if domain.imex_name_token:
+            doc["domain"]["names"] = domain.imex_name_token
         if peers_settling(domain.pk):
             doc["domain"]["settling"] = True
     return doc

@@ -158,3 +158,19 @@ def test_a_tray_without_a_clique_that_may_get_one_is_not_admitted_without_a_chan
     with pytest.raises(Conflict, match=r"has no NVLink clique or management IP yet"):
         claim_admit(node=waiting, claim=claim(), domain_uid=str(domain.uid))
     assert not domain.claims.exists()
+
+
+def test_each_domain_that_follows_its_workload_has_peer_names_of_its_own(cliques, ns_a, tenant_a):
+    """IMEX takes daemons whose nodes files list the same names for one domain: the names
+    carry the domain's token, so a tray that moved to another domain is never taken for a
+    peer by a daemon of its old one."""
+    first, _ = cliques
+    one, two = follow(ns_a, tenant_a, "wl-a"), follow(ns_a, tenant_a, "wl-b")
+    assert one.imex_name_token and one.imex_name_token != two.imex_name_token
+    assert one.imex_name_token == one.uid.hex[:10]
+    claim_admit(node=first[0], claim=claim(), domain_uid=str(one.uid))
+    want = desired_state_for(first[0])["domain"]
+    assert want is not None and want["names"] == one.imex_name_token
+    # A domain from before names carried a token: none in its desired state.
+    ComputeDomain.objects.filter(pk=one.pk).update(imex_name_token="")
+    assert "names" not in (desired_state_for(first[0])["domain"] or {})

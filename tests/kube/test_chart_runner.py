@@ -24,3 +24,14 @@ def test_the_runner_pod_writes_its_own_hosts_file_and_reaches_the_imex_managemen
     # /dev/nvidia-caps/nvidia-cap<minor>: made by the runner in the host's /dev.
     assert mounts(pod)["/dev"][0] == "/dev" and container["securityContext"]["privileged"]
     assert pod["hostNetwork"] and not pod.get("hostPID")  # its pids are its own
+
+
+def test_the_runner_pod_asks_dns_for_no_peer_name_with_search_domains(objects):
+    """NVIDIA's users saw IMEX flood CoreDNS: with Kubernetes' default ndots:5 a name that
+    is not in /etc/hosts is asked of every search domain, again at every resolve. Every
+    peer name is in the runner's hosts file, and ndots:1 keeps one that is not from being
+    multiplied (NVIDIA's daemon pods set the same)."""
+    _, runner = daemonsets(objects)
+    pod = runner["spec"]["template"]["spec"]
+    assert pod["dnsConfig"]["options"] == [{"name": "ndots", "value": "1"}]
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"  # cluster DNS, for anything else

@@ -40,7 +40,7 @@ from nodeagent.config import CHANNELS_DIR, Paths
 from nodeagent.dra import CDI_CLAIM_KIND, DEVICE_NAME, DRIVER_NAME
 from nodeagent.dra.slices import slice_name
 from nodeagent.files import read_json
-from nodeagent.imex.files import HOSTS_BEGIN
+from nodeagent.imex.files import HOSTS_BEGIN, MAX_NODES, UNUSED_SLOT_IP, slot_name
 from nodeagent.runner import status_path
 from testbed import factories
 from testbed.agents import AgentFleet, wait_for
@@ -337,7 +337,10 @@ def test_a_joiner_whose_daemon_never_gets_ready_is_dropped_and_the_rest_form(
 
 
 def names_in(hosts: str) -> list[str]:
-    return sorted(line.split()[1] for line in hosts.splitlines() if "\tportal-imex-" in line)
+    """The names of the block that point at a member (the others point nowhere)."""
+    lines = [line.split() for line in hosts.splitlines() if "\tportal-imex-" in line]
+    assert len(lines) in (0, MAX_NODES), "every name of the nodes file resolves here"
+    return sorted(name for ip, name in lines if ip != UNUSED_SLOT_IP)
 
 
 def resolved(fleet: AgentFleet, host: str) -> int:
@@ -375,13 +378,16 @@ def test_a_peer_change_on_a_running_domain_reaches_the_daemons_only_through_thei
             assert prepared(kube, kubelets, *on[host])[0] == host
         wait_for(lambda: phase_of(domain) == Phase.READY, 60, "a domain of two")
         pids = {host: fleet.daemon_pid(host) for host in first}
+        domain.refresh_from_db()
+        token = domain.imex_name_token  # the domain's own names: no other domain lists them
+        assert token
         for host in first:
-            assert names_in(fleet.runner_hosts(host)) == ["portal-imex-0", "portal-imex-1"]
+            assert names_in(fleet.runner_hosts(host)) == [slot_name(i, token) for i in (0, 1)]
             assert fleet.runner_hosts(host).startswith("# Kubernetes-managed hosts file")
             assert not (fleet.tray_root(host) / "etc/hosts").exists()  # nobody's /etc/hosts
         assert HOSTS_BEGIN not in fleet.pod_hosts(fleet.name).read_text()  # the agents' pod
         nodes_file = fleet.nodes_file(first[0])
-        assert nodes_file and nodes_file.startswith("portal-imex-0\nportal-imex-1\n")
+        assert nodes_file == "".join(f"{slot_name(i, token)}\n" for i in range(MAX_NODES))
 
         # A third pod: a new peer for two running daemons, which only their runners reach.
         on[joiner] = ("p-2", run_pod(kube, "p-2", "pods-channel", node=joiner))
@@ -389,15 +395,19 @@ def test_a_peer_change_on_a_running_domain_reaches_the_daemons_only_through_thei
         wait_for(lambda: domain.members.filter(active=True).count() == 3, 30, "three members")
         wait_for(lambda: phase_of(domain) == Phase.READY, 60, "one domain of three")
         for host in first:
-            assert names_in(fleet.runner_hosts(host)) == [f"portal-imex-{i}" for i in range(3)]
+            assert names_in(fleet.runner_hosts(host)) == [slot_name(i, token) for i in range(3)]
             assert daemon_starts(fleet.tray_root(host)) == 1  # re-resolved, never restarted
             assert fleet.daemon_pid(host) == pids[host]
             assert resolved(fleet, host) >= 1
             assert "told to re-resolve" in fleet.runners[host].log()
+            assert "looked up in DNS" not in fleet.runners[host].log()  # every name mapped
             assert fleet.nodes_file(host) == nodes_file  # stable names; only hosts changed
         assert resolved(fleet, joiner) == 0  # it read every name at its start
 
-        # The third pod goes: its tray leaves, the two stay as they are.
+        # The third pod goes: its tray leaves, the two stay as they are, and re-resolve its
+        # name, now pointing nowhere (NVIDIA's daemons are told on a leave too: another
+        # domain's tray may get that address next).
+        before = {host: resolved(fleet, host) for host in first}
         delete_pod(kube, kubelets[joiner], *on[joiner])
         wait_for(lambda: domain.members.filter(active=True).count() == 2, 30, "two members")
         wait_for(lambda: fleet.leftovers(joiner) == [], 30, "the leaver clean")
@@ -405,6 +415,10 @@ def test_a_peer_change_on_a_running_domain_reaches_the_daemons_only_through_thei
         wait_for(lambda: phase_of(domain) == Phase.READY, 60, "the two still one domain")
         assert {h: fleet.daemon_pid(h) for h in first} == pids
         assert all(fleet.nodes_file(h) == nodes_file for h in first)
+        two = [slot_name(i, token) for i in (0, 1)]
+        for host in first:
+            wait_for(lambda h=host: names_in(fleet.runner_hosts(h)) == two, 20, "its name gone")
+            wait_for(lambda h=host: resolved(fleet, h) > before[h], 20, "a SIGUSR1 on the leave")
         events = [e.verb for e in Event.objects.filter(domain=domain)]
         assert events.count("member.joined") == 3 and events.count("member.left") == 1
 

@@ -146,3 +146,21 @@ def test_a_cut_longer_than_the_grace_time_is_cleaned_up(emulated_trays):
     trays[0].wait_domain("UP")
     assert "not back within the grace time (1 s)" in trays[0].log()
     assert [t.starts() for t in trays] == [1, 1]
+
+
+def test_an_unmapped_name_is_looked_up_in_dns_and_a_sentinel_one_is_not(emulated_trays):
+    """What NVIDIA's users met: every name of the nodes file that /etc/hosts lacks goes to
+    DNS at each resolve. A slot mapped to an address nobody listens on is as unreachable,
+    and asks nobody."""
+    trays = emulated_trays(2, nodes=SLOTS)
+    trays[0].write_hosts({SLOTS[0]: trays[0].ip, SLOTS[1]: trays[1].ip})
+    unused = {SLOTS[i]: "127.0.0.2" for i in (2, 3)}
+    trays[1].write_hosts({SLOTS[0]: trays[0].ip, SLOTS[1]: trays[1].ip, **unused})
+    for tray in trays:
+        tray.start()
+    trays[0].wait_cell(1, "CONNECTED")
+    trays[1].wait_cell(0, "CONNECTED")
+    assert trays[1].cell(2) == "NEVER_CONNECTED"  # the sentinel answers nobody
+    looked_up = [line for line in trays[0].log().splitlines() if "looked up in DNS" in line]
+    assert {s for s in SLOTS[2:] if any(s in line for line in looked_up)} == set(SLOTS[2:])
+    assert "looked up in DNS" not in trays[1].log()

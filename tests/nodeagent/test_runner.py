@@ -20,12 +20,14 @@ import pytest
 
 from nodeagent.config import Paths
 from nodeagent.files import read_json, write_atomic
+from nodeagent.imex.files import HOSTS_BEGIN, HOSTS_END, UNUSED_SLOT_IP, peer_hosts, slot_name
 from nodeagent.imex.runnerfiles import REQUEST_SCHEMA, STATUS_SCHEMA, request_path
 from nodeagent.runner import RunnerDaemon, status_path
 from nodeagent.traylog import TrayLog
 from testbed.processes import wait_until
 
 DAEMON = f"{sys.executable} -c 'import time; time.sleep(600)'"
+TOKEN = "0b7e6a9c0d"  # a domain's token in its peer names
 
 
 @pytest.fixture
@@ -87,7 +89,7 @@ def test_it_runs_the_daemon_the_agent_asks_for_and_a_new_agent_adopts_it(paths, 
 
 def test_both_files_are_of_their_typed_shape(paths, runner):
     agent = RunnerDaemon(paths, TrayLog("t"))
-    agent.set_peers({0: "127.12.9.1"})
+    agent.set_hosts(peer_hosts({0: "127.12.9.1"}, TOKEN))
     agent.start()
     wait_until(lambda: status(paths).get("pid"), 10, what="the daemon to start")
     jsonschema.validate(read_json(request_path(paths)), REQUEST_SCHEMA)
@@ -169,21 +171,54 @@ def test_the_runner_writes_the_peers_into_its_own_hosts_file_in_place_and_says_s
     proc = start_runner(paths)
     try:
         agent = RunnerDaemon(paths, TrayLog("t"))
-        agent.set_peers({0: "127.12.9.1", 2: "127.12.9.3"})
+        agent.set_hosts(peer_hosts({0: "127.12.9.1", 2: "127.12.9.3"}, TOKEN))
         wait_until(agent.peers_applied, 10, what="the runner to write the peers")
         text = hosts.read_text()
         assert text.startswith("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n")
-        assert "127.12.9.1\tportal-imex-0\n127.12.9.3\tportal-imex-2\n" in text
+        assert f"127.12.9.1\t{slot_name(0, TOKEN)}\n" in text
+        assert f"127.12.9.3\t{slot_name(2, TOKEN)}\n" in text
+        assert f"{UNUSED_SLOT_IP}\t{slot_name(1, TOKEN)}\n" in text  # nobody's: nowhere
         assert status(paths)["peers_generation"] == 1
 
-        agent.set_peers({0: "127.12.9.1"})  # a member left
+        agent.set_hosts(peer_hosts({0: "127.12.9.1"}, TOKEN))  # a member left
         wait_until(agent.peers_applied, 10, what="the new peers")
-        assert "portal-imex-2" not in hosts.read_text()
-        agent.set_peers({})  # released: the block goes, the kubelet's lines stay
+        assert "127.12.9.3" not in hosts.read_text()
+        assert f"{UNUSED_SLOT_IP}\t{slot_name(2, TOKEN)}\n" in hosts.read_text()
+        agent.set_hosts({})  # released: the block goes, the kubelet's lines stay
         wait_until(agent.peers_applied, 10, what="the block removed")
         assert hosts.read_text() == "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"
         assert hosts.stat().st_ino == inode  # written in place, as a bind mount needs
         assert not paths.hosts.exists()  # the agent's own hosts file is never written
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_runner_of_protocol_1_is_named_for_a_domain_whose_names_carry_a_token(paths):
+    """A runner kept by OnDelete from before tokens writes `portal-imex-<slot>` lines from
+    the members by slot: right for a domain from before tokens, wrong for any other."""
+    agent = RunnerDaemon(paths, TrayLog("t"))
+    agent.start()
+    old = {"protocol": 1, "instance": 1, "pid": 4242, "running": True, "peers_generation": 0,
+           "version": "0.1.0", "updated_at": time.time()}  # fmt: skip
+    write_atomic(status_path(paths), json.dumps(old))
+    agent.set_hosts(peer_hosts({0: "127.12.9.1"}))  # names without a token
+    assert agent.problem() == ""
+    assert read_json(request_path(paths))["peers"] == {"0": "127.12.9.1"}
+    agent.set_hosts(peer_hosts({0: "127.12.9.1"}, TOKEN))
+    assert "cannot write the peer names" in agent.problem()
+    assert read_json(request_path(paths))["peers"] == {}
+
+
+def test_a_request_of_protocol_1_is_written_as_its_members_names(paths):
+    """An agent from before protocol 2 (the runner may be replaced before it)."""
+    proc = start_runner(paths)
+    try:
+        doc = {"run": False, "instance": 0, "peers": {"1": "127.12.9.2"}, "peers_generation": 1}
+        write_atomic(request_path(paths), json.dumps(doc))
+        wait_until(lambda: status(paths).get("peers_generation") == 1, 10, what="peers")
+        block = pod_hosts_file(paths).read_text().split(HOSTS_BEGIN)[1]
+        assert block == f"\n127.12.9.2\t{slot_name(1)}\n{HOSTS_END}\n"
     finally:
         proc.terminate()
         proc.wait(10)
@@ -194,10 +229,10 @@ def test_a_new_daemon_starts_with_the_peers_already_in_the_runners_hosts_file(pa
     proc = start_runner(paths, daemon)
     try:
         agent = RunnerDaemon(paths, TrayLog("t"))
-        agent.set_peers({0: "127.12.9.1", 1: "127.12.9.2"})
+        agent.set_hosts(peer_hosts({0: "127.12.9.1", 1: "127.12.9.2"}, TOKEN))
         agent.start()  # in the same breath: the runner writes the peers first
         wait_until(lambda: out.exists() and out.read_text(), 10, what="the daemon to start")
-        assert out.read_text() == "start portal-imex-0 portal-imex-1\n"
+        assert out.read_text() == f"start {slot_name(0, TOKEN)} {slot_name(1, TOKEN)}\n"
     finally:
         proc.terminate()
         proc.wait(10)
@@ -210,7 +245,7 @@ def test_a_resolve_is_a_sigusr1_from_the_runner_to_its_own_child_at_most_every_5
         agent = RunnerDaemon(paths, TrayLog("t"))
         agent.start()
         wait_until(lambda: out.exists() and out.read_text(), 10, what="the daemon to start")
-        agent.set_peers({0: "127.12.9.1"})
+        agent.set_hosts(peer_hosts({0: "127.12.9.1"}, TOKEN))
         agent.resolve()
         wait_until(lambda: status(paths)["resolved"] == 1, 10, what="the runner's SIGUSR1")
         wait_until(lambda: out.read_text().count("usr1") == 1, 5, what="the daemon to get it")

@@ -119,3 +119,17 @@ def test_a_driver_older_than_570_158_01_does_not_serve_a_domain_that_follows_its
     del want["slots"]
     assert configure(agent, want)[1] == ""
     agent.link.close()
+
+
+def test_the_names_carry_the_domains_token_and_every_one_resolves(agent):
+    """Two domains' daemons never list the same names (IMEX would take them for one domain),
+    and no name of the list falls through to DNS."""
+    _, error = configure(agent, desired(slots=3, members=2, names="0b7e6a9c0d"))
+    assert error == ""
+    paths = Paths(agent.cfg.root)
+    names = [f"portal-imex-0b7e6a9c0d-{i}" for i in range(18)]
+    assert paths.nodes_file.read_text() == "".join(f"{n}\n" for n in names)
+    hosts = paths.hosts.read_text()
+    assert "127.12.7.1\tportal-imex-0b7e6a9c0d-0\n127.12.7.2\tportal-imex-0b7e6a9c0d-1\n" in hosts
+    for name in names[2:]:
+        assert f"127.0.0.2\t{name}\n" in hosts

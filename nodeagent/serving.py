@@ -66,6 +66,7 @@ class TrayServing:
             self.plugin.start()
             self.publish_slice(desired, fetched=fetched)
             self.plugin.drop_stale_claims()
+            self.plugin.tell_portal()
 
     def publish_slice(self, desired: DesiredState | None, *, fetched: bool) -> None:
         if self.plugin is not None:

@@ -43,17 +43,23 @@ from nodeagent.channels import cdi_device_node, cdi_document
 from nodeagent.config import CHANNELS_DIR
 from nodeagent.dra import (
     CDI_CLAIM_KIND,
-    CONFIG_API_VERSION,
     CONFIG_KIND,
     DEVICE_NAME,
     DRIVER_NAME,
 )
 from nodeagent.dra.checkpoint import Checkpoint, CheckpointedClaim, ClaimState
 from nodeagent.dra.kubeapi import KubeError, ResourceApi
+from nodeagent.dra.opaque import BadConfig, channel_config
 from nodeagent.dra.server import ClaimRef, PreparedDevice, PrepareResult
 from nodeagent.files import remove, write_atomic
 
 log = logging.getLogger("nodeagent.dra")
+
+
+class NotTold(Exception):
+    """The portal could not be told that a claim was unprepared (it is away: the web, its
+    database or Redis): the claim is let go of on the tray all the same, and the portal is
+    told when it answers again."""
 
 
 class Refused(Exception):
@@ -89,7 +95,9 @@ class Tray(Protocol):
 
     def admit(self, claim: ClaimRef, domain_uid: str) -> dict[str, Any]: ...
 
-    def leave(self, claim: ClaimRef) -> None: ...
+    def leave(self, claim: ClaimRef) -> None:
+        """Tell the portal the claim was unprepared here; NotTold when it cannot be told."""
+        ...
 
     def wait_serving(self, domain_uid: str, timeout: float) -> Serving | None: ...
 
@@ -277,7 +285,10 @@ class ClaimDriver:
             for c in devices.get("config") or []
             if (c.get("opaque") or {}).get("driver") == DRIVER_NAME
         ]
-        domain_uid = next((channel_config(p) for p in configs), None)
+        try:
+            domain_uid = next((channel_config(p) for p in configs), None)
+        except BadConfig as exc:  # permanent: the claim must be made again
+            raise Refused(str(exc), held=False) from exc
         if not domain_uid:
             raise Refused(
                 f"carries no {CONFIG_KIND} for driver {DRIVER_NAME}: make the claim from the "
@@ -322,20 +333,55 @@ class ClaimDriver:
     def _unprepare_one(self, claim: ClaimRef) -> str:
         with self.lock:
             entry = self.claims.get(claim.uid)
-        if entry is None:
-            remove(self.cdi_path(claim.uid))  # nothing recorded: nothing else to undo
-            return ""
-        remove(self.cdi_path(claim.uid))
+        remove(self.cdi_path(claim.uid))  # first: the container runtime finds no device
+        if entry is None or entry.state == ClaimState.LEAVING:
+            return ""  # nothing recorded, or unprepared already (the portal told later)
         try:
-            self.tray.leave(ClaimRef(entry.namespace or claim.namespace, claim.uid, entry.name))
-        except Refused as exc:
-            return f"ResourceClaim {claim.namespace}/{claim.name}: {exc}"
-        with self.lock:
-            self.claims.pop(claim.uid, None)
-            self.checkpoint.save()
+            self._tell(claim.uid, entry)
+        except NotTold as exc:
+            # The tray lets go of it from its own checkpoint: a pod's end never waits for
+            # the portal. The portal hears of it when it answers again (`tell_portal`).
+            with self.lock:
+                if self.claims.get(claim.uid) == entry:
+                    self.claims[claim.uid] = entry.to(ClaimState.LEAVING, cdi_device_ids=())
+                    self.checkpoint.save()
+            log.warning("%s: unprepared ResourceClaim %s/%s; the portal is told when it "
+                        "answers again (%s)", self.tray.node_name, entry.namespace,
+                        entry.name, exc)  # fmt: skip
+            return ""
         log.info("%s: unprepared ResourceClaim %s/%s",
                  self.tray.node_name, entry.namespace, entry.name)  # fmt: skip
         return ""
+
+    def _tell(self, uid: str, entry: CheckpointedClaim) -> None:
+        """Tell the portal the claim is gone from the tray, then forget it."""
+        self.tray.leave(ClaimRef(entry.namespace, uid, entry.name))
+        with self.lock:
+            if self.claims.get(uid) in (entry, entry.to(ClaimState.LEAVING, cdi_device_ids=())):
+                self.claims.pop(uid)
+                self.checkpoint.save()
+
+    def leaving(self) -> int:
+        """How many unprepared claims the portal has not been told of yet."""
+        with self.lock:
+            return sum(c.state == ClaimState.LEAVING for c in self.claims.values())
+
+    def tell_portal(self) -> list[str]:
+        """Tell the portal of the claims unprepared while it was away (the last claim of a
+        domain that follows its workload takes the tray out of it then); returns the uids it
+        took. Stops at the first it cannot be told of: it is away still."""
+        with self.lock:
+            leaving = {u: c for u, c in self.claims.items() if c.state == ClaimState.LEAVING}
+        told = []
+        for uid, entry in leaving.items():
+            try:
+                self._tell(uid, entry)
+            except NotTold:
+                break
+            log.info("%s: told the portal ResourceClaim %s/%s was unprepared",
+                     self.tray.node_name, entry.namespace, entry.name)  # fmt: skip
+            told.append(uid)
+        return told
 
     # --- claims nobody will unprepare -------------------------------------------------------
     def drop_stale(self) -> list[str]:
@@ -350,7 +396,7 @@ class ClaimDriver:
         NVIDIA's driver does, at the plugin's start and every few minutes; an API server
         that does not answer leaves everything as it is until the next time."""
         with self.lock:
-            entries = dict(self.claims)
+            entries = {u: c for u, c in self.claims.items() if c.state != ClaimState.LEAVING}
         dropped = []
         for uid, entry in entries.items():
             namespace, name = entry.namespace, entry.name
@@ -364,51 +410,9 @@ class ClaimDriver:
                 continue
             log.info("%s: ResourceClaim %s/%s (%s) is gone; unpreparing it",
                      self.tray.node_name, namespace, name, uid)  # fmt: skip
-            error = self._unprepare_one(ClaimRef(namespace, uid, name))
-            if error:
-                log.warning("%s: %s (tried again later)", self.tray.node_name, error)
-            else:
-                dropped.append(uid)
+            self._unprepare_one(ClaimRef(namespace, uid, name))
+            dropped.append(uid)
         return dropped
-
-
-# What a ComputeDomainChannelConfig holds (the domain's ResourceClaimTemplate writes it).
-CONFIG_FIELDS = ("apiVersion", "kind", "domainID", "allocationMode")
-ALLOCATION_MODES = ("Single", "All")
-
-
-def channel_config(parameters: object) -> str:
-    """The domain uid of one opaque config of our driver, decoded strictly as NVIDIA's
-    driver decodes its own: the user may have written it by hand, and a field this driver
-    does not know (a typo, a setting of another driver) is refused, naming it, rather than
-    ignored. A refusal is permanent: the claim must be made again."""
-    why = _config_error(parameters)
-    if why:
-        raise Refused(
-            f"its opaque config for driver {DRIVER_NAME} is not a {CONFIG_API_VERSION} "
-            f"{CONFIG_KIND}: {why}",
-            held=False,
-        )
-    assert isinstance(parameters, dict)  # _config_error said so
-    return str(parameters["domainID"])
-
-
-def _config_error(parameters: object) -> str:
-    if not isinstance(parameters, dict):
-        return "its parameters are not an object"
-    unknown = sorted(set(parameters) - set(CONFIG_FIELDS))
-    if unknown:
-        return (
-            f'strict decoding error: unknown field "{unknown[0]}" (a {CONFIG_KIND} has '
-            f"{', '.join(CONFIG_FIELDS)})"
-        )
-    if parameters.get("apiVersion") != CONFIG_API_VERSION or parameters.get("kind") != CONFIG_KIND:
-        return f"apiVersion {parameters.get('apiVersion')!r}, kind {parameters.get('kind')!r}"
-    if not isinstance(parameters.get("domainID"), str) or not parameters["domainID"]:
-        return "domainID must name the ComputeDomain (its uid)"
-    if parameters.get("allocationMode", "Single") not in ALLOCATION_MODES:
-        return f"allocationMode must be one of {', '.join(ALLOCATION_MODES)}"
-    return ""
 
 
 def _result(entry: CheckpointedClaim) -> PrepareResult:

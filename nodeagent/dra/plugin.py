@@ -18,7 +18,14 @@ from typing import Any, Protocol
 
 from nodeagent.client import PortalClient, PortalError
 from nodeagent.dra import DRIVER_NAME
-from nodeagent.dra.claims import BOOT_ID_FILE, PREPARE_WAIT_S, ClaimDriver, Refused, Serving
+from nodeagent.dra.claims import (
+    BOOT_ID_FILE,
+    PREPARE_WAIT_S,
+    ClaimDriver,
+    NotTold,
+    Refused,
+    Serving,
+)
 from nodeagent.dra.kubeapi import KubeError, ResourceApi, api_client
 from nodeagent.dra.server import ClaimRef, MeteredDriver, PluginServer
 from nodeagent.dra.slices import SliceFacts, SlicePublisher
@@ -27,6 +34,7 @@ log = logging.getLogger("nodeagent.dra")
 
 SLICE_RETRY_S = 5.0
 STALE_CLAIMS_S = 600.0  # how often the checkpoint is checked against the API server
+TELL_RETRY_MAX_S = 10.0  # unprepares the portal missed: told again, backing off to this
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,7 @@ class DraPlugin:
         self.watching = threading.Event()  # set: the slice's watch ends
         self.slice_retry_at = 0.0
         self.stale_check_at = 0.0  # the first check comes with the first cycle
+        self.tell_retry_at = self.tell_backoff = 0.0  # of unprepares the portal missed
         self.lock = threading.Lock()
 
     # --- life ---------------------------------------------------------------------------
@@ -145,12 +154,19 @@ class DraPlugin:
             "claim": {"uid": claim.uid, "namespace": claim.namespace, "name": claim.name},
             "domain_uid": domain_uid,
         }
+        # Claims unprepared while the portal was away first: a tray that left a domain
+        # meanwhile must be out of it before a claim of another domain asks to join.
+        self.tell_portal(force=True)
         try:
             answer: dict[str, Any] = dict(self.client.claim_admit(request))  # type: ignore[arg-type]
         except PortalError as exc:
-            if 400 <= exc.status < 500:  # a refusal: the portal holds nothing for it
-                raise Refused(exc.detail, held=False) from exc
-            raise Refused(f"the portal did not answer ({exc}); the kubelet retries") from exc
+            if 400 <= exc.status < 500:
+                raise Refused(exc.detail, held=False) from exc  # it holds nothing for it
+            raise Refused(
+                f"the portal is away ({exc.what}): tray {self.node_name} admits no new claim "
+                "until it answers (claims already prepared keep their channel, and pods that "
+                "end are let go of); the kubelet retries"
+            ) from exc
         self.tray.nudge()  # fetch the desired state now: the tray may have joined
         return answer
 
@@ -158,8 +174,21 @@ class DraPlugin:
         try:
             self.client.claim_leave(claim.uid)
         except PortalError as exc:
-            raise Refused(f"the portal did not take the claim back ({exc.detail})") from exc
+            raise NotTold(exc.what) from exc
         self.tray.nudge()
+
+    def tell_portal(self, *, force: bool = False) -> None:
+        """Tell the portal of the claims unprepared while it was away: on every cycle (with
+        backoff while it stays away) and before a prepare asks it anything (`force`)."""
+        now = time.monotonic()
+        if not self.driver.leaving() or (now < self.tell_retry_at and not force):
+            return
+        self.driver.tell_portal()
+        if self.driver.leaving():
+            self.tell_backoff = min(max(2 * self.tell_backoff, 0.5), TELL_RETRY_MAX_S)
+            self.tell_retry_at = now + self.tell_backoff
+        else:
+            self.tell_backoff = self.tell_retry_at = 0.0
 
     def wait_serving(self, domain_uid: str, timeout: float) -> Serving | None:
         return self.tray.wait_serving(domain_uid, timeout)

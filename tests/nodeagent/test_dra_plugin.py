@@ -22,7 +22,8 @@ import pytest
 from nodeagent.client import PortalClient
 from nodeagent.config import Paths
 from nodeagent.dra import DRIVER_NAME
-from nodeagent.dra.claims import ClaimDriver, Refused, Serving
+from nodeagent.dra.checkpoint import ClaimState
+from nodeagent.dra.claims import ClaimDriver, NotTold, Refused, Serving
 from nodeagent.dra.kubeapi import KubeError, ResourceApi, api_client
 from nodeagent.dra.plugin import DraPlugin, PluginConfig
 from nodeagent.dra.server import ClaimRef
@@ -552,3 +553,50 @@ def test_a_tray_in_no_clique_prepares_the_claim_without_a_channel(cluster, tmp_p
     assert driver.prepare([ref])[ref.uid].devices == [device]  # asked again: the same
     assert tray.admitted == [ref.uid]
     assert driver.unprepare([ref]) == {ref.uid: ""} and left == [ref.uid]
+
+
+class AwayPortalTray(ServingTray):
+    """A tray whose portal is away (the web, its database or Redis) until `back` is set."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.back = True
+        self.left: list[str] = []
+
+    def admit(self, claim, domain_uid: str) -> dict:
+        if not self.back:
+            raise Refused("the portal is away (no answer); the kubelet retries")
+        return super().admit(claim, domain_uid)
+
+    def leave(self, claim) -> None:
+        if not self.back:
+            raise NotTold("no answer (connection refused)")
+        self.left.append(claim.uid)
+
+
+def test_unprepare_completes_from_the_checkpoint_while_the_portal_is_away(cluster, tmp_path):
+    """A pod's end never waits for the portal: the claim is let go of on the tray at once,
+    kept as `leaving`, and the portal is told when it answers again (then a domain that
+    follows its workload lets the tray go). New claims wait for the portal meanwhile."""
+    tray = AwayPortalTray(tmp_path)
+    stored = cluster.apply(claim_object("w-0"))
+    ref = ClaimRef("team-a", stored["metadata"]["uid"], "w-0")
+    driver = slow_driver(cluster, tmp_path, tray, wait_s=0.5)
+    assert driver.prepare([ref])[ref.uid].error == ""
+    tray.back = False
+    assert driver.unprepare([ref]) == {ref.uid: ""}
+    assert not driver.cdi_path(ref.uid).exists()
+    assert driver.prepared()[ref.uid].state == ClaimState.LEAVING and driver.leaving() == 1
+    assert driver.unprepare([ref]) == {ref.uid: ""}  # the kubelet asks again: the same
+    assert driver.tell_portal() == [] and tray.left == []  # still away
+    assert driver.drop_stale() == []  # nothing to undo: unprepared already
+
+    newcomer = cluster.apply(claim_object("w-1"))
+    other = ClaimRef("team-a", newcomer["metadata"]["uid"], "w-1")
+    assert "the portal is away" in driver.prepare([other])[other.uid].error
+
+    restarted = slow_driver(cluster, tmp_path, tray)  # an agent restart meanwhile
+    assert restarted.leaving() == 1
+    tray.back = True
+    assert restarted.tell_portal() == [ref.uid] and tray.left == [ref.uid]
+    assert restarted.leaving() == 0 and ref.uid not in restarted.prepared()

@@ -5,16 +5,25 @@ The object carries exactly the fields of NVIDIA's ComputeDomain CRD, so that too
 for NVIDIA's driver read it unchanged: `spec.numNodes`, `spec.channel.resourceClaimTemplate
 .name`, `spec.channel.allocationMode` (`Single` or `All`), and `status.status` (`Ready` or
 `NotReady`) with `status.nodes[]` (`name`, `ipAddress`, `cliqueID`, `index`, `status`).
-What the CRD has no field for (the portal's phase, reason and message) goes into
-annotations, because a real API server prunes unknown status fields: `kubectl describe
-computedomain` shows them there.
+
+The status means what NVIDIA's means, as its own tests check it: `nodes` lists the trays the
+domain's workload runs on (a tray where one of its claims is prepared; NVIDIA lists the
+nodes its IMEX daemons run on, which are there for the workload's pods), and is left out
+while there is none; `status` is `Ready` when at least `numNodes` such trays are listed and
+each is ready, as NVIDIA's controller computes it (so a domain with `numNodes: 1` is
+NotReady before its pod exists and again after it is deleted, and one with `numNodes: 0` is
+Ready while it waits for its workload). A placed domain's trays are reserved and formed
+before its pods arrive; that, the portal's phase, reason and message, are the portal's own
+view: what the CRD has no field for goes into annotations (a real API server prunes unknown
+status fields; `kubectl describe computedomain` shows them), and the portal's API lists
+every tray a domain holds.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from domains.computedomains.models import ComputeDomain, MemberState, Phase
+from domains.computedomains.models import ComputeDomain, DomainClaim, MemberState, Phase
 
 API_GROUP = "resource.nvidia.com"
 API_VERSION = "v1beta1"
@@ -76,19 +85,54 @@ def computedomain_spec(domain: ComputeDomain) -> dict[str, Any]:
     }
 
 
+# Phases in which a domain serves its workload's claims (see domains.computedomains.claims).
+SERVING_PHASES = (Phase.ADMITTED, Phase.FORMING, Phase.READY, Phase.DEGRADED)
+
+
 def computedomain_status(domain: ComputeDomain) -> dict[str, Any]:
-    """`Ready` only while the portal says Ready; nodes[] are the trays still held."""
-    members = domain.members.filter(active=True).select_related("node", "clique").order_by("index")
-    return {
-        "status": "Ready" if domain.phase == Phase.READY else "NotReady",
-        "nodes": [
-            {
-                "name": m.node.hostname,
-                "ipAddress": m.ip_address,
-                "cliqueID": m.clique.label,
-                "index": m.index,
-                "status": "Ready" if m.state == MemberState.READY else "NotReady",
-            }
-            for m in members
-        ],
+    """NVIDIA's global status over the trays the workload runs on (see the module doc);
+    `nodes` left out while there is none, as NVIDIA's controller leaves it."""
+    nodes = workload_nodes(domain)
+    ready = (
+        domain.phase in SERVING_PHASES
+        and len(nodes) >= domain.num_nodes
+        and all(n["status"] == "Ready" for n in nodes)
+    )
+    status: dict[str, Any] = {"status": "Ready" if ready else "NotReady"}
+    if nodes:
+        status["nodes"] = nodes
+    return status
+
+
+def workload_nodes(domain: ComputeDomain) -> list[dict[str, Any]]:
+    """`status.nodes[]`: the trays where a claim of the domain is prepared. A member is
+    Ready when its IMEX daemon is ready and connected; a tray in no NVLink clique (its claim
+    prepared without a channel: index -1, no clique, as NVIDIA lists a node that is not
+    fabric-attached) when its claim is prepared."""
+    claimed = {
+        node_id: (host, ip or "")
+        for node_id, host, ip in DomainClaim.objects.filter(
+            domain=domain, released_at__isnull=True
+        ).values_list("node_id", "node__hostname", "node__management_ip")
     }
+    members = list(
+        domain.members.filter(active=True, node_id__in=claimed)
+        .select_related("node", "clique")
+        .order_by("index")
+    )
+    nodes = [
+        {
+            "name": m.node.hostname,
+            "ipAddress": m.ip_address,
+            "cliqueID": m.clique.label,
+            "index": m.index,
+            "status": "Ready" if m.state == MemberState.READY else "NotReady",
+        }
+        for m in members
+    ]
+    joined = {m.node_id for m in members}
+    plain = sorted(entry for node_id, entry in claimed.items() if node_id not in joined)
+    return nodes + [
+        {"name": host, "ipAddress": ip, "cliqueID": "", "index": -1, "status": "Ready"}
+        for host, ip in plain
+    ]

@@ -193,7 +193,8 @@ def _publish(cluster: Cluster, domain: ComputeDomain, row: PublishedDomain) -> s
         cluster.patch(ns, name, {"metadata": {"annotations": wanted_annotations}})
         outcome = "updated" if outcome == "unchanged" else outcome
     if current.get("status") != wanted["status"]:
-        cluster.patch_status(ns, name, wanted["status"])
+        # A merge patch: a key left out stays, so `nodes` gone is written as null.
+        cluster.patch_status(ns, name, {"nodes": None} | wanted["status"])
         outcome = "updated" if outcome == "unchanged" else outcome
     if cluster.templates.ensure(domain) == "template created":
         outcome = "updated" if outcome == "unchanged" else outcome
@@ -287,7 +288,7 @@ def report_refusal(*, refusal_id: int, cluster: Cluster | None = None) -> str:
         MESSAGE_ANNOTATION: refusal.message[:1000],
     }
     cluster.patch(refusal.namespace, refusal.name, {"metadata": {"annotations": annotations}})
-    cluster.patch_status(refusal.namespace, refusal.name, {"status": "NotReady", "nodes": []})
+    cluster.patch_status(refusal.namespace, refusal.name, {"status": "NotReady", "nodes": None})
     RefusedComputeDomain.objects.filter(pk=refusal.pk).update(reported=True)
     return "reported"
 

@@ -22,7 +22,7 @@ from testbed.kube.schemas import (
     assert_valid_kubernetes,
     assert_valid_pod_template,
 )
-from tests.support.lifecycle import all_ready, request_and_place
+from tests.support.lifecycle import all_ready, request_and_place, run_pods
 
 pytestmark = pytest.mark.django_db
 
@@ -121,7 +121,7 @@ def test_there_are_no_manifests_before_placement(topology, ns_a, tenant_a):
         workload_manifests(domain)
     obj = computedomain_object(domain)
     assert_valid_computedomain(obj)
-    assert obj["status"] == {"status": "NotReady", "nodes": []}
+    assert obj["status"] == {"status": "NotReady"}  # no `nodes` at all, as NVIDIA's
 
 
 def test_the_published_object_follows_nvidias_crd_and_mirrors_status(topology, ns_a, tenant_a):
@@ -133,16 +133,24 @@ def test_the_published_object_follows_nvidias_crd_and_mirrors_status(topology, n
         "numNodes": 3,
         "channel": {"resourceClaimTemplate": {"name": "train-channel"}, "allocationMode": "Single"},
     }
+    # NVIDIA's status is about the workload: its trays are listed once its pods are there.
+    assert obj["status"] == {"status": "NotReady"}
+    trays = [m.node for m in domain.members.select_related("node").order_by("index")]
+    run_pods(domain, *trays[:2])
+    obj = computedomain_object(domain)
     assert obj["status"]["status"] == "NotReady"
-    assert [n["status"] for n in obj["status"]["nodes"]] == ["NotReady"] * 3
-    assert [n["index"] for n in obj["status"]["nodes"]] == [0, 1, 2]
+    assert [n["status"] for n in obj["status"]["nodes"]] == ["NotReady"] * 2
+    assert [n["index"] for n in obj["status"]["nodes"]] == [0, 1]
 
     all_ready(domain)
     domain.refresh_from_db()
     assert domain.phase == Phase.READY
+    assert computedomain_object(domain)["status"]["status"] == "NotReady"  # 2 pods < numNodes 3
+    run_pods(domain, trays[2])
     obj = computedomain_object(domain)
     assert_valid_computedomain(obj)
     assert obj["status"]["status"] == "Ready"
+    assert obj["metadata"]["annotations"]["portal.domains/phase"] == "Ready"
     node = obj["status"]["nodes"][0]
     member = domain.members.select_related("node", "clique").get(index=0)
     assert node == {

@@ -22,7 +22,7 @@ from nodeagent.dra.slices import SliceFacts, SlicePublisher, slice_name, slice_o
 from testbed.kube.chartobjects import RELEASE_NAMESPACE, chart_objects, publish_slice
 from testbed.kube.cluster import Cluster, ClusterKube, wait_for, write_kubeconfig
 from tests.kube.conftest import Sync
-from tests.support.lifecycle import all_clean, all_ready, request_and_place
+from tests.support.lifecycle import all_clean, all_ready, request_and_place, run_pods
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
 
@@ -106,6 +106,7 @@ def test_the_portal_does_its_kubernetes_job_with_only_the_charts_rbac(
     with django_capture_on_commit_callbacks(execute=True):
         domain = request_and_place(ns_a, tenant_a, num_nodes=2)
         all_ready(domain)
+        run_pods(domain)
     obj = real_kube.get("computedomains", "train", "team-a")
     assert obj["status"]["status"] == "Ready"  # computedomains/status, patched
     assert real_kube.get("resourceclaimtemplates", "train-channel", "team-a") is not None

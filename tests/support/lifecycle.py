@@ -9,12 +9,14 @@ domain, place it (as the placement task would), and report as its agents would.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.contrib.auth.models import User
 
-from agentwire.messages import PeerStatus, StatusReport, Step, status_report
+from agentwire.messages import ClaimRef, PeerStatus, StatusReport, Step, status_report
 from domains.audit.events import Actor
+from domains.computedomains.claims import claim_admit
 from domains.computedomains.members import domain_member_report
 from domains.computedomains.models import ComputeDomain
 from domains.computedomains.placing import domain_place
@@ -93,6 +95,19 @@ def all_clean(domain: ComputeDomain) -> None:
     """Every agent still holding a tray of the domain reports it clean."""
     for member in domain.members.select_related("node").filter(active=True):
         report(member.node, None, Step.IDLE, clean=True)
+
+
+def run_pods(domain: ComputeDomain, *nodes: Node) -> list[ClaimRef]:
+    """A pod of the domain's workload on each tray (every member's, unless named): its claim
+    admitted as the tray's DRA plugin would (Kubernetes)."""
+    trays = nodes or [m.node for m in domain.members.filter(active=True).select_related("node")]
+    claims = []
+    for node in trays:
+        ref = ClaimRef(uid=str(uuid.uuid4()), namespace=domain.namespace.name,
+                       name=f"{domain.name}-{node.hostname}")  # fmt: skip
+        claim_admit(node=node, claim=ref, domain_uid=str(domain.uid))
+        claims.append(ref)
+    return claims
 
 
 def form(domain: ComputeDomain) -> ComputeDomain:

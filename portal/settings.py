@@ -357,6 +357,31 @@ PORTAL: PortalSettings = {
     "WEBHOOK_ALLOWED_NETS": env_list(
         "PORTAL_WEBHOOK_ALLOWED_NETS", "127.0.0.0/8,::1/128" if DEBUG or TESTING else ""
     ),
+    # A webhook's receiver must accept the connection within CONNECT_TIMEOUT_S and answer
+    # within TIMEOUT_S; a target that failed BREAKER_FAILURES tries in a row is not tried
+    # for BREAKER_OPEN_S seconds (each delivery meanwhile fails at once, without a
+    # connection). Deliveries run on their own queue and worker, never the controller's.
+    "WEBHOOK_CONNECT_TIMEOUT_S": env_int("PORTAL_WEBHOOK_CONNECT_TIMEOUT_S", 2),
+    "WEBHOOK_TIMEOUT_S": env_int("PORTAL_WEBHOOK_TIMEOUT_S", 5),
+    "WEBHOOK_BREAKER_FAILURES": env_int("PORTAL_WEBHOOK_BREAKER_FAILURES", 3),
+    "WEBHOOK_BREAKER_OPEN_S": env_int("PORTAL_WEBHOOK_BREAKER_OPEN_S", 60),
+    # Subscriptions one user may hold, and all users together in one namespace.
+    "SUBSCRIPTIONS_PER_USER": env_int("PORTAL_SUBSCRIPTIONS_PER_USER", 20),
+    "SUBSCRIPTIONS_PER_NAMESPACE": env_int("PORTAL_SUBSCRIPTIONS_PER_NAMESPACE", 50),
+    # Per user and minute: API tokens minted and subscriptions created (429 past either).
+    "TOKEN_MINTS_PER_MIN": env_int("PORTAL_TOKEN_MINTS_PER_MIN", 20),
+    "SUBSCRIPTION_CREATES_PER_MIN": env_int("PORTAL_SUBSCRIPTION_CREATES_PER_MIN", 20),
+    # Open websockets per web process: a user's live pages, a tray's agent sockets.
+    "SOCKETS_PER_USER": env_int("PORTAL_SOCKETS_PER_USER", 50),
+    "SOCKETS_PER_NODE": env_int("PORTAL_SOCKETS_PER_NODE", 4),
+    # Management IPs trays may have although they are loopback or link-local (the demo's and
+    # the tests' emulated trays live on 127.0.0.0/8); see domains/inventory/identity.py.
+    "TRAY_ALLOWED_NETS": env_list(
+        "PORTAL_TRAY_ALLOWED_NETS", "127.0.0.0/8" if DEBUG or TESTING else ""
+    ),
+    # Addresses of the portal itself (its service or pod IPs) no tray may claim, besides
+    # the ones it finds: this host's, ALLOWED_HOSTS' and the database's.
+    "OWN_ADDRESSES": env_list("PORTAL_OWN_ADDRESSES"),
     # Agents' reports that change their members are folded on a worker, once per burst per
     # domain. Off: folded in the request, one by one. Off by default only inside pytest's
     # own process, whose tests read the effect of a report right after sending it (the

@@ -497,6 +497,7 @@ def test_an_agent_may_write_only_its_own_nodes_resourceslice(objects):
     assert "variables.slice.spec.?nodeName.orValue('') == variables.agentNode" in checks
     assert "oldObject.spec.?nodeName.orValue('') == variables.agentNode" in checks  # UPDATE
     assert f'spec.driver == "{DRIVER_NAME}"' in checks
+    assert "variables.slice.spec.pool.name == variables.agentNode" in checks  # its own pool
     # The slice the agent publishes names its node and our driver, as the policy wants.
     published = slice_object(SliceFacts(node="gb-r01-t01", clique="", gpus=4), version="v1",
                              generation=1)  # fmt: skip

@@ -271,6 +271,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 # Reconnects after Redis went away with tasks unacknowledged (portal/worker_consumer.py).
 CELERY_WORKER_CONSUMER = "portal.worker_consumer:Consumer"
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "portal")
+# Notifications (deliveries) go to "<default queue>.notifications", served by a worker of
+# their own (`celery -A portal worker -Q portal.notifications`): portal/celery.py.
+CELERY_TASK_ROUTES = ("portal.celery.route_task",)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     # Write receipts (portal.outage) older than a day.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: migrate, seed, then run web, worker, beat and the emulated trays' node agents
+# `make demo`: migrate, seed, then run web, worker, notifier, beat and the emulated trays' node agents
 # under one process manager (honcho). PostgreSQL and Redis are the ones DATABASE_URL and
 # REDIS_URL name, or private ones (PostgreSQL's data kept in var/pg between runs) that
 # testbed/devservices.py starts first and stops last. Ctrl-C stops everything.

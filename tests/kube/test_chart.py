@@ -63,9 +63,15 @@ def test_it_runs_web_worker_beat_sync_and_the_agent_with_probes(objects):
     assert deployments == {
         "portal-domain-portal-web",
         "portal-domain-portal-worker",
+        "portal-domain-portal-notifier",
         "portal-domain-portal-beat",
         "portal-domain-portal-kube-sync",
     }
+    # Deliveries on their own queue and worker, never the controller's.
+    for name, queue in (("worker", "portal"), ("notifier", "portal.notifications")):
+        pod = objects["Deployment", f"portal-domain-portal-{name}"]["spec"]["template"]["spec"]
+        (worker,) = pod["containers"]
+        assert worker["args"][worker["args"].index("-Q") + 1] == queue
     web = objects["Deployment", "portal-domain-portal-web"]["spec"]["template"]["spec"]
     (container,) = web["containers"]
     # The kubelet asks over plain HTTP: the HTTPS redirect spares the health checks. No

@@ -418,6 +418,7 @@ LOGGING = {
             "()": "portal.logging.PeriodicTaskChatter",
             "periodic": sorted({entry["task"] for entry in CELERY_BEAT_SCHEDULE.values()}),
         },
+        "no_client_error_traceback": {"()": "portal.logging.NoClientErrorTraceback"},
     },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
@@ -427,7 +428,7 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": os.environ.get("LOG_FORMAT", "plain"),
-            "filters": ["request_id", "periodic_tasks"],
+            "filters": ["request_id", "periodic_tasks", "no_client_error_traceback"],
         },
     },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},

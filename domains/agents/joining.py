@@ -17,7 +17,7 @@ from domains.agents.facts import UNSETTLED, apply_facts, check_ip, reported_iden
 from domains.agents.heartbeats import RECOVERABLE
 from domains.agents.models import JoinToken
 from domains.agents.selectors import usable_join_token
-from domains.audit.events import Actor, record_event
+from domains.audit.events import Actor, record_event, record_refusal
 from domains.computedomains.models import DomainMember
 from domains.errors import Conflict, PermissionDenied
 from domains.inventory.identity import gpus_sync, identity_hold
@@ -273,13 +273,15 @@ def node_allow_rejoin(*, actor: Actor, node: Node, reason: str = "") -> Node:
 
 
 def agent_access_denied(*, node: Node, target_node_id: int | str, action: str) -> None:
-    """A node token tried to act for another tray: refuse (the caller answers 403) and log."""
-    log.warning("node %s tried to %s for node %s", node.hostname, action, target_node_id)
+    """A node token tried to act for another tray: refuse (the caller answers 403), write
+    it down and log it, once per burst (`record_refusal` counts the rest)."""
     with transaction.atomic():
-        record_event(
+        first = record_refusal(
             actor=Actor.for_agent(node),
             verb="agent.access_denied",
             obj=node,
             message=f"{node.hostname} tried to {action} for node {target_node_id}",
             details={"target_node_id": str(target_node_id), "action": action},
         )
+    if first:
+        log.warning("node %s tried to %s for node %s", node.hostname, action, target_node_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import threading
@@ -89,9 +90,55 @@ def user_group(user_id: int) -> str:
     return f"user.{user_id}"
 
 
+def user_sockets_group(user_id: int) -> str:
+    """Every live socket of one person, for telling them their access changed (a membership
+    ended): each socket then leaves the groups it may no longer follow."""
+    return f"sockets.user.{user_id}"
+
+
+def session_group(session_key: str) -> str:
+    """Every live socket of one browser session, closed when that session logs out."""
+    return f"sockets.session.{hashlib.sha256(session_key.encode()).hexdigest()[:32]}"
+
+
 def agent_group(node_id: int) -> str:
     """One tray's agent: told only that its desired state changed."""
     return f"agent.{node_id}"
+
+
+class SocketCounts:
+    """Open sockets per key (a user, a tray) in this process, each key capped: one user's
+    pages, one tray's agent, cannot hold hundreds of sockets (500 on one node token were
+    held). Per web process: exact, and nothing to leak when a process dies."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, int] = {}
+
+    def take(self, key: str, limit: int) -> bool:
+        """Count one more socket for `key` unless it holds `limit` already."""
+        if self._open.get(key, 0) >= limit:
+            return False
+        self._open[key] = self._open.get(key, 0) + 1
+        return True
+
+    def give_back(self, key: str) -> None:
+        left = self._open.get(key, 0) - 1
+        if left > 0:
+            self._open[key] = left
+        else:
+            self._open.pop(key, None)
+
+
+SOCKETS = SocketCounts()
+# Close code for a socket over its key's cap: try again later (after others closed).
+TOO_MANY_SOCKETS = 4429
+
+
+async def refuse_over_cap(consumer: Any) -> None:
+    """Accept and close at once with TOO_MANY_SOCKETS: the client learns why (a refused
+    handshake reads as a bad credential) and backs off before it reconnects."""
+    await consumer.accept()
+    await consumer.close(code=TOO_MANY_SOCKETS)
 
 
 def send_to_groups(groups: list[str], message: dict[str, Any]) -> None:

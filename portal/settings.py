@@ -445,6 +445,9 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_FAILURE_LIMIT = env_int("PORTAL_SIGNIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("PORTAL_SIGNIN_COOLOFF_MIN", 15))
 AXES_RESET_ON_SUCCESS = True
+# A sign-in refused unchecked (its pair locked out, or its address paced: portal.auth) is
+# no failure: axes records nothing for it, so a right password is never counted as wrong.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_CLIENT_IP_CALLABLE = "portal.signin.axes_client_ip"
 AXES_LOCKOUT_CALLABLE = "portal.signin.lockout_response"
 AXES_VERBOSE = False  # its own log lines name accounts; the lockout is logged by Django

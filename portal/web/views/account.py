@@ -22,7 +22,8 @@ from domains.errors import DomainError
 from domains.tenancy.models import ApiToken
 from domains.tenancy.seed import DEMO_PASSWORD, demo_logins
 from domains.tenancy.tokens import token_create, token_revoke
-from portal.ratelimit import TOKEN_MINTS, RateLimitedLoginView, over_rate
+from portal.ratelimit import TOKEN_MINTS, over_rate
+from portal.signin import RateLimitedLoginView
 from portal.web.access import SignedInRequest
 from portal.web.forms import TokenCreateForm, apply_error
 

@@ -24,6 +24,9 @@ if [ -z "${PORTAL_AGENT_JOIN_TOKEN:-}" ]; then
   esac
 fi
 export PORTAL_AGENT_JOIN_TOKEN
+# The emulated trays' management IPs are loopback addresses, which a real tray never has:
+# allowed here even with DEBUG off (domains/inventory/identity.py).
+export PORTAL_TRAY_ALLOWED_NETS=${PORTAL_TRAY_ALLOWED_NETS:-127.0.0.0/8}
 export PORTAL_URL="http://127.0.0.1:${PORT}"
 
 "$VENV/bin/python" manage.py migrate --no-input -v0

@@ -40,7 +40,8 @@ from django.forms.utils import ErrorDict
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from portal.ratelimit import LOGIN_FAILURES, SIGNIN_PACE, client_address
+from portal import ratelimit
+from portal.ratelimit import LOGIN_FAILURES, client_address
 
 
 @receiver(user_login_failed, dispatch_uid="portal.signin.count_failure")
@@ -112,7 +113,7 @@ def paced_response(request: HttpRequest) -> HttpResponse:
     form = AuthenticationForm(request)
     form.cleaned_data = {}
     form._errors = ErrorDict()  # type: ignore[attr-defined]  # Django's own, unstubbed
-    wait = SIGNIN_PACE.retry_after()
+    wait = ratelimit.SIGNIN_PACE.retry_after()
     form.add_error(
         None,
         "Too many failed sign-in attempts from your address; "

@@ -60,13 +60,7 @@ def tray_identity(url: str, operator: str, agent_root: Path, hit: Hit) -> list[F
         nodes = hit(client.get("/api/v1/nodes/?limit=1000", headers=op)).json()["results"]
         mine = next(n for n in nodes if n["hostname"] == hostname)
         other = next(n for n in nodes if n["rack"] != mine["rack"] and n["clique"])
-        facts = {
-            "hostname": hostname,
-            "ip": mine["managementIp"],
-            "gpus": [],
-            "cluster_uuid": mine["clique"].rpartition(".")[0],
-            "clique_id": int(mine["clique"].rpartition(".")[2]),
-        }
+        facts = _real_facts(agent_root, hostname)  # what the tray's own probe says
         agent = {"Authorization": f"Node {token}"}
         put = f"/api/v1/agent/nodes/{node_id}/facts/"
         metadata = hit(client.put(put, json=facts | {"ip": "169.254.169.254"}, headers=agent))
@@ -77,7 +71,9 @@ def tray_identity(url: str, operator: str, agent_root: Path, hit: Hit) -> list[F
         held = hit(client.get(f"/api/v1/nodes/{hostname}/", headers=op)).json()
         hit(client.put(put, json=facts, headers=agent))  # its real identity again
         back = hit(client.post(f"/api/v1/nodes/{hostname}/accept/", json={}, headers=op))
+        after = hit(client.get(f"/api/v1/nodes/{hostname}/", headers=op)).json()
     change = held.get("identityChange") or {}
+    restored = after["clique"] == mine["clique"] and after["gpuCount"] == len(facts["gpus"])
     return [
         (
             f"a tray reports 169.254.169.254 as its IP: {metadata.status_code}",
@@ -90,8 +86,19 @@ def tray_identity(url: str, operator: str, agent_root: Path, hit: Hit) -> list[F
             and held["clique"] == mine["clique"]
             and held["gpuCount"] == mine["gpuCount"],
         ),
-        (f"the operator accepts it back: {back.status_code}", back.status_code == 200),
+        (
+            f"it reports its real identity again, the operator accepts it: {back.status_code}, "
+            f"{after['state']}, {after['gpuCount']} GPUs",
+            back.status_code == 200 and restored and after["state"] == "ready",
+        ),
     ]
+
+
+def _real_facts(root: Path, hostname: str) -> dict[str, Any]:
+    """The tray's identity as its (emulated) NVML and host report it: its real agent's."""
+    fabric = json.loads((root / hostname / "run/nvidia-emu/fabric.json").read_text())
+    keys = ("hostname", "ip", "cluster_uuid", "clique_id", "gpus")
+    return {k: fabric[k] for k in keys}
 
 
 def _a_trays_token(root: Path) -> tuple[int, str, str] | None:
@@ -158,7 +165,11 @@ def request_to_ready(url: str, token: str, namespace: str, hit: Hit) -> float:
     base = f"/api/v1/namespaces/{namespace}/computedomains/"
     with httpx.Client(base_url=url, timeout=30, headers=_auth(token)) as client:
         started = time.monotonic()
-        created = hit(client.post(base, json={"metadata": {"name": name}, "spec": {"numNodes": 1}}))
+        created = hit(
+            client.post(
+                base, json={"metadata": {"name": name}, "spec": {"numNodes": 1, "gpusPerNode": 4}}
+            )
+        )
         if created.status_code != 201:
             return float("nan")
         phase = ""
@@ -486,7 +497,8 @@ def run(
 ) -> list[Finding]:
     """Every attack of this module, in an order that leaves the demo as it was."""
     findings: list[Finding] = []
-    print("tray identity, refusals …")
+    print("SSRF residue, tray identity, refusals …")
+    findings += ssrf_residue(url, tokens["alice"], hit)
     findings += tray_identity(url, tokens["operator"], agent_root, hit)
     findings += cross_tray_refusals(url, tokens["admin"], agent_root, hit)
     print("webhook tarpit …")
@@ -494,10 +506,10 @@ def run(
     print("bodies …")
     findings += huge_body(url, hit)
     findings += slow_bodies(url)
-    print("sign-in bystander, sockets, ceilings, SSRF …")
+    print("sign-in bystander, sockets, ceilings …")
     findings += bystander(url, password, hit)
     findings += sockets_follow_access(url, password, tokens["admin"], tokens["bob"], hit)
     findings += socket_caps(url, password, agent_root)
+    time.sleep(60)  # the tarpit's subscription creates out of this minute's count
     findings += ceilings(url, tokens["alice"], hit)
-    findings += ssrf_residue(url, tokens["alice"], hit)
     return findings

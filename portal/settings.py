@@ -360,10 +360,8 @@ PORTAL: PortalSettings = {
     "WEBHOOK_ALLOWED_NETS": env_list(
         "PORTAL_WEBHOOK_ALLOWED_NETS", "127.0.0.0/8,::1/128" if DEBUG or TESTING else ""
     ),
-    # A webhook's receiver must accept the connection within CONNECT_TIMEOUT_S and answer
-    # within TIMEOUT_S; a target that failed BREAKER_FAILURES tries in a row is not tried
-    # for BREAKER_OPEN_S seconds (each delivery meanwhile fails at once, without a
-    # connection). Deliveries run on their own queue and worker, never the controller's.
+    # Webhooks: seconds to accept and to answer; failures in a row that open a target's
+    # breaker, and for how long (domains/notifications/delivery.py).
     "WEBHOOK_CONNECT_TIMEOUT_S": env_int("PORTAL_WEBHOOK_CONNECT_TIMEOUT_S", 2),
     "WEBHOOK_TIMEOUT_S": env_int("PORTAL_WEBHOOK_TIMEOUT_S", 5),
     "WEBHOOK_BREAKER_FAILURES": env_int("PORTAL_WEBHOOK_BREAKER_FAILURES", 3),
@@ -377,8 +375,7 @@ PORTAL: PortalSettings = {
     # Open websockets per web process: a user's live pages, a tray's agent sockets.
     "SOCKETS_PER_USER": env_int("PORTAL_SOCKETS_PER_USER", 50),
     "SOCKETS_PER_NODE": env_int("PORTAL_SOCKETS_PER_NODE", 4),
-    # Management IPs trays may have although they are loopback or link-local (the demo's and
-    # the tests' emulated trays live on 127.0.0.0/8); see domains/inventory/identity.py.
+    # Loopback/link-local networks trays' IPs may be in (the emulated trays' 127.0.0.0/8).
     "TRAY_ALLOWED_NETS": env_list(
         "PORTAL_TRAY_ALLOWED_NETS", "127.0.0.0/8" if DEBUG or TESTING else ""
     ),

@@ -100,8 +100,9 @@ class _HeadTooLarge(Exception):
 
 
 class PortalHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with limits on the request head's size and time, and on
-    the request heads in progress per client address."""
+    """uvicorn's httptools protocol with limits on the request head's size and time, on the
+    body's size and time, and on the requests in progress (head or body) per client
+    address."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

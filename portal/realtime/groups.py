@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import logging
@@ -141,17 +142,20 @@ async def refuse_over_cap(consumer: Any) -> None:
     await consumer.close(code=TOO_MANY_SOCKETS)
 
 
-def send_to_groups(groups: list[str], message: dict[str, Any]) -> None:
+def send_to_groups(groups: list[str], message: dict[str, Any], *, barrier: bool = False) -> None:
     """Send one message to several groups from synchronous code, best effort, without waiting.
 
     Callers are after-commit signal receivers: the change is already committed, so a down
     Redis must not fail it (pages and agents catch up on reconnect or their next poll).
-    The send runs on this process's sender loop; the caller only queues it.
+    The send runs on this process's sender loop; the caller only queues it. Sends run
+    concurrently, in no set order, but a `barrier` (a membership ended, a session logged
+    out) is delivered before anything this process queues after it: a hint caused after a
+    membership ended never overtakes the message that takes the socket off its groups.
     """
     layer = get_channel_layer()
     if layer is None or not groups:
         return
-    _SENDER.submit(layer, list(groups), message)
+    _SENDER.submit(layer, list(groups), message, barrier=barrier)
 
 
 class _Sender:
@@ -173,6 +177,7 @@ class _Sender:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._in_flight = 0
+        self._barrier: concurrent.futures.Future[None] | None = None
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -186,18 +191,29 @@ class _Sender:
                 self._pid, self._in_flight = os.getpid(), 0
             return self._loop
 
-    def submit(self, layer: Any, groups: list[str], message: dict[str, Any]) -> None:
-        with self._lock:
+    def submit(
+        self, layer: Any, groups: list[str], message: dict[str, Any], *, barrier: bool = False
+    ) -> None:
+        loop = self._running_loop()
+        with self._lock:  # in the order queued: a barrier is the one before what follows it
             if self._in_flight >= self.MAX_IN_FLIGHT:
                 log.warning("live sender backlog full; dropped %s", message.get("type"))
                 return
             self._in_flight += 1
-        asyncio.run_coroutine_threadsafe(
-            self._fan_out(layer, groups, message), self._running_loop()
-        )
+            after = self._barrier
+            sent = asyncio.run_coroutine_threadsafe(
+                self._fan_out(layer, groups, message, after), loop
+            )
+            if barrier:
+                self._barrier = sent
 
-    async def _fan_out(self, layer: Any, groups: list[str], message: dict[str, Any]) -> None:
+    async def _fan_out(
+        self, layer: Any, groups: list[str], message: dict[str, Any], after: Any = None
+    ) -> None:
         try:
+            if after is not None and not after.done():
+                with contextlib.suppress(Exception):  # a barrier that failed still passed
+                    await asyncio.wrap_future(after)
             await asyncio.gather(*(layer.group_send(g, message) for g in groups))
         except BACKING_AWAY as exc:  # said once per outage, not once per hint
             LAYER_LOSS.report(exc)
@@ -213,6 +229,7 @@ class _Sender:
         """A forked child inherits neither the thread nor, safely, the lock."""
         self._lock = threading.Lock()
         self._loop, self._thread, self._pid, self._in_flight = None, None, 0, 0
+        self._barrier = None
 
 
 _SENDER = _Sender()

@@ -81,7 +81,9 @@ def membership_ended(sender: Any, instance: Membership, **kwargs: Any) -> None:
     open sockets leave the namespace's groups once it is committed."""
     user_id = instance.user_id
     transaction.on_commit(
-        lambda: send_to_groups([user_sockets_group(user_id)], {"type": "access.changed"})
+        lambda: send_to_groups(
+            [user_sockets_group(user_id)], {"type": "access.changed"}, barrier=True
+        )
     )
 
 
@@ -90,4 +92,4 @@ def session_ended(sender: Any, request: Any = None, **kwargs: Any) -> None:
     """A session logged out: its open sockets close (they would go on hearing hints)."""
     key = getattr(getattr(request, "session", None), "session_key", None)
     if key:
-        send_to_groups([session_group(key)], {"type": "session.ended"})
+        send_to_groups([session_group(key)], {"type": "session.ended"}, barrier=True)

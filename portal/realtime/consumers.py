@@ -107,9 +107,10 @@ class LiveConsumer(ClosesWhenBackingAway, AsyncJsonWebsocketConsumer):
         await self.send_json({"kind": "hello", "topics": len(allowed)})
 
     def _own_groups(self, user: Viewer) -> list[str]:
+        """Its user's and its session's groups (a signed-in user always has a pk)."""
         session = self.scope.get("session")
         key = getattr(session, "session_key", None)
-        return [user_sockets_group(user.pk)] + ([session_group(key)] if key else [])
+        return [user_sockets_group(int(user.pk or 0))] + ([session_group(key)] if key else [])
 
     async def _join(self, groups: list[str]) -> None:
         for group in groups:

@@ -13,6 +13,13 @@ service-account token presented instead of it. Prints the figures: requests
 tried, bad inputs tried, 5xx seen, isolation violations, quota overruns, and each finding
 held or not. Run it against a throwaway demo: it pauses the operator's sign-in from this
 address for the cool-off (15 minutes) and creates and releases domains in team-b.
+
+Then the second attack (bench/attack_limits.py): a tray's own token changing its identity,
+one tenant's webhook tarpit against another's request → Ready, a 200 MB body and slow
+bodies, a guesser beside a bystander, sockets after a membership ends and a logout,
+sockets per user and per tray, refusals that fill the audit log, token and subscription
+ceilings, and the IPv6 SSRF residue; each with its figure. It reads one emulated tray's
+node token from the demo's agents (`--agent-root`, default var/agents).
 """
 
 from __future__ import annotations
@@ -23,8 +30,10 @@ import json
 import sys
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import attack_limits  # bench/: the second attack, its successor
 import httpx
 import requests
 
@@ -417,6 +426,12 @@ def main() -> None:
     parser.add_argument("--password", default="demo")
     parser.add_argument("--join-token", default="dpj_demo-join-token")
     parser.add_argument("--examples", type=int, default=10, help="schemathesis, per operation")
+    parser.add_argument(
+        "--agent-root",
+        type=Path,
+        default=Path("var/agents"),
+        help="the demo's agents' roots (a compromised tray's node token)",
+    )
     args = parser.parse_args()
     url = args.url.rstrip("/")
     tokens = {u: api_token(url, u, args.password) for u in ("alice", "bob", "operator", "admin")}
@@ -435,6 +450,7 @@ def main() -> None:
     findings.append(rogue_tray(url, args.join_token, tokens["operator"]))
     findings.extend(token_family(url, tokens["alice"]))
     findings.extend(oversized_heads(url))
+    findings.extend(attack_limits.run(url, tokens, args.password, args.agent_root, hit))
     print()
     print(f"requests tried        {COUNT['requests']}")
     print(f"bad inputs tried      {COUNT['bad inputs']}")

@@ -21,6 +21,7 @@ from django.core.exceptions import PermissionDenied
 
 from domains.tenancy.seed import DEMO_GROUP
 from portal.ratelimit import client_address, signin_paced
+from portal.signin import known_device
 
 
 def demo_user_refused(user: User) -> bool:
@@ -40,8 +41,12 @@ class PortalModelBackend(AxesStandaloneBackend, ModelBackend):
         # A request made up in-process (the test client's login(), a management command)
         # has no client address to count; none reachable from outside lacks one.
         if request is not None and getattr(request, "META", {}).get("REMOTE_ADDR"):
-            if signin_paced(client_address(request)):
-                # Stops authenticate() at once; Django reports a failed sign-in as usual.
+            if not known_device(request, username) and signin_paced(client_address(request)):
+                # No password is checked, and nothing counts as a failure: not the pair's
+                # (axes skips a request it finds locked out), not the address's
+                # (portal.signin). Axes' middleware answers it (portal.signin.lockout_response).
+                request.signin_paced = True
+                request.axes_locked_out = True
                 raise PermissionDenied("too many failed sign-ins from this address; slowed")
             # Raises PermissionDenied while the (account, address) pair is locked out.
             AxesStandaloneBackend.authenticate(self, request, username, password, **kw)

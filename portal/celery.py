@@ -1,4 +1,4 @@
-"""The Celery app: the controller's workers and beat.
+"""The Celery app: the controller's workers and beat, and the notifications' worker.
 
 The request id travels in the task headers, so logs of one domain's story line up across
 web, worker and agent.
@@ -44,6 +44,22 @@ def _logging_as_configured(**_: object) -> None:
     from django.conf import settings
 
     logging.config.dictConfig(settings.LOGGING)
+
+
+def notifications_queue() -> str:
+    """The notifications' own queue: e-mail and webhook deliveries, and matching events to
+    subscriptions. Beside the controller's (the default queue), never on it: a tenant's
+    webhooks to a host that never answers must not hold the workers that place everyone's
+    domains, and no tenant action can fill the controller's queue. Named after the default
+    queue, so the tests' per-session queues get theirs too."""
+    return f"{app.conf.task_default_queue}.notifications"
+
+
+def route_task(name: str, *args: Any, **kwargs: Any) -> dict[str, str] | None:
+    """CELERY_TASK_ROUTES: the notifications' tasks to their queue; the rest by default."""
+    if name.startswith("notifications."):
+        return {"queue": notifications_queue()}
+    return None
 
 
 @signals.before_task_publish.connect

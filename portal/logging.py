@@ -22,6 +22,20 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+class NoClientErrorTraceback(logging.Filter):
+    """An ordinary 4xx (a 403 for a page a tenant may not open, a 404) is logged as one line,
+    without the traceback of the PermissionDenied or Http404 that produced it: Django logs
+    those with `exc_info`, ~2 KB a refusal, which let anyone fill the logs by asking for
+    pages they may not see. 5xx keep their tracebacks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        if isinstance(status, int) and status < 500:
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, request id, message (+ exception)."""
 

@@ -271,6 +271,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 # Reconnects after Redis went away with tasks unacknowledged (portal/worker_consumer.py).
 CELERY_WORKER_CONSUMER = "portal.worker_consumer:Consumer"
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "portal")
+# Notifications (deliveries) go to "<default queue>.notifications", served by a worker of
+# their own (`celery -A portal worker -Q portal.notifications`): portal/celery.py.
+CELERY_TASK_ROUTES = ("portal.celery.route_task",)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict] = {
     # Write receipts (portal.outage) older than a day.
@@ -358,6 +361,28 @@ PORTAL: PortalSettings = {
     "WEBHOOK_ALLOWED_NETS": env_list(
         "PORTAL_WEBHOOK_ALLOWED_NETS", "127.0.0.0/8,::1/128" if DEBUG or TESTING else ""
     ),
+    # Webhooks: seconds to accept and to answer; failures in a row that open a target's
+    # breaker, and for how long (domains/notifications/delivery.py).
+    "WEBHOOK_CONNECT_TIMEOUT_S": env_int("PORTAL_WEBHOOK_CONNECT_TIMEOUT_S", 2),
+    "WEBHOOK_TIMEOUT_S": env_int("PORTAL_WEBHOOK_TIMEOUT_S", 5),
+    "WEBHOOK_BREAKER_FAILURES": env_int("PORTAL_WEBHOOK_BREAKER_FAILURES", 3),
+    "WEBHOOK_BREAKER_OPEN_S": env_int("PORTAL_WEBHOOK_BREAKER_OPEN_S", 60),
+    # Subscriptions one user may hold, and all users together in one namespace.
+    "SUBSCRIPTIONS_PER_USER": env_int("PORTAL_SUBSCRIPTIONS_PER_USER", 20),
+    "SUBSCRIPTIONS_PER_NAMESPACE": env_int("PORTAL_SUBSCRIPTIONS_PER_NAMESPACE", 50),
+    # Per user and minute: API tokens minted and subscriptions created (429 past either).
+    "TOKEN_MINTS_PER_MIN": env_int("PORTAL_TOKEN_MINTS_PER_MIN", 20),
+    "SUBSCRIPTION_CREATES_PER_MIN": env_int("PORTAL_SUBSCRIPTION_CREATES_PER_MIN", 20),
+    # Open websockets per web process: a user's live pages, a tray's agent sockets.
+    "SOCKETS_PER_USER": env_int("PORTAL_SOCKETS_PER_USER", 50),
+    "SOCKETS_PER_NODE": env_int("PORTAL_SOCKETS_PER_NODE", 4),
+    # Loopback/link-local networks trays' IPs may be in (the emulated trays' 127.0.0.0/8).
+    "TRAY_ALLOWED_NETS": env_list(
+        "PORTAL_TRAY_ALLOWED_NETS", "127.0.0.0/8" if DEBUG or TESTING else ""
+    ),
+    # Addresses of the portal itself (its service or pod IPs) no tray may claim, besides
+    # the ones it finds: this host's, ALLOWED_HOSTS' and the database's.
+    "OWN_ADDRESSES": env_list("PORTAL_OWN_ADDRESSES"),
     # Agents' reports that change their members are folded on a worker, once per burst per
     # domain. Off: folded in the request, one by one. Off by default only inside pytest's
     # own process, whose tests read the effect of a report right after sending it (the
@@ -391,6 +416,7 @@ LOGGING = {
             "()": "portal.logging.PeriodicTaskChatter",
             "periodic": sorted({entry["task"] for entry in CELERY_BEAT_SCHEDULE.values()}),
         },
+        "no_client_error_traceback": {"()": "portal.logging.NoClientErrorTraceback"},
     },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
@@ -400,7 +426,7 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": os.environ.get("LOG_FORMAT", "plain"),
-            "filters": ["request_id", "periodic_tasks"],
+            "filters": ["request_id", "periodic_tasks", "no_client_error_traceback"],
         },
     },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
@@ -417,6 +443,9 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_FAILURE_LIMIT = env_int("PORTAL_SIGNIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("PORTAL_SIGNIN_COOLOFF_MIN", 15))
 AXES_RESET_ON_SUCCESS = True
+# A sign-in refused unchecked (its pair locked out, or its address paced: portal.auth) is
+# no failure: axes records nothing for it, so a right password is never counted as wrong.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_CLIENT_IP_CALLABLE = "portal.signin.axes_client_ip"
 AXES_LOCKOUT_CALLABLE = "portal.signin.lockout_response"
 AXES_VERBOSE = False  # its own log lines name accounts; the lockout is logged by Django

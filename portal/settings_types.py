@@ -37,4 +37,16 @@ class PortalSettings(TypedDict):
     NOTIFY_ATTEMPTS: int  # tries at sending one e-mail or webhook notification
     NOTIFY_BACKOFF_S: int  # first retry after this, then doubling
     WEBHOOK_ALLOWED_NETS: list[str]  # networks a webhook may reach besides public addresses
+    WEBHOOK_CONNECT_TIMEOUT_S: int  # a webhook's receiver must accept within this
+    WEBHOOK_TIMEOUT_S: int  # ... and answer within this
+    WEBHOOK_BREAKER_FAILURES: int  # failed tries in a row that open a target's breaker
+    WEBHOOK_BREAKER_OPEN_S: int  # how long an open breaker skips its target
+    SUBSCRIPTIONS_PER_USER: int
+    SUBSCRIPTIONS_PER_NAMESPACE: int
+    TOKEN_MINTS_PER_MIN: int  # API tokens one user may mint per minute
+    SUBSCRIPTION_CREATES_PER_MIN: int  # subscriptions one user may create per minute
+    SOCKETS_PER_USER: int  # open live-page websockets per user and web process
+    SOCKETS_PER_NODE: int  # open agent websockets per tray and web process
+    TRAY_ALLOWED_NETS: list[str]  # loopback/link-local networks trays may have IPs in
+    OWN_ADDRESSES: list[str]  # the portal's own addresses, which no tray may claim
     FOLD_REPORTS_ON_WORKER: bool  # changing reports folded on a worker, per domain and burst

@@ -11,21 +11,37 @@ client could hold hundreds of connections open by never finishing its request he
   them 431, plain HTTP and websocket handshakes alike, and the connection is closed;
 - a request head not complete `HEAD_TIMEOUT_S` seconds after the connection opened (or
   after its previous request) is answered 408 and closed;
-- one client address may have at most `HEADS_PER_ADDRESS` connections whose request head
-  is not yet complete; one more is answered 429 and closed at once. Until its head is in,
-  a connection is anonymous (nothing has authenticated it), websocket handshakes included;
-  the portal accepts a websocket only once its session or node token checked out, so no
-  accepted socket is anonymous. Peers in PORTAL_TRUSTED_PROXIES are not capped: every
-  client behind the proxy shares its address, and the proxy keeps its own limits.
+- a request body larger than `BODY_MAX` bytes (the largest any route takes: the API's
+  1 MiB) is answered 413 before any of it is read: at once when its Content-Length says
+  so, or as soon as a chunked body grows past it. Django's ASGI handler reads a whole body
+  into a temporary file before any view (or DATA_UPLOAD_MAX_MEMORY_SIZE) could refuse it,
+  and uvicorn has no such limit, so 200 MB bodies were written to disk before a 403;
+- a request body not complete `BODY_TIMEOUT_S` seconds after its head is answered 408 and
+  closed (2,000 connections sending a body a byte every two seconds were all still open a
+  minute later);
+- one client address may have at most `HEADS_PER_ADDRESS` connections whose request (head
+  or body) is not yet complete; one more is answered 429 and closed at once. Until its
+  request is in, a connection is anonymous (nothing has authenticated it), websocket
+  handshakes included; the portal accepts a websocket only once its session or node token
+  checked out, so no accepted socket is anonymous. Peers in PORTAL_TRUSTED_PROXIES are not
+  capped: every client behind the proxy shares its address, and the proxy keeps its own
+  limits.
+
+Refusals of a request under /api/ answer the API's error shape (JSON with `code` and
+`message`); others plain text. uvicorn's own settings do not do this: `--limit-concurrency`
+counts all connections of all clients (a slow client takes a good one's place) and answers
+503, and `h11_max_incomplete_event_size` belongs to the h11 protocol, not httptools.
 
 Limits in bytes and seconds come from the environment (PORTAL_HEAD_TIMEOUT_S,
-PORTAL_HEADS_PER_ADDRESS), read once: uvicorn imports this module before Django is set up.
+PORTAL_BODY_TIMEOUT_S, PORTAL_BODY_MAX_BYTES, PORTAL_HEADS_PER_ADDRESS), read once: uvicorn
+imports this module before Django is set up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import os
 from collections import Counter
 from typing import Any
@@ -39,13 +55,24 @@ HEADER_COUNT_MAX = 100
 HEADER_BYTES_MAX = 32 * 1024
 HEAD_TIMEOUT_S = float(os.environ.get("PORTAL_HEAD_TIMEOUT_S", "10"))
 HEADS_PER_ADDRESS = int(os.environ.get("PORTAL_HEADS_PER_ADDRESS", "64"))
+BODY_TIMEOUT_S = float(os.environ.get("PORTAL_BODY_TIMEOUT_S", "30"))
+BODY_MAX = int(os.environ.get("PORTAL_BODY_MAX_BYTES", str(1 << 20)))
 LINGER_S = 2.0  # how long a refused connection is read (and dropped) before it is closed
 
 REASONS = {
     408: b"Request Timeout",
+    413: b"Content Too Large",
     414: b"URI Too Long",
     429: b"Too Many Requests",
     431: b"Request Header Fields Too Large",
+}
+# The API's error shape for a refusal under /api/ (portal/api/errors.py words the rest).
+_API_ERRORS = {
+    408: ("timeout", f"The request body did not arrive within {BODY_TIMEOUT_S:g} seconds."),
+    413: ("too_large", f"The request body is larger than {BODY_MAX} bytes."),
+    414: ("uri_too_long", "The request target is longer than 8 KiB."),
+    429: ("throttled", "Too many requests in progress from your address."),
+    431: ("header_too_large", "The request's header fields are too large."),
 }
 
 # Connections per client address whose request head is still coming, in this process.
@@ -73,8 +100,9 @@ class _HeadTooLarge(Exception):
 
 
 class PortalHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with limits on the request head's size and time, and on
-    the request heads in progress per client address."""
+    """uvicorn's httptools protocol with limits on the request head's size and time, on the
+    body's size and time, and on the requests in progress (head or body) per client
+    address."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -82,7 +110,10 @@ class PortalHttpProtocol(HttpToolsProtocol):
         self._refused = False  # answered and closing: whatever else comes is dropped
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
-        self._counted = ""  # the address this connection counts against while its head comes
+        self._counted = ""  # the address this connection counts against while its request comes
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_bytes = 0
+        self.url = b""  # uvicorn sets it when a request begins; a refusal may come first
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -103,10 +134,16 @@ class PortalHttpProtocol(HttpToolsProtocol):
             if _heads[address] > HEADS_PER_ADDRESS:
                 self._refuse(429)
 
-    def _head_ends(self) -> None:
+    def _head_ends(self, *, body_follows: bool = False) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        if body_follows:  # still anonymous and incomplete: it keeps counting
+            self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._refuse_body, 408)
+            return
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
         if self._counted:
             _heads[self._counted] -= 1
             if _heads[self._counted] <= 0:
@@ -118,11 +155,17 @@ class PortalHttpProtocol(HttpToolsProtocol):
         if self._refused or self.transport.is_closing():
             return
         self._refused = True
-        body = REASONS[status] + b"\n"
+        kind, body = b"text/plain; charset=utf-8", REASONS[status] + b"\n"
+        if self.url.startswith(b"/api/"):
+            code, message = _API_ERRORS[status]
+            kind, body = (
+                b"application/json",
+                json.dumps({"code": code, "message": message}).encode(),
+            )
+        retry = b"retry-after: 1\r\n" if status == 429 else b""
         self.transport.write(
-            b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
-            % (status, REASONS[status], len(body), body)
+            b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\n%scontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (status, REASONS[status], kind, retry, len(body), body)
         )
         # Half-close and read on (dropping it) for a moment: closing with the rest of the
         # request unread would send a reset, and a reset can discard the answer before the
@@ -162,8 +205,52 @@ class PortalHttpProtocol(HttpToolsProtocol):
             raise _HeadTooLarge
 
     def on_headers_complete(self) -> None:
-        self._head_ends()
+        length, chunked = self._body_announced()
+        if length > BODY_MAX:
+            self._refusal = 413
+            raise _HeadTooLarge
+        upgrade = self.parser.should_upgrade()
+        self._body_bytes = 0
+        self._head_ends(body_follows=(length > 0 or chunked) and not upgrade)
         super().on_headers_complete()
+
+    def _body_announced(self) -> tuple[int, bool]:
+        """(Content-Length or 0, whether the body is chunked), from the head."""
+        length, chunked = 0, False
+        for name, value in self.headers:
+            if name == b"content-length" and value.strip().isdigit():
+                length = max(length, int(value))
+            elif name == b"transfer-encoding" and b"chunked" in value.lower():
+                chunked = True
+        return length, chunked
+
+    def on_body(self, body: bytes) -> None:
+        if self._refused:
+            return
+        self._body_bytes += len(body)
+        if self._body_bytes > BODY_MAX:
+            self._refuse_body(413)
+            return
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._head_ends()
+        super().on_message_complete()
+
+    def _refuse_body(self, status: int) -> None:
+        """Refuse a request whose body is coming (too large, too slow). Its ASGI task is
+        running and waiting for the body: it is told the client left (Django then answers
+        nothing), and the refusal is answered here."""
+        if self._refused:
+            return
+        cycle = self.cycle
+        if cycle is None or cycle.response_started:  # answered already: only stop reading
+            self._head_ends()
+            self.transport.close()
+            return
+        cycle.disconnected = True
+        cycle.message_event.set()
+        self._refuse(status)
 
 
 class PortalWebSocketProtocol(WebSocketsSansIOProtocol):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: migrate, seed, then run web, worker, beat and the emulated trays' node agents
+# `make demo`: migrate, seed, then run web, worker, notifier, beat and the emulated trays' node agents
 # under one process manager (honcho). PostgreSQL and Redis are the ones DATABASE_URL and
 # REDIS_URL name, or private ones (PostgreSQL's data kept in var/pg between runs) that
 # testbed/devservices.py starts first and stops last. Ctrl-C stops everything.
@@ -24,6 +24,9 @@ if [ -z "${PORTAL_AGENT_JOIN_TOKEN:-}" ]; then
   esac
 fi
 export PORTAL_AGENT_JOIN_TOKEN
+# The emulated trays' management IPs are loopback addresses, which a real tray never has:
+# allowed here even with DEBUG off (domains/inventory/identity.py).
+export PORTAL_TRAY_ALLOWED_NETS=${PORTAL_TRAY_ALLOWED_NETS:-127.0.0.0/8}
 export PORTAL_URL="http://127.0.0.1:${PORT}"
 
 "$VENV/bin/python" manage.py migrate --no-input -v0

@@ -27,6 +27,8 @@ from testbed.devservices import free_port
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 SESSION_QUEUE = f"test-{uuid.uuid4().hex[:8]}"
+# The notifications' own queue (portal/celery.py), served by `start_notifier`.
+NOTIFY_QUEUE = f"{SESSION_QUEUE}.notifications"
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", ROOT / "test-artifacts"))
 
 
@@ -197,7 +199,10 @@ def start_server(host: str = "127.0.0.1", **env: str) -> tuple[Proc, str]:
     return proc, url
 
 
-def start_worker(name: str = "worker", concurrency: int = 4, **env: str) -> Proc:
+def start_worker(
+    name: str = "worker", concurrency: int = 4, *, queue: str = SESSION_QUEUE, **env: str
+) -> Proc:
+    """A controller worker (the session's queue), as the Procfile's `worker`."""
     proc = Proc(
         name,
         [
@@ -208,7 +213,7 @@ def start_worker(name: str = "worker", concurrency: int = 4, **env: str) -> Proc
             "--pool=threads",
             f"--concurrency={concurrency}",
             "-Q",
-            SESSION_QUEUE,
+            queue,
             "--without-gossip",
             "--without-mingle",
             "--loglevel=INFO",
@@ -221,6 +226,12 @@ def start_worker(name: str = "worker", concurrency: int = 4, **env: str) -> Proc
     if not proc.alive():
         raise RuntimeError(f"worker exited:\n{proc.log()[-3000:]}")
     return proc
+
+
+def start_notifier(concurrency: int = 4, **env: str) -> Proc:
+    """The notifications' worker (deliveries, on their own queue), as the Procfile's
+    `notifier`: beside the controller's worker, never in its way."""
+    return start_worker("notifier", concurrency, queue=NOTIFY_QUEUE, **env)
 
 
 def start_beat(**env: str) -> Proc:

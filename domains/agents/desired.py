@@ -25,7 +25,7 @@ from agentwire.messages import ChannelSpec, DesiredDomain, DesiredState
 from domains.computedomains.models import AllocationMode, ComputeDomain, DomainMember
 from domains.computedomains.models import ChannelAllocation as Channel
 from domains.computedomains.selectors import RUNNING_PHASES, peers_settling
-from domains.inventory.models import MaintenanceWindow, Node, NodeCondition, NodeState
+from domains.inventory.models import Clique, MaintenanceWindow, Node, NodeCondition, NodeState
 from domains.security import hash_token
 from domains.sqlnames import column, statement
 from domains.tenancy.models import Namespace
@@ -118,6 +118,9 @@ SELECT n.{node.id}, n.{node.hostname},
            AND n.{node.management_ip} IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM {condition} k
                            WHERE k.{condition.node} = n.{node.id} AND k.{condition.blocking})
+           AND NOT EXISTS (SELECT 1 FROM {clique} q
+                           WHERE q.{clique.id} = n.{node.clique}
+                             AND q.{clique.rack} <> n.{node.rack})
            AND NOT EXISTS (SELECT 1 FROM {member} h
                            WHERE h.{member.node} = n.{node.id} AND h.{member.active})
            AND NOT EXISTS (SELECT 1 FROM {window_tray} wt
@@ -160,6 +163,7 @@ def _desired_sql(with_token: bool) -> str:
         namespace=Namespace,
         channel=Channel,
         condition=NodeCondition,
+        clique=Clique,
         window=MaintenanceWindow,
         window_tray=MaintenanceWindow.nodes.through,
         running=", ".join(["%s"] * len(RUNNING_PHASES)),

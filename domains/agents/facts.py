@@ -4,17 +4,17 @@ GPUs, its conditions."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Any
+
 from django.db import transaction
 
-from agentwire.messages import ConditionType, GpuFacts, NodeFacts
-from domains.audit.events import CONTROLLER, Actor, record_event
-from domains.errors import Conflict
-from domains.inventory.models import Clique, Gpu, Node, NodeCondition, NodeSource, NodeState
-from domains.inventory.services import (
-    REASON_MAX,
-    node_conditions_set,
-    node_cordon,
-)
+from agentwire.messages import ConditionType, NodeFacts
+from domains.audit.events import Actor, record_event
+from domains.errors import Conflict, InvalidInput
+from domains.inventory.identity import gpus_sync, identity_hold, management_ip_refusal
+from domains.inventory.models import Clique, Node, NodeCondition, NodeSource
+from domains.inventory.services import node_conditions_set
 from domains.signals import (
     announce_capacity_freed,
     announce_nodes,
@@ -37,7 +37,8 @@ def agent_facts_update(*, node: Node, facts: NodeFacts) -> list[str]:
     Sent after every agent start and whenever they change (a fabric registration completes,
     NVML comes back, the host's IMEX service is found). Returns what changed; an unchanged
     update writes nothing. The node token acts only for its own tray, so the hostname
-    cannot change here.
+    cannot change here, and the tray's identity (IP, clique, GPU set) only through an
+    operator: a change is held (domains/inventory/identity.py), the rest applied.
     """
     if facts["hostname"] != node.hostname:
         raise Conflict(
@@ -45,6 +46,7 @@ def agent_facts_update(*, node: Node, facts: NodeFacts) -> list[str]:
             "by joining again.",
             field="hostname",
         )
+    check_ip(facts["ip"])
     actor = Actor.for_agent(node)
     with transaction.atomic():
         locked = (
@@ -56,13 +58,15 @@ def agent_facts_update(*, node: Node, facts: NodeFacts) -> list[str]:
             raise Conflict(f"IP {facts['ip']} belongs to another tray.", field="ip")
         before = {name: _plain(getattr(locked, name)) for name in _TRACKED}
         blocked_before = _blocked(locked)
-        apply_facts(locked, facts)
+        held = identity_hold(node=locked, actor=actor, reported=reported_identity(locked, facts))
+        apply_facts(locked, facts, keep=held)
         after = {name: _plain(getattr(locked, name)) for name in _TRACKED}
         changes = {
             k: {"from": before[k], "to": after[k]} for k in _TRACKED if before[k] != after[k]
         }
         locked.save()
-        sync_gpus(locked, facts["gpus"])
+        if "gpus" not in held:
+            gpus_sync(locked, facts["gpus"])
         if changes:
             record_event(
                 actor=actor,
@@ -71,31 +75,37 @@ def agent_facts_update(*, node: Node, facts: NodeFacts) -> list[str]:
                 message=", ".join(f"{k}: {v['to'] or '—'}" for k, v in changes.items())[:500],
                 details=changes,
             )
-        changed = list(changes)
-        if _moved_clique(locked, changes):
-            node_cordon(
-                actor=CONTROLLER,
-                node=locked,
-                reason=(
-                    f"its agent reported a move from clique {changes['clique']['from']} to "
-                    f"{changes['clique']['to'] or 'none'}: an operator checks the tray, then "
-                    "uncordons it"
-                )[:REASON_MAX],
-            )
+        changed = list(changes) + sorted(held)
         changed += node_conditions_set(actor=actor, node=locked, conditions=facts["conditions"])
         if blocked_before and not _blocked(locked):
             announce_capacity_freed()  # a tray just became placeable
-    if changes:
+    if changes or held:
         announce_nodes([locked.pk])
     return changed
 
 
-def _moved_clique(node: Node, changes: dict[str, dict[str, object]]) -> bool:
-    """A tray that was in a clique reports another (or none): a node token alone must not
-    move a tray between NVLink partitions, as a join token alone cannot (`identity_changes`),
-    so it stays out of placement until an operator has looked."""
-    moved = "clique" in changes and changes["clique"]["from"] is not None
-    return moved and node.state in (NodeState.READY, NodeState.UNKNOWN)
+def check_ip(ip: str) -> None:
+    """A management IP no tray can have is refused, naming `ip` (identity.py)."""
+    refusal = management_ip_refusal(ip) if ip else ""
+    if refusal:
+        raise InvalidInput(f"{refusal}.", field="ip")
+
+
+def reported_identity(node: Node, facts: NodeFacts) -> dict[str, Any]:
+    """The identity the facts state ({field: value}), as `identity_hold` compares it: facts
+    left out state nothing, and the clique of a tray labelled by Kubernetes, or probed while
+    NVML could not tell, is never the agent's to state (`apply_facts`)."""
+    reported: dict[str, Any] = {}
+    if facts["ip"]:
+        reported["ip"] = facts["ip"]
+    if not _labelled(node) and not _unsure(facts):
+        clique = (facts["cluster_uuid"], facts["clique_id"])
+        reported["clique"] = (
+            f"{clique[0]}.{clique[1]}" if clique[0] and clique[1] is not None else ""
+        )
+    if facts["gpus"]:
+        reported["gpus"] = [dict(g) for g in facts["gpus"]]
+    return reported
 
 
 def _blocked(node: Node) -> bool:
@@ -106,19 +116,19 @@ def _plain(value: object) -> object:
     return str(value) if isinstance(value, Clique) else value
 
 
-def apply_facts(node: Node, facts: NodeFacts) -> None:
-    if facts["ip"]:
+def apply_facts(node: Node, facts: NodeFacts, *, keep: Collection[str] = ()) -> None:
+    """Copy the facts onto the tray's row (not saved), less the identity fields in `keep`
+    (held for an operator: domains/inventory/identity.py)."""
+    if facts["ip"] and "ip" not in keep:
         node.management_ip = facts["ip"]
     # On Kubernetes, GPU Feature Discovery's `nvidia.com/gpu.clique` label says which clique
     # the tray is in (domains/kube/services.py keeps it): the agent's probe never overrides
     # it. Elsewhere a probe that could not tell (NVML not loadable, a registration still in
     # progress) does not take the tray out of its clique either: its condition holds the
     # tray back, and the clique comes back with the probe that settles.
-    labelled = node.source == NodeSource.KUBERNETES and node.clique_id is not None
-    unsure = any(c["type"] in UNSETTLED for c in facts["conditions"]) and not facts["cluster_uuid"]
-    if not labelled and not unsure:
+    if not _labelled(node) and not _unsure(facts) and "clique" not in keep:
         node.clique = _clique(node, facts)
-    if facts["gpus"]:
+    if facts["gpus"] and "gpus" not in keep:
         node.gpu_count = len(facts["gpus"])
         node.gpu_product = facts["gpus"][0]["product"] or node.gpu_product
     node.driver_version = facts["driver_version"] or node.driver_version
@@ -128,6 +138,14 @@ def apply_facts(node: Node, facts: NodeFacts) -> None:
     node.channel_major = facts["channel_major"]
     node.channel_count = facts["channel_count"]
     node.agent_version = facts["agent_version"]
+
+
+def _labelled(node: Node) -> bool:
+    return node.source == NodeSource.KUBERNETES and node.clique_id is not None
+
+
+def _unsure(facts: NodeFacts) -> bool:
+    return any(c["type"] in UNSETTLED for c in facts["conditions"]) and not facts["cluster_uuid"]
 
 
 def _clique(node: Node, facts: NodeFacts) -> Clique | None:
@@ -140,27 +158,3 @@ def _clique(node: Node, facts: NodeFacts) -> Clique | None:
         defaults={"rack": node.rack},
     )
     return clique
-
-
-def sync_gpus(node: Node, gpus: list[GpuFacts]) -> None:
-    if not gpus:
-        return
-    current = {g.index: g for g in node.gpus.all()}
-    Gpu.objects.filter(node=node).exclude(index__in=[g["index"] for g in gpus]).delete()
-    for fact in gpus:
-        gpu = current.get(fact["index"])
-        if gpu and (gpu.uuid, gpu.product, gpu.fabric_state) == (
-            fact["uuid"],
-            fact["product"] or gpu.product,
-            fact["fabric_state"],
-        ):
-            continue
-        Gpu.objects.update_or_create(
-            node=node,
-            index=fact["index"],
-            defaults={
-                "uuid": fact["uuid"],
-                "product": fact["product"],
-                "fabric_state": fact["fabric_state"],
-            },
-        )

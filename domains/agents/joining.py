@@ -13,13 +13,14 @@ from django.db.models import F
 from django.utils import timezone
 
 from agentwire.messages import NodeFacts
-from domains.agents.facts import UNSETTLED, apply_facts, sync_gpus
+from domains.agents.facts import UNSETTLED, apply_facts, check_ip, reported_identity
 from domains.agents.heartbeats import RECOVERABLE
 from domains.agents.models import JoinToken
 from domains.agents.selectors import usable_join_token
-from domains.audit.events import Actor, record_event
+from domains.audit.events import Actor, record_event, record_refusal
 from domains.computedomains.models import DomainMember
 from domains.errors import Conflict, PermissionDenied
+from domains.inventory.identity import gpus_sync, identity_hold
 from domains.inventory.models import Node, NodeSource, NodeState
 from domains.inventory.services import node_conditions_set
 from domains.security import generate_token, hash_token
@@ -88,6 +89,7 @@ def agent_join(*, facts: NodeFacts, join_token: str = "", bound_node: str = "") 
     it can never register another, and identity changes still need an operator.
     """
     credential = _check_credential(facts, join_token=join_token, bound_node=bound_node)
+    check_ip(facts["ip"])
     node = (
         Node.objects.select_for_update(of=("self",))
         .filter(hostname=facts["hostname"])
@@ -112,7 +114,8 @@ def agent_join(*, facts: NodeFacts, join_token: str = "", bound_node: str = "") 
             state_reason=PENDING_REASON,
         )
     raw = generate_token("dpn")
-    apply_facts(node, facts)
+    held = _hold_identity(node, facts) if not created else set()
+    apply_facts(node, facts, keep=held)
     node.agent_token_hash = hash_token(raw)
     node.last_heartbeat = timezone.now()
     node.rejoin_allowed_until = None  # an operator's allowance serves one join
@@ -122,13 +125,28 @@ def agent_join(*, facts: NodeFacts, join_token: str = "", bound_node: str = "") 
         node.save()
     except IntegrityError as exc:
         raise Conflict(f"Tray {facts['hostname']} cannot be registered: {exc}", field="hostname")
-    sync_gpus(node, facts["gpus"])
+    if "gpus" not in held:
+        gpus_sync(node, facts["gpus"])
     _record_join(node, facts, created=created, credential=credential)
     # A new tray held back by a condition (NVML not loadable, the host's own IMEX running)
     # must not be placeable for a moment before its first facts update says so.
     node_conditions_set(actor=Actor.for_agent(node), node=node, conditions=facts["conditions"])
     announce_nodes([node.pk])
     return node, raw
+
+
+def _hold_identity(node: Node, facts: NodeFacts) -> set[str]:
+    """Identity changes a join reports on a known tray, held for an operator; none while an
+    operator's allow-rejoin is open (that join may re-register anything) or before any
+    agent has registered the tray (the seed's guesses give way to the first agent's facts).
+    Only a join to a tray marked down gets here with changes (`_check_may_rejoin` refuses
+    the rest): mark-up then compares, and the tray waits for acceptance."""
+    allowed = node.rejoin_allowed_until is not None and node.rejoin_allowed_until > timezone.now()
+    if allowed or not node.agent_token_hash:
+        return set()
+    return identity_hold(
+        node=node, actor=Actor.for_agent(node), reported=reported_identity(node, facts)
+    )
 
 
 def _record_join(node: Node, facts: NodeFacts, *, created: bool, credential: str) -> None:
@@ -255,13 +273,15 @@ def node_allow_rejoin(*, actor: Actor, node: Node, reason: str = "") -> Node:
 
 
 def agent_access_denied(*, node: Node, target_node_id: int | str, action: str) -> None:
-    """A node token tried to act for another tray: refuse (the caller answers 403) and log."""
-    log.warning("node %s tried to %s for node %s", node.hostname, action, target_node_id)
+    """A node token tried to act for another tray: refuse (the caller answers 403), write
+    it down and log it, once per burst (`record_refusal` counts the rest)."""
     with transaction.atomic():
-        record_event(
+        first = record_refusal(
             actor=Actor.for_agent(node),
             verb="agent.access_denied",
             obj=node,
             message=f"{node.hostname} tried to {action} for node {target_node_id}",
             details={"target_node_id": str(target_node_id), "action": action},
         )
+    if first:
+        log.warning("node %s tried to %s for node %s", node.hostname, action, target_node_id)

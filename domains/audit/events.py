@@ -7,10 +7,13 @@ same transaction as the change; listeners hear of it once that transaction commi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol
 
 from django.contrib.auth.models import User
 from django.db import models
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
 
 from domains import signals
 from domains.audit.models import ActorKind, Event
@@ -82,6 +85,46 @@ def record_event(
     event.save(force_insert=True)
     _announce(event)
     return event
+
+
+# A refusal repeated within this long of the first is counted on its row, not written anew.
+REFUSAL_BURST = timedelta(minutes=5)
+
+
+def record_refusal(
+    *, actor: Actor, verb: str, obj: models.Model, message: str, details: dict[str, Any]
+) -> bool:
+    """Write a refusal (someone tried what they may not) once per burst: the first of a
+    burst is a line of its own; each one after it, from the same actor with the same verb
+    on the same object within REFUSAL_BURST, only counts on that line (`details.count`,
+    `details.last_at`), so 300 refused requests are one line that says 300, not 300 lines.
+    Returns whether this one began a burst (the caller logs only those)."""
+    event = new_event(actor=actor, verb=verb, obj=obj, message=message, details=details)
+    since = timezone.now() - REFUSAL_BURST
+    first = (
+        Event.objects.filter(
+            verb=verb,
+            actor_name=event.actor_name,
+            object_type=event.object_type,
+            object_id=event.object_id,
+            created_at__gte=since,
+        )
+        .order_by("-id")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if first is None:
+        event.details = {**event.details, "count": 1}
+        event.save(force_insert=True)
+        _announce(event)
+        return True
+    counted = RawSQL(
+        "jsonb_set(jsonb_set(details, '{count}', "
+        "to_jsonb(COALESCE((details->>'count')::int, 1) + 1)), '{last_at}', to_jsonb(%s::text))",
+        (timezone.now().isoformat(),),
+    )
+    Event.objects.filter(pk=first).update(details=counted)
+    return False
 
 
 def new_event(

@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db.models import (
@@ -18,6 +19,7 @@ from django.db.models import (
     Count,
     Exists,
     ExpressionWrapper,
+    F,
     OuterRef,
     Prefetch,
     Q,
@@ -50,21 +52,40 @@ _STATE_STATUS: dict[str, str] = {
 }
 
 
+# A tray in a clique whose rack is another than the tray's: NVLink never spans racks, so
+# either the tray or its clique is not what the inventory says; placement leaves it out.
+FOREIGN_CLIQUE = Q(rack__isnull=False, clique__rack__isnull=False) & ~Q(rack=F("clique__rack"))
+
+
 def topology_snapshot(*, now: datetime | None = None) -> Topology:
     """Every clique with its trays, why each is (not) free and its maintenance windows not
     yet over, in three queries.
 
     A tray is free when it is `ready`, not gone, heard from within HEARTBEAT_STALE_AFTER,
     without a blocking condition its agent reported (NVML not loadable, the host's own IMEX
-    service, an unfinished fabric registration) and not held by an active DomainMember (held
-    until its agent confirmed a clean node).
+    service, an unfinished fabric registration), in a clique of its own rack and not held by
+    an active DomainMember (held until its agent confirmed a clean node).
     Trays without a clique (no multi-node NVLink) cannot join a domain and are left out.
     Freshness and membership are computed by PostgreSQL as booleans: parsing thousands of
     timestamps in Python would cost more than the placement itself.
     """
     now = now or timezone.now()
-    stale_before = now - settings.PORTAL["HEARTBEAT_STALE_AFTER"]
-    rows = (
+    trays: dict[int, list[Tray]] = {}
+    windows = maintenance_by_tray(now)
+    for row in _tray_rows(now - settings.PORTAL["HEARTBEAT_STALE_AFTER"]):
+        node_id, hostname, slot, ip, gpus, state, gone, busy, blocked, fresh, clique, foreign = row
+        status = _status(busy, state, gone, bool(fresh), bool(ip), blocked or bool(foreign))
+        if status == TrayStatus.BLOCKED and foreign:
+            status = TrayStatus.FOREIGN
+        trays.setdefault(clique, []).append(
+            Tray(node_id, hostname, slot or 0, ip or "", gpus, status, windows.get(node_id, ()))
+        )
+    return Topology(_clique_views(trays))
+
+
+def _tray_rows(stale_before: datetime) -> QuerySet[Node, tuple[Any, ...]]:
+    """Each tray with a clique, with what decides whether it is free, as one row."""
+    return (
         Node.objects.filter(clique__isnull=False)
         .annotate(
             busy=Exists(DomainMember.objects.filter(node=OuterRef("pk"), active=True)),
@@ -72,6 +93,7 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
             fresh=ExpressionWrapper(
                 Q(last_heartbeat__gte=stale_before), output_field=BooleanField()
             ),
+            foreign=ExpressionWrapper(FOREIGN_CLIQUE, output_field=BooleanField()),
         )
         .order_by("clique_id", "slot", "hostname")
         .values_list(
@@ -86,16 +108,9 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
             "blocked",
             "fresh",
             "clique_id",
+            "foreign",
         )
     )
-    trays: dict[int, list[Tray]] = {}
-    windows = maintenance_by_tray(now)
-    for node_id, hostname, slot, ip, gpus, state, gone, busy, blocked, fresh, clique_id in rows:
-        status = _status(busy, state, gone, bool(fresh), bool(ip), blocked)
-        trays.setdefault(clique_id, []).append(
-            Tray(node_id, hostname, slot or 0, ip or "", gpus, status, windows.get(node_id, ()))
-        )
-    return Topology(_clique_views(trays))
 
 
 def _clique_views(trays: dict[int, list[Tray]]) -> tuple[CliqueView, ...]:

@@ -28,7 +28,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from domains.computedomains.fabric import topology_snapshot
+from domains.computedomains.fabric import FOREIGN_CLIQUE, topology_snapshot
 from domains.computedomains.models import DomainMember
 from domains.inventory.models import MaintenanceWindow, Node, NodeCondition, NodeState
 from domains.placement.algorithm import clique_to_follow
@@ -64,6 +64,8 @@ def join_refusal(node: Node, *, now: datetime | None = None) -> str:
         return "has no NVLink clique or management IP yet"
     if NodeCondition.objects.filter(node=node, blocking=True).exists():
         return "has a blocking condition (see its page)"
+    if Node.objects.filter(pk=node.pk).filter(FOREIGN_CLIQUE).exists():
+        return "is in a clique of another rack (an operator checks it)"
     if DomainMember.objects.filter(node=node, active=True).exists():
         return "serves another ComputeDomain (or is still being cleaned after one)"
     window = (

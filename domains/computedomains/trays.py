@@ -71,7 +71,14 @@ TRAY_ACTIONS: dict[str, TrayAction] = {
             "Mark down",
             "Declare the tray dead: a release waiting for its agent finishes, a domain still "
             "on it turns Degraded, and its agent may register afresh.",
-            (NodeState.READY, NodeState.UNKNOWN, NodeState.CORDONED, NodeState.DRAINING),
+            # Pending too: a tray whose reported new identity an operator does not recognise.
+            (
+                NodeState.READY,
+                NodeState.UNKNOWN,
+                NodeState.CORDONED,
+                NodeState.DRAINING,
+                NodeState.PENDING,
+            ),
             inventory.node_mark_down,
         ),
         TrayAction(

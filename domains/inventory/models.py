@@ -106,6 +106,12 @@ class Node(models.Model):
         blank=True,
         help_text="An operator allowed the next agent join to re-register the tray until then.",
     )
+    identity_hold = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="An identity change (IP, clique, GPUs, rack) the tray or Kubernetes reported "
+        "and an operator has not accepted: the old and new values (domains/inventory/identity.py).",
+    )
     daemon_state = models.CharField(max_length=32, blank=True)
     agent_report = models.JSONField(default=dict, blank=True)
 

@@ -20,6 +20,7 @@ from agentwire.messages import Condition
 from domains import signals
 from domains.audit.events import Actor, record_event
 from domains.errors import InvalidInput, InvalidTransition
+from domains.inventory.identity import identity_apply
 from domains.inventory.models import (
     Node,
     NodeCondition,
@@ -30,7 +31,7 @@ from domains.inventory.models import (
     Rack,
     SwitchTray,
 )
-from domains.signals import announce_capacity_freed, announce_nodes
+from domains.signals import announce_capacity_freed, announce_desired_state, announce_nodes
 
 REASON_MAX = 300
 
@@ -153,10 +154,13 @@ def node_mark_up(*, actor: Actor, node: Node, reason: str = "") -> Node:
     tray that joined unknown and was never accepted into a rack waits for acceptance again:
     marking it down and up is no way around that."""
     never_accepted = node.source == NodeSource.AGENT and node.rack_id is None
+    # The identity it had when marked down, compared: whatever it reported since (held,
+    # domains/inventory/identity.py) waits for an operator to accept it.
+    held = bool(Node.objects.filter(pk=node.pk).values_list("identity_hold", flat=True)[0])
     node = _transition(
         actor,
         node,
-        NodeState.PENDING if never_accepted else NodeState.UNKNOWN,
+        NodeState.PENDING if never_accepted or held else NodeState.UNKNOWN,
         allowed=(NodeState.DOWN,),
         verb="node.marked_up",
         reason=reason,
@@ -190,41 +194,78 @@ def _transition(
 
 
 @transaction.atomic
-def node_accept(*, actor: Actor, node: Node, rack: str, slot: int, reason: str = "") -> Node:
-    """The operator accepts a tray that joined unknown (pending) into a rack's compute slot;
-    it is placeable from now on. Refused, naming the field, when the rack does not exist,
-    the slot is outside its compute slots or another tray holds it."""
-    locked = Node.objects.select_for_update().get(pk=node.pk)
+def node_accept(
+    *, actor: Actor, node: Node, rack: str = "", slot: int | None = None, reason: str = ""
+) -> Node:
+    """The operator accepts a tray waiting for acceptance: one that joined unknown, into a
+    rack's compute slot (both needed), or one that reported a new identity, which is then
+    applied (domains/inventory/identity.py) and the tray goes back to the state it had (a
+    rack and slot, if given, move it too). It is placeable from then on. Refused, naming
+    the field, when the rack does not exist, the slot is outside its compute slots or
+    another tray holds it, or the tray's clique is another rack's."""
+    locked = Node.objects.select_for_update(of=("self",)).select_related("rack").get(pk=node.pk)
     if locked.state != NodeState.PENDING:
         raise InvalidTransition(
             f"{locked.hostname} is {locked.get_state_display().lower()}, not waiting for acceptance"
         )
+    hold = dict(locked.identity_hold or {})
+    if not hold or rack or slot is not None:
+        _accept_into_slot(locked, rack, slot)
+    state = identity_apply(locked) if hold else NodeState.READY
+    _check_clique_rack(locked)
+    locked.state = state
+    locked.save()
+    where = f"rack {locked.rack.name}, slot {locked.slot}" if locked.rack else "no rack"
+    record_event(
+        actor=actor,
+        verb="node.accepted",
+        obj=locked,
+        message=(reason or f"accepted into {where}")[:500],
+        details={
+            "rack": locked.rack.name if locked.rack else None,
+            "slot": locked.slot,
+            "identity": hold.get("changes", {}),
+        },
+    )
+    announce_nodes([locked.pk])
+    announce_desired_state([locked.pk])
+    announce_capacity_freed()
+    return locked
+
+
+def _accept_into_slot(node: Node, rack: str, slot: int | None) -> None:
+    if not rack:
+        raise InvalidInput("name the rack the tray is in", field="rack")
     found = Rack.objects.filter(name=rack).first()
     if found is None:
         raise InvalidInput(f"no rack named {rack!r}", field="rack")
+    if slot is None:
+        raise InvalidInput("name the compute slot the tray is in", field="slot")
     if not 1 <= slot <= found.compute_slots:
         raise InvalidInput(
             f"rack {found.name} has compute slots 1 to {found.compute_slots}, not {slot}",
             field="slot",
         )
-    holder = Node.objects.filter(rack=found, slot=slot).exclude(pk=locked.pk).first()
+    holder = Node.objects.filter(rack=found, slot=slot).exclude(pk=node.pk).first()
     if holder is not None:
         raise InvalidInput(
             f"slot {slot} of rack {found.name} holds {holder.hostname} already", field="slot"
         )
-    locked.rack, locked.slot = found, slot
-    locked.state, locked.state_reason = NodeState.READY, ""
-    locked.save(update_fields=["rack", "slot", "state", "state_reason", "updated_at"])
-    record_event(
-        actor=actor,
-        verb="node.accepted",
-        obj=locked,
-        message=(reason or f"accepted into rack {found.name}, slot {slot}")[:500],
-        details={"rack": found.name, "slot": slot},
-    )
-    announce_nodes([locked.pk])
-    announce_capacity_freed()
-    return locked
+    node.rack, node.slot = found, slot
+
+
+def _check_clique_rack(node: Node) -> None:
+    """A tray of one rack is never accepted into a clique of another's (placement refuses
+    such a tray too: `domains.computedomains.fabric`)."""
+    clique = node.clique
+    if clique is None or None in (clique.rack_id, node.rack_id):
+        return
+    if clique.rack_id != node.rack_id:
+        raise InvalidInput(
+            f"clique {clique} is rack {clique.rack}'s, not rack {node.rack}'s: accept the "
+            "tray into its clique's rack, or mark it down",
+            field="rack",
+        )
 
 
 # --- rack parts without an agent: NVLink switch trays and power shelves -------------------

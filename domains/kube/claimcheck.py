@@ -6,8 +6,9 @@ claim and domain to join that tenant's domain. With the Kubernetes integration o
 portal reads the claim itself and admits it only when
 
 - a ResourceClaim with that uid exists in that namespace under that name;
-- the scheduler allocated it to this tray: a device of the node agent's driver from the
-  tray's own pool (the agent publishes one pool named after its node);
+- the scheduler allocated it to this tray: every device of the node agent's driver in the
+  allocation is from the tray's own pool (the agent publishes one pool named after its
+  node, and the chart's admission policy keeps any other agent from using that name);
 - the allocation's opaque config for the driver (copied from the domain's
   ResourceClaimTemplate) names the domain the agent asks for.
 
@@ -55,6 +56,12 @@ def _check_claim(node: Node, claim: ClaimRef, domain_uid: str) -> None:
         raise PermissionDenied(
             f"{claim_title(claim)} is not allocated to tray {node.hostname}: only the tray the "
             "scheduler allocated a claim to may prepare it"
+        )
+    if any(r.get("pool") != node.hostname for r in ours):
+        # Never named: the other pools are other trays, maybe another tenant's.
+        raise PermissionDenied(
+            f"{claim_title(claim)} holds channels of other trays besides {node.hostname}: a "
+            "claim of this driver is prepared only where all its devices are"
         )
     named = {
         str(((c.get("opaque") or {}).get("parameters") or {}).get("domainID", ""))

@@ -24,7 +24,8 @@ from domains.computedomains.models import ComputeDomain, DomainMember, DomainSou
 from domains.computedomains.services import domain_release, domain_request
 from domains.computedomains.specs import DomainSpec
 from domains.errors import DomainError, InvalidInput
-from domains.inventory.models import Clique, Node, NodeSource, NodeState, Rack
+from domains.inventory.identity import clique_for, identity_hold, management_ip_refusal
+from domains.inventory.models import Node, NodeSource, NodeState, Rack
 from domains.inventory.services import node_cordon, node_mark_down, node_uncordon
 from domains.kube.crd import UID_ANNOTATION
 from domains.kube.models import PublishedDomain, RefusedComputeDomain
@@ -123,14 +124,25 @@ def kube_node_observed(*, node: KubeNode) -> Node | None:
 
 
 def _apply(tray: Node, node: KubeNode, key: tuple[str, int] | None) -> tuple[Node, dict[str, Any]]:
-    """Copy the Node's facts onto the tray, saved; returns it and {field: {from, to}}."""
-    rack_name = node.labels.get(settings.PORTAL["KUBE_RACK_LABEL"], "")
-    rack = Rack.objects.get_or_create(name=rack_name[:63])[0] if rack_name else tray.rack
-    clique = None
-    if key is not None:
-        clique = Clique.objects.get_or_create(
-            cluster_uuid=key[0], clique_id=key[1], defaults={"rack": rack}
-        )[0]
+    """Copy the Node's facts onto the tray, saved; returns it and {field: {from, to}}.
+
+    A known tray's identity (rack, clique, IP) is not Kubernetes' to change, whose Node
+    labels the node itself may write: a change is held for an operator
+    (domains/inventory/identity.py) and the tray waits for acceptance."""
+    rack_name = node.labels.get(settings.PORTAL["KUBE_RACK_LABEL"], "")[:63]
+    ip = node.ip if node.ip and not management_ip_refusal(node.ip) else ""
+    held: set[str] = set()
+    if tray.pk is not None:
+        reported: dict[str, Any] = {"clique": f"{key[0]}.{key[1]}" if key else ""}
+        reported |= {"rack": rack_name} if rack_name else {}
+        reported |= {"ip": ip} if ip else {}
+        held = identity_hold(node=tray, actor=KUBERNETES, reported=reported)
+    rack = tray.rack
+    if rack_name and "rack" not in held:
+        rack = Rack.objects.get_or_create(name=rack_name)[0]
+    clique = tray.clique
+    if "clique" not in held:
+        clique = clique_for(f"{key[0]}.{key[1]}", rack=rack) if key else None
     wanted: dict[str, Any] = {
         "rack": rack,
         "clique": clique,
@@ -142,8 +154,12 @@ def _apply(tray: Node, node: KubeNode, key: tuple[str, int] | None) -> tuple[Nod
     count = node.gpu_count()
     if count is not None:
         wanted["gpu_count"] = count
-    if node.ip and not Node.objects.filter(management_ip=node.ip).exclude(pk=tray.pk).exists():
-        wanted["management_ip"] = node.ip
+    if (
+        ip
+        and "ip" not in held
+        and not Node.objects.filter(management_ip=ip).exclude(pk=tray.pk).exists()
+    ):
+        wanted["management_ip"] = ip
     changes = {
         k: {"from": _plain(getattr(tray, k)), "to": _plain(v)}
         for k, v in wanted.items()

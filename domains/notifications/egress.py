@@ -10,8 +10,9 @@ receiver on 10.0.0.0/8). The check runs when the subscription is saved and again
 every delivery, and the delivery connects to the very address that was checked (the name
 is not resolved a second time by the HTTP client), so a name that resolves to a public
 address first and an internal one later (DNS rebinding) is refused too. An IPv6 address
-that carries an IPv4 one (IPv4-mapped or -compatible, NAT64, 6to4, Teredo) is judged as
-the IPv4 address it reaches.
+that carries an IPv4 one (IPv4-mapped, -translated or -compatible, NAT64, 6to4, Teredo) is
+judged as the IPv4 address it reaches; every range IANA's registries mark as not global is
+refused, whether or not this Python's `is_global` knows it (`NOT_GLOBAL`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,32 @@ def allowed_networks() -> tuple[IPNetwork, ...]:
 _NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+# IPv4-translated (RFC 2765 SIIT, `::ffff:0:a.b.c.d`): Python calls it global.
+_IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
+
+# Ranges IANA's special-purpose registries mark as not globally reachable (or deprecated,
+# or never routed) that this Python's `is_global` still calls global: its tables predate
+# them. A webhook never goes there.
+NOT_GLOBAL: tuple[IPNetwork, ...] = tuple(
+    ipaddress.ip_network(net)
+    for net in (
+        "0.0.0.0/8",  # "this network"
+        "192.0.0.0/24",  # IETF protocol assignments (a few anycast services aside)
+        "192.88.99.0/24",  # the deprecated 6to4 relay anycast
+        "198.18.0.0/15",  # benchmarking
+        "240.0.0.0/4",  # reserved, and the broadcast address
+        "100::/64",  # discard-only
+        "100:0:0:1::/64",  # dummy prefix
+        "2001::/23",  # IETF protocol assignments (Teredo, 2001::/32, is judged by its parts)
+        "2001:db8::/32",  # documentation
+        "3fff::/20",  # documentation
+        "5f00::/16",  # segment routing (SRv6) SIDs
+        "fc00::/7",  # unique local
+        "fe80::/10",  # link-local
+        "fec0::/10",  # site-local (deprecated, still routed inside sites)
+        "ff00::/8",  # multicast
+    )
+)
 
 
 def _rfc6052(address: ipaddress.IPv6Address, prefix_len: int) -> ipaddress.IPv4Address | None:
@@ -82,7 +109,7 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address
         return (address.sixtofour,)
     if address.teredo:
         return address.teredo
-    if address in _NAT64_WELL_KNOWN:
+    if address in _NAT64_WELL_KNOWN or address in _IPV4_TRANSLATED:
         return (ipaddress.IPv4Address(address.packed[12:16]),)
     if address in _NAT64_LOCAL:
         readings = (_rfc6052(address, n) for n in (48, 56, 64, 96))
@@ -95,7 +122,16 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address
 def _plainly_allowed(address: IPAddress) -> bool:
     if any(address in net for net in allowed_networks()):
         return True
-    return address.is_global and not address.is_multicast
+    return global_address(address)
+
+
+def global_address(address: IPAddress) -> bool:
+    """Whether `address` is globally reachable unicast: Python's `is_global`, less every
+    special-purpose range its tables lack (NOT_GLOBAL) and multicast. (Teredo addresses,
+    inside 2001::/23, are judged by the IPv4 addresses in them before they get here.)"""
+    if address.is_multicast or not address.is_global:
+        return False
+    return not any(address in net for net in NOT_GLOBAL)
 
 
 def address_allowed(address: IPAddress) -> bool:

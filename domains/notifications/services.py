@@ -6,15 +6,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import urlparse
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 from django.utils import timezone
 
-from domains.errors import InvalidInput
+from domains.errors import InvalidInput, QuotaExceeded
 from domains.notifications import egress
 from domains.notifications.models import Channel, Kind, Notification, Subscription
+from domains.tenancy.models import Namespace
 from domains.tenancy.selectors import namespaces_visible_to
 
 MAX_WARNING_HOURS = 24 * 14
@@ -52,19 +54,47 @@ def subscription_create(
         scope = namespaces_visible_to(user).filter(name=namespace).first()
         if scope is None:
             raise InvalidInput(f"no namespace {namespace!r} you may see", field="namespace")
-    return Subscription.objects.create(
-        user=user,
-        channel=channel,
-        kinds=wanted,
-        target=target,
-        namespace=scope,
-        lease_warning_hours=lease_warning_hours,
-        maintenance_warning_hours=maintenance_warning_hours,
-    )
+    with transaction.atomic():
+        _check_caps(user, scope)
+        return Subscription.objects.create(
+            user=user,
+            channel=channel,
+            kinds=wanted,
+            target=target,
+            namespace=scope,
+            lease_warning_hours=lease_warning_hours,
+            maintenance_warning_hours=maintenance_warning_hours,
+        )
 
 
+def _check_caps(user: User, namespace: Namespace | None) -> None:
+    """At most SUBSCRIPTIONS_PER_USER per user and SUBSCRIPTIONS_PER_NAMESPACE per namespace:
+    each subscription costs a match per event and maybe a delivery. The user's row (and the
+    namespace's) is locked, so two creates at once cannot both take the last place."""
+    User.objects.select_for_update().get(pk=user.pk)
+    per_user = settings.PORTAL["SUBSCRIPTIONS_PER_USER"]
+    if Subscription.objects.filter(user=user).count() >= per_user:
+        raise QuotaExceeded(
+            f"you have {per_user} subscriptions, the most one user may have: delete one first"
+        )
+    if namespace is None:
+        return
+    Namespace.objects.select_for_update().get(pk=namespace.pk)
+    per_namespace = settings.PORTAL["SUBSCRIPTIONS_PER_NAMESPACE"]
+    if Subscription.objects.filter(namespace=namespace).count() >= per_namespace:
+        raise QuotaExceeded(
+            f"namespace {namespace.name} has {per_namespace} subscriptions, the most one "
+            "namespace may have",
+            field="namespace",
+        )
+
+
+@transaction.atomic
 def subscription_delete(*, subscription: Subscription) -> None:
-    """Stop it; its delivery log goes with it."""
+    """Stop it; its delivery log goes with it. Its notifications are locked first: a
+    delivery under way finishes writing its try (or finds the notification gone) rather
+    than leaving a try of a deleted notification behind."""
+    list(Notification.objects.select_for_update().filter(subscription=subscription).values("pk"))
     subscription.delete()
 
 

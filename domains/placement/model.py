@@ -22,6 +22,7 @@ class TrayStatus:
     STALE = "stale"  # state ready, but no heartbeat within HEARTBEAT_STALE_AFTER
     NO_ADDRESS = "no_address"  # no management IP known: peers could not reach its daemon
     BLOCKED = "blocked"  # its agent reports a blocking condition (NVML, host IMEX service…)
+    FOREIGN = "foreign"  # its clique is another rack's: only an operator moves a tray so
 
     LABELS = {
         IN_USE: "in use",
@@ -32,6 +33,7 @@ class TrayStatus:
         STALE: "silent",
         NO_ADDRESS: "without a management IP",
         BLOCKED: "held back by a tray condition",
+        FOREIGN: "in a clique of another rack",
     }
 
 

@@ -16,8 +16,11 @@ _DESCRIPTIONS = {
     401: "Not signed in (no session, or no valid bearer token).",
     403: "Signed in, but this role or token may not do this.",
     404: "No such object, or one in a namespace you cannot see.",
+    408: "The request body did not arrive in time (PORTAL_BODY_TIMEOUT_S, 30 s by default); "
+    "nothing was done.",
     409: "Conflicts with the current state (name taken, wrong phase).",
-    413: "The request body is over the API's size limit (1 MiB).",
+    413: "The request body is over the size limit (1 MiB, the largest any operation takes); "
+    "refused before it is read.",
     422: "Refused by quota or placement; `details` says why.",
     429: "Too many failed sign-in or token attempts from your address, or a request "
     "refused by a rate limit; wait the seconds Retry-After says.",
@@ -50,6 +53,10 @@ _EXAMPLES: dict[int, tuple[str, dict[str, Any]]] = {
         },
     ),
     404: ("Not visible to you", {"code": "not_found", "message": "Not found."}),
+    408: (
+        "Body too slow",
+        {"code": "timeout", "message": "The request body did not arrive within 30 seconds."},
+    ),
     409: (
         "Wrong phase",
         {
@@ -90,7 +97,7 @@ def errors(*codes: int) -> dict[int, OpenApiResponse]:
 NAMESPACE_HELP = "The namespace's name; another tenant's answers 404, as if it did not exist."
 
 READ = (400, 401, 403, 404, 429, 503)
-WRITE = (400, 401, 403, 404, 409, 413, 422, 429, 503)
+WRITE = (400, 401, 403, 404, 408, 409, 413, 422, 429, 503)
 
 # The resources, in the order the docs show them; a tag is the URL's resource name.
 TAGS = {

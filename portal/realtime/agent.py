@@ -14,6 +14,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 from django.dispatch import receiver
 
 from domains import signals
@@ -22,8 +23,10 @@ from portal.api.agent.auth import token_from_header
 from portal.realtime.groups import (
     BACKING_AWAY,
     LAYER_LOSS,
+    SOCKETS,
     ClosesWhenBackingAway,
     agent_group,
+    refuse_over_cap,
     send_to_groups,
     try_again_later,
 )
@@ -32,7 +35,11 @@ NUDGE = {"type": "desired_state_changed"}
 
 
 class AgentConsumer(ClosesWhenBackingAway, AsyncJsonWebsocketConsumer):
+    """One per tray's agent; at most PORTAL_SOCKETS_PER_NODE per tray and web process (an
+    agent holds one; a reconnect may overlap the old one for a moment)."""
+
     group: str = ""
+    counted: str = ""
 
     async def connect(self) -> None:
         headers = dict(self.scope.get("headers") or [])
@@ -42,6 +49,10 @@ class AgentConsumer(ClosesWhenBackingAway, AsyncJsonWebsocketConsumer):
             if node is None:
                 await self.close(code=4401)  # refused before accept: the handshake fails
                 return
+            if not SOCKETS.take(f"node:{node.pk}", settings.PORTAL["SOCKETS_PER_NODE"]):
+                await refuse_over_cap(self)
+                return
+            self.counted = f"node:{node.pk}"
             self.group = agent_group(node.pk)
             await self.channel_layer.group_add(self.group, self.channel_name)
             LAYER_LOSS.recovered()
@@ -52,6 +63,9 @@ class AgentConsumer(ClosesWhenBackingAway, AsyncJsonWebsocketConsumer):
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
+        if self.counted:
+            SOCKETS.give_back(self.counted)
+            self.counted = ""
         if self.group:
             with contextlib.suppress(*BACKING_AWAY):  # Redis away: its key expires anyway
                 await self.channel_layer.group_discard(self.group, self.channel_name)

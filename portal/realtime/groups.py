@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import hashlib
 import logging
 import os
 import threading
@@ -89,22 +91,71 @@ def user_group(user_id: int) -> str:
     return f"user.{user_id}"
 
 
+def user_sockets_group(user_id: int) -> str:
+    """Every live socket of one person, for telling them their access changed (a membership
+    ended): each socket then leaves the groups it may no longer follow."""
+    return f"sockets.user.{user_id}"
+
+
+def session_group(session_key: str) -> str:
+    """Every live socket of one browser session, closed when that session logs out."""
+    return f"sockets.session.{hashlib.sha256(session_key.encode()).hexdigest()[:32]}"
+
+
 def agent_group(node_id: int) -> str:
     """One tray's agent: told only that its desired state changed."""
     return f"agent.{node_id}"
 
 
-def send_to_groups(groups: list[str], message: dict[str, Any]) -> None:
+class SocketCounts:
+    """Open sockets per key (a user, a tray) in this process, each key capped: one user's
+    pages, one tray's agent, cannot hold hundreds of sockets (500 on one node token were
+    held). Per web process: exact, and nothing to leak when a process dies."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, int] = {}
+
+    def take(self, key: str, limit: int) -> bool:
+        """Count one more socket for `key` unless it holds `limit` already."""
+        if self._open.get(key, 0) >= limit:
+            return False
+        self._open[key] = self._open.get(key, 0) + 1
+        return True
+
+    def give_back(self, key: str) -> None:
+        left = self._open.get(key, 0) - 1
+        if left > 0:
+            self._open[key] = left
+        else:
+            self._open.pop(key, None)
+
+
+SOCKETS = SocketCounts()
+# Close code for a socket over its key's cap: try again later (after others closed).
+TOO_MANY_SOCKETS = 4429
+
+
+async def refuse_over_cap(consumer: Any) -> None:
+    """Accept and close at once with TOO_MANY_SOCKETS: the client learns why (a refused
+    handshake reads as a bad credential) and backs off before it reconnects."""
+    await consumer.accept()
+    await consumer.close(code=TOO_MANY_SOCKETS)
+
+
+def send_to_groups(groups: list[str], message: dict[str, Any], *, barrier: bool = False) -> None:
     """Send one message to several groups from synchronous code, best effort, without waiting.
 
     Callers are after-commit signal receivers: the change is already committed, so a down
     Redis must not fail it (pages and agents catch up on reconnect or their next poll).
-    The send runs on this process's sender loop; the caller only queues it.
+    The send runs on this process's sender loop; the caller only queues it. Sends run
+    concurrently, in no set order, but a `barrier` (a membership ended, a session logged
+    out) is delivered before anything this process queues after it: a hint caused after a
+    membership ended never overtakes the message that takes the socket off its groups.
     """
     layer = get_channel_layer()
     if layer is None or not groups:
         return
-    _SENDER.submit(layer, list(groups), message)
+    _SENDER.submit(layer, list(groups), message, barrier=barrier)
 
 
 class _Sender:
@@ -126,6 +177,7 @@ class _Sender:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._in_flight = 0
+        self._barrier: concurrent.futures.Future[None] | None = None
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -139,18 +191,29 @@ class _Sender:
                 self._pid, self._in_flight = os.getpid(), 0
             return self._loop
 
-    def submit(self, layer: Any, groups: list[str], message: dict[str, Any]) -> None:
-        with self._lock:
+    def submit(
+        self, layer: Any, groups: list[str], message: dict[str, Any], *, barrier: bool = False
+    ) -> None:
+        loop = self._running_loop()
+        with self._lock:  # in the order queued: a barrier is the one before what follows it
             if self._in_flight >= self.MAX_IN_FLIGHT:
                 log.warning("live sender backlog full; dropped %s", message.get("type"))
                 return
             self._in_flight += 1
-        asyncio.run_coroutine_threadsafe(
-            self._fan_out(layer, groups, message), self._running_loop()
-        )
+            after = self._barrier
+            sent = asyncio.run_coroutine_threadsafe(
+                self._fan_out(layer, groups, message, after), loop
+            )
+            if barrier:
+                self._barrier = sent
 
-    async def _fan_out(self, layer: Any, groups: list[str], message: dict[str, Any]) -> None:
+    async def _fan_out(
+        self, layer: Any, groups: list[str], message: dict[str, Any], after: Any = None
+    ) -> None:
         try:
+            if after is not None and not after.done():
+                with contextlib.suppress(Exception):  # a barrier that failed still passed
+                    await asyncio.wrap_future(after)
             await asyncio.gather(*(layer.group_send(g, message) for g in groups))
         except BACKING_AWAY as exc:  # said once per outage, not once per hint
             LAYER_LOSS.report(exc)
@@ -166,6 +229,7 @@ class _Sender:
         """A forked child inherits neither the thread nor, safely, the lock."""
         self._lock = threading.Lock()
         self._loop, self._thread, self._pid, self._in_flight = None, None, 0, 0
+        self._barrier = None
 
 
 _SENDER = _Sender()

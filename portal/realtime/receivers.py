@@ -11,20 +11,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.signals import user_logged_out
+from django.db import transaction
+from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
 from domains import signals
+from domains.tenancy.models import Membership
 from portal.realtime.groups import (
     domain_group,
     fabric_group,
     namespace_group,
     send_to_groups,
+    session_group,
     user_group,
+    user_sockets_group,
 )
 
 
 def _send(groups: list[str], payload: dict[str, Any]) -> None:
-    send_to_groups(groups, {"type": "live.update", "payload": payload})
+    # The groups travel with the hint: a socket that has just left one (a membership ended)
+    # drops a hint already on its way through it (LiveConsumer.live_update).
+    send_to_groups(groups, {"type": "live.update", "payload": payload, "groups": groups})
 
 
 @receiver(signals.domain_changed, dispatch_uid="portal.realtime.receivers.domain")
@@ -65,3 +73,23 @@ def notification_created(
     """A new in-app notification: its owner's pages refresh the navbar badge."""
     if channel == "in_app":
         _send([user_group(user_id)], {"kind": "notification", "id": notification_id})
+
+
+@receiver(post_delete, sender=Membership, dispatch_uid="portal.realtime.receivers.membership")
+def membership_ended(sender: Any, instance: Membership, **kwargs: Any) -> None:
+    """A membership ended (removed, its namespace deleted, in Django admin): that person's
+    open sockets leave the namespace's groups once it is committed."""
+    user_id = instance.user_id
+    transaction.on_commit(
+        lambda: send_to_groups(
+            [user_sockets_group(user_id)], {"type": "access.changed"}, barrier=True
+        )
+    )
+
+
+@receiver(user_logged_out, dispatch_uid="portal.realtime.receivers.logout")
+def session_ended(sender: Any, request: Any = None, **kwargs: Any) -> None:
+    """A session logged out: its open sockets close (they would go on hearing hints)."""
+    key = getattr(getattr(request, "session", None), "session_key", None)
+    if key:
+        send_to_groups([session_group(key)], {"type": "session.ended"}, barrier=True)

@@ -32,6 +32,7 @@ STATUS_WORDS = {
     TrayStatus.STALE: "no heartbeat",
     TrayStatus.NO_ADDRESS: "no management IP",
     TrayStatus.BLOCKED: "condition",
+    TrayStatus.FOREIGN: "clique of another rack",
 }
 
 

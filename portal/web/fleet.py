@@ -37,7 +37,13 @@ STATE_FILTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "down": ("down", (TrayStatus.DOWN,)),
     "not_ready": (
         "not ready (no heartbeat, condition, no address)",
-        (TrayStatus.UNKNOWN, TrayStatus.STALE, TrayStatus.BLOCKED, TrayStatus.NO_ADDRESS),
+        (
+            TrayStatus.UNKNOWN,
+            TrayStatus.STALE,
+            TrayStatus.BLOCKED,
+            TrayStatus.NO_ADDRESS,
+            TrayStatus.FOREIGN,
+        ),
     ),
 }
 # One short class per status for the heat-map cells (kept short: 18,000 of them).

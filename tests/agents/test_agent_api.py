@@ -206,6 +206,16 @@ def test_a_node_token_cannot_read_another_nodes_desired_state(rack):
     assert event.node == mine and event.details["target_node_id"] == str(other.pk)
 
 
+def test_a_burst_of_refusals_is_one_audit_line_that_counts_them(rack):
+    mine, *others = list(rack.nodes.all())
+    client, _ = join(mine)
+    for i in range(60):
+        target = others[i % len(others)]
+        assert client.get(f"/api/v1/agent/nodes/{target.pk}/desired/").status_code == 403
+    (event,) = Event.objects.filter(verb="agent.access_denied")
+    assert event.details["count"] == 60 and event.details["last_at"]
+
+
 def test_a_node_token_cannot_report_for_another_node(rack, ns_a, tenant_a):
     domain = request_and_place(ns_a, tenant_a, name="d4single", num_nodes=4)
     mine, other = list(rack.nodes.all())[:2]

@@ -12,7 +12,7 @@ from domains.audit.models import Event
 from domains.computedomains.fabric import topology_snapshot
 from domains.computedomains.services import domain_dry_run
 from domains.computedomains.specs import DomainSpec
-from domains.inventory.models import Node, NodeCondition, NodeSource
+from domains.inventory.models import Node, NodeCondition, NodeSource, NodeState
 from domains.placement.model import TrayStatus
 from domains.security import hash_token
 from domains.tenancy.tokens import token_create
@@ -120,13 +120,19 @@ def test_a_condition_reported_again_keeps_its_since_and_writes_nothing(rack):
 def test_changed_facts_are_re_registered_with_an_event(rack):
     node = rack.nodes.first()
     client = joined(node)
-    resp = put(client, node, facts(node, driver_version="580.95.05", gpus=facts(node)["gpus"][:2]))
+    resp = put(client, node, facts(node, driver_version="580.95.05"))
     assert resp.status_code == 200
-    assert set(resp.json()["changed"]) == {"driver_version", "gpu_count"}
+    assert set(resp.json()["changed"]) == {"driver_version"}
     node.refresh_from_db()
-    assert (node.driver_version, node.gpu_count, node.gpus.count()) == ("580.95.05", 2, 2)
+    assert (node.driver_version, node.gpu_count, node.gpus.count()) == ("580.95.05", 4, 4)
     event = Event.objects.filter(node=node, verb="agent.facts_changed").get()
     assert event.details["driver_version"] == {"from": "580.82.07", "to": "580.95.05"}
+    # Two GPUs fewer: the tray's GPU set is its identity, held for an operator
+    # (tests/agents/test_identity.py).
+    resp = put(client, node, facts(node, driver_version="580.95.05", gpus=facts(node)["gpus"][:2]))
+    assert resp.json()["changed"] == ["gpus"]
+    node.refresh_from_db()
+    assert (node.gpu_count, node.gpus.count(), node.state) == (4, 4, NodeState.PENDING)
 
 
 def test_a_probe_that_could_not_tell_never_empties_the_clique(rack):
@@ -151,10 +157,12 @@ def test_a_probe_that_could_not_tell_never_empties_the_clique(rack):
     node.refresh_from_db()
     assert node.clique == clique and status_of(node) == TrayStatus.BLOCKED
     assert set(node.gpus.values_list("fabric_state", flat=True)) == {"IN_PROGRESS"}
-    # a settled probe without multi-node NVLink does take it out of every clique
+    # a settled probe without multi-node NVLink would take it out of every clique: a change
+    # of identity, held for an operator (tests/agents/test_identity.py)
     put(client, node, facts(node, cluster_uuid="", clique_id=None))
     node.refresh_from_db()
-    assert node.clique is None
+    assert node.clique == clique and node.state == NodeState.PENDING
+    assert node.identity_hold["changes"]["clique"] == {"from": clique.label, "to": ""}
 
 
 def test_a_clique_kubernetes_labelled_is_never_replaced_by_the_probe(rack):

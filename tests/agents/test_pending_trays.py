@@ -113,7 +113,7 @@ def test_marking_a_pending_tray_down_and_up_leaves_it_waiting_for_acceptance(rac
     assert Node.objects.get(pk=rogue.pk).state == NodeState.PENDING
 
 
-def test_a_clique_move_reported_with_a_node_token_cordons_the_tray(rack):
+def test_a_clique_move_reported_with_a_node_token_waits_for_an_operator(rack):
     node = rack.nodes.order_by("slot").first()
     body = rogue_facts(rack, hostname=node.hostname, ip=node.management_ip)
     body["gpus"] = [{"index": g.index, "uuid": g.uuid} for g in node.gpus.all()]
@@ -126,9 +126,9 @@ def test_a_clique_move_reported_with_a_node_token_cordons_the_tray(rack):
     assert resp.status_code == 200, resp.content
     assert "clique" in resp.json()["changed"]
     after = Node.objects.get(pk=node.pk)
-    assert after.state == NodeState.CORDONED
-    assert "reported a move from clique" in after.state_reason
-    assert Event.objects.filter(verb="node.cordoned", node=after).exists()
+    assert after.state == NodeState.PENDING and after.clique_id == node.clique_id
+    assert "reported a new identity (clique" in after.state_reason
+    assert Event.objects.filter(verb="node.identity_held", node=after).exists()
 
 
 def test_the_tray_page_offers_acceptance_and_the_form_accepts_it(rack, client):

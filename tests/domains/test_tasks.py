@@ -41,3 +41,15 @@ def test_retry_on_adds_a_lost_database_to_the_named_errors():
     options = retry_on(TransientError, max_retries=3)
     assert options["autoretry_for"] == (TransientError, *DATABASE_AWAY)
     assert (options["acks_late"], options["max_retries"]) == (True, 3)
+
+
+def test_notifications_run_on_their_own_queue_and_nothing_else_does():
+    """A tenant's webhooks never share the controller's queue (portal/celery.py)."""
+    queue = f"{app.conf.task_default_queue}.notifications"
+    routed = {name: app.amqp.router.route({}, name)["queue"].name for name in domain_tasks()}
+    assert {n for n, q in routed.items() if q == queue} == {
+        n for n in routed if n.startswith("notifications.")
+    }
+    assert {q for n, q in routed.items() if not n.startswith("notifications.")} == {
+        app.conf.task_default_queue
+    }

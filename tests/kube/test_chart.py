@@ -63,9 +63,15 @@ def test_it_runs_web_worker_beat_sync_and_the_agent_with_probes(objects):
     assert deployments == {
         "portal-domain-portal-web",
         "portal-domain-portal-worker",
+        "portal-domain-portal-notifier",
         "portal-domain-portal-beat",
         "portal-domain-portal-kube-sync",
     }
+    # Deliveries on their own queue and worker, never the controller's.
+    for name, queue in (("worker", "portal"), ("notifier", "portal.notifications")):
+        pod = objects["Deployment", f"portal-domain-portal-{name}"]["spec"]["template"]["spec"]
+        (worker,) = pod["containers"]
+        assert worker["args"][worker["args"].index("-Q") + 1] == queue
     web = objects["Deployment", "portal-domain-portal-web"]["spec"]["template"]["spec"]
     (container,) = web["containers"]
     # The kubelet asks over plain HTTP: the HTTPS redirect spares the health checks. No
@@ -497,6 +503,7 @@ def test_an_agent_may_write_only_its_own_nodes_resourceslice(objects):
     assert "variables.slice.spec.?nodeName.orValue('') == variables.agentNode" in checks
     assert "oldObject.spec.?nodeName.orValue('') == variables.agentNode" in checks  # UPDATE
     assert f'spec.driver == "{DRIVER_NAME}"' in checks
+    assert "variables.slice.spec.pool.name == variables.agentNode" in checks  # its own pool
     # The slice the agent publishes names its node and our driver, as the policy wants.
     published = slice_object(SliceFacts(node="gb-r01-t01", clique="", gpus=4), version="v1",
                              generation=1)  # fmt: skip

@@ -6,6 +6,7 @@ refusal names nothing of that tenant."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -56,6 +57,29 @@ def ask(agent: tuple[APIClient, str], claim: dict, *, namespace: str = "", domai
     return client.post(path, body, format="json")
 
 
+def spread_claim(kube: ClusterKube, claim: dict, *, other: str) -> dict:
+    """A claim like `claim` whose allocation (written as the scheduler writes one) holds its
+    device and the same device of tray `other`'s pool too."""
+    meta = claim["metadata"]
+    copy = {
+        "apiVersion": claim["apiVersion"],
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": f"{meta['name']}-spread",
+            "namespace": meta["namespace"],
+            "labels": meta["labels"],
+        },
+        "spec": claim["spec"],
+    }
+    made = kube.apply(copy)
+    allocation = json.loads(json.dumps(claim["status"]["allocation"]))
+    results = allocation["devices"]["results"]
+    results.append({**results[0], "pool": other})
+    made["status"] = {"allocation": allocation}
+    res = kube.resource("resourceclaims", claim["apiVersion"])
+    return res.status.replace(body=made, namespace=meta["namespace"]).to_dict()
+
+
 def test_a_claim_is_admitted_only_on_its_tray_for_its_domain(
     real_kube, cluster, topology, ns_a, tenant_a, ns_b, tenant_b
 ):
@@ -101,6 +125,14 @@ def test_a_claim_is_admitted_only_on_its_tray_for_its_domain(
     assert wrong_domain.status_code == 403
     assert "does not name ComputeDomain" in wrong_domain.json()["message"]
     assert not DomainClaim.objects.exists()
+
+    # A claim whose allocation has a channel of this tray and one of another: every result
+    # of our driver must be from the tray's own pool. Refused, naming no other tray.
+    spread = spread_claim(real_kube, claim, other=others[0].hostname)
+    refused = ask(agent, spread)
+    assert refused.status_code == 403, refused.content
+    assert "holds channels of other trays" in refused.json()["message"]
+    assert others[0].hostname not in refused.json()["message"]
 
     # The truth, from the tray it was allocated to: admitted.
     assert mine in members[theirs.pk]

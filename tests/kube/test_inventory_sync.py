@@ -11,7 +11,7 @@ from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import Phase
 from domains.inventory.models import Node, NodeSource, NodeState
-from domains.inventory.services import node_cordon
+from domains.inventory.services import node_accept, node_cordon
 from domains.kube.models import SyncState
 from domains.tenancy.models import Namespace, NamespaceSource
 from testbed import factories
@@ -55,7 +55,7 @@ def test_a_slot_label_places_the_tray_in_its_rack(real_kube, real_sync, settings
 
 
 @pytest.mark.cluster
-def test_changes_arrive_by_watch_without_listing_again(real_kube, real_sync):
+def test_changes_arrive_by_watch_without_listing_again(real_kube, real_sync, operator):
     real_kube.put_node("gb-a1", labels=gpu_labels(clique=1), ip="10.1.0.1")
     real_sync.step("nodes")
     listed_at = SyncState.objects.get(resource="nodes").listed_at
@@ -63,10 +63,15 @@ def test_changes_arrive_by_watch_without_listing_again(real_kube, real_sync):
     real_kube.put_node("gb-a2", labels=gpu_labels(clique=1), ip="10.1.0.2")  # appears
     real_kube.put_node("gb-a1", labels=gpu_labels(clique=2, rack="r2"), ip="10.1.0.1")  # relabelled
     real_sync.step("nodes")
+    # A Node may write its own labels: a known tray's new clique and rack wait for an
+    # operator, the tray out of placement meanwhile.
+    a1 = Node.objects.select_related("clique", "rack").get(hostname="gb-a1")
+    assert a1.clique.label == f"{CLUSTER}.1" and a1.state == NodeState.PENDING
+    assert set(a1.identity_hold["changes"]) == {"clique", "rack"}
+    assert Node.objects.filter(hostname="gb-a2").exists()
+    node_accept(actor=Actor.for_user(operator), node=a1)
     a1 = Node.objects.select_related("clique", "rack").get(hostname="gb-a1")
     assert a1.clique.label == f"{CLUSTER}.2" and a1.rack.name == "r2"
-    assert Node.objects.filter(hostname="gb-a2").exists()
-    assert Event.objects.filter(verb="node.relabelled", node=a1).exists()
 
     real_kube.put_node(
         "gb-a1", labels=gpu_labels(clique=2, rack="r2"), ip="10.1.0.1", unschedulable=True
@@ -95,6 +100,9 @@ def test_an_operators_own_cordon_is_not_undone_by_kubernetes(real_kube, real_syn
     node_cordon(actor=Actor.for_user(operator), node=tray, reason="bad cable")
     real_kube.put_node("gb-a1", labels=gpu_labels(), ip="10.1.0.2")
     real_sync.step("nodes")
+    tray.refresh_from_db()
+    assert (tray.state, tray.management_ip) == (NodeState.PENDING, "10.1.0.1")  # held
+    node_accept(actor=Actor.for_user(operator), node=tray)
     tray.refresh_from_db()
     assert (tray.state, tray.state_reason) == (NodeState.CORDONED, "bad cable")
     assert tray.management_ip == "10.1.0.2"

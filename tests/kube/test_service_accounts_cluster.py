@@ -196,6 +196,11 @@ def test_an_agent_with_its_pod_token_writes_its_own_nodes_slice_and_no_other(
         return ""
 
     assert "denied" in wait_for(refused, what="the admission policy to be enforced")
+    # Its own node, but another tray's pool name (the claim check trusts pool names).
+    posing = slice_object(SliceFacts(node=NODE, clique="", gpus=4), version="v1", generation=1)
+    posing["spec"]["pool"]["name"] = "gb-r01-t02"
+    with pytest.raises(KubeError, match="denied"):  # the admission policy
+        agent.create_slice(posing)
     assert SlicePublisher(agent).publish(SliceFacts(node=NODE, clique="", gpus=4))
     assert real_kube.get("resourceslices", slice_name(NODE))["spec"]["nodeName"] == NODE
     theirs = publish_slice(cluster, "gb-r01-t03")  # by the admin

@@ -25,7 +25,7 @@ from domains.notifications.services import subscription_create
 from domains.tenancy.models import Quota
 from portal.celery import app
 from testbed import factories
-from testbed.processes import SESSION_QUEUE, running, start_worker, wait_until
+from testbed.processes import SESSION_QUEUE, running, start_notifier, start_worker, wait_until
 from tests.support.lifecycle import all_ready, request_domain
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -38,15 +38,17 @@ def mailbox(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def worker(django_db_setup, django_db_blocker, mailbox) -> Iterator[None]:
-    proc = start_worker(
-        "notify-worker",
-        concurrency=4,
-        EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
-        EMAIL_FILE_PATH=str(mailbox),
-        PORTAL_NOTIFY_BACKOFF_S="1",
-        PORTAL_NOTIFY_ATTEMPTS="3",
-    )
-    with running(proc):
+    """The controller's worker and the notifications' own, as the Procfile runs them."""
+    env = {
+        "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+        "EMAIL_FILE_PATH": str(mailbox),
+        "PORTAL_NOTIFY_BACKOFF_S": "1",
+        "PORTAL_NOTIFY_ATTEMPTS": "3",
+        "PORTAL_WEBHOOK_BREAKER_FAILURES": "5",  # /down's three tries keep the receiver open
+    }
+    controller = start_worker("controller", concurrency=2, **env)
+    notifier = start_notifier(concurrency=4, **env)
+    with running(controller, notifier):
         yield
 
 

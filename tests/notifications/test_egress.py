@@ -154,6 +154,18 @@ SPELLINGS = [
     ("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/", False),  # client 127.0.0.1
     ("http://[2001:0:a00:1:8000:63bf:f7f7:f7f7]/", False),  # server 10.0.0.1
     ("http://[2001::5601:5656]/", False),  # server 0.0.0.0
+    # IPv4-translated (SIIT), which Python calls global.
+    ("http://[::ffff:0:7f00:1]/", False),  # 127.0.0.1
+    ("http://[::ffff:0:a9fe:a9fe]/", False),  # 169.254.169.254
+    ("http://[::ffff:0:808:808]/", True),  # 8.8.8.8
+    # Ranges the registries mark as not global that Python's tables lack.
+    ("http://[fec0::1]/", False),  # site-local
+    ("http://[5f00::1]/", False),  # SRv6 SIDs
+    ("http://[3fff::1]/", False),  # documentation
+    ("http://[100::1]/", False),  # discard-only
+    ("http://[2001:20::1]/", False),  # ORCHIDv2
+    ("http://192.88.99.1/", False),  # 6to4 relay anycast, deprecated
+    ("http://0.1.2.3/", False),
 ]
 
 

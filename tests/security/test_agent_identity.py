@@ -7,11 +7,15 @@ from __future__ import annotations
 import pytest
 
 from domains.agents.models import JoinToken
+from domains.audit.events import SYSTEM
+from domains.computedomains.models import Phase
 from domains.inventory.models import Node
+from domains.inventory.services import node_cordon
 from domains.security import hash_token
 from testbed import factories
 from tests.api.conftest import make_domain
-from tests.security.conftest import JOIN, bearer
+from tests.security.conftest import IP_PREFIX, JOIN, bearer
+from tests.support.lifecycle import request_and_place
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -97,3 +101,28 @@ def test_an_operator_allows_one_rejoin_with_new_identity_facts(http, tray, opera
     assert desired(http, tray, old) == 401  # the old token stops working
     # The allowance served that one join.
     assert join(http, facts(tray, gpus=replaced)).status_code == 409
+
+
+def test_a_tray_cannot_move_itself_into_another_racks_clique_or_address(
+    http, tray, operator, ns_b, tenant_b
+):
+    """The attack end to end: a rack-1 tray's own agent reports rack 2's clique and the
+    metadata service's address. The address is refused; the clique move waits for an
+    operator, and the tray is placed into nobody's domain meanwhile."""
+    (rack2,) = factories.make_racks("2", ip_prefix=IP_PREFIX, first_rack=2)
+    theirs = rack2.nodes.first().clique
+    auth = agent_of(http, tray)
+    url = f"/api/v1/agent/nodes/{tray.pk}/facts/"
+    body = {k: v for k, v in facts(tray).items() if k != "join_token"}
+    metadata = http.put(url, json=body | {"ip": "169.254.169.254"}, headers=auth)
+    assert metadata.status_code == 400 and metadata.json()["field"] == "ip", metadata.text
+    moved = body | {"cluster_uuid": theirs.cluster_uuid, "clique_id": theirs.clique_id}
+    assert http.put(url, json=moved, headers=auth).status_code == 200
+
+    shown = http.get(f"/api/v1/nodes/{tray.hostname}/", headers=bearer(operator)).json()
+    assert shown["state"] == "pending" and shown["managementIp"] == tray.management_ip
+    assert shown["identityChange"]["changes"]["clique"]["to"] == theirs.label
+    for node in Node.objects.exclude(pk=tray.pk):
+        node_cordon(actor=SYSTEM, node=node, reason="only the moved tray is left")
+    domain = request_and_place(ns_b, tenant_b, num_nodes=1)
+    assert domain.phase == Phase.ADMITTED and not domain.members.exists()

@@ -6,12 +6,14 @@ fresh budget, and bad bearer tokens never make a valid one from the same address
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from axes.models import AccessAttempt
 from django.conf import settings
 
 from portal.ratelimit import LOGIN_FAILURES, SIGNIN_PACE, TOKEN_FAILURES
@@ -26,9 +28,14 @@ PORTAL_LOGIN = "/login/"
 ELSEWHERE = f"{IP_PREFIX}.250.1"  # another client: a loopback source address of our own
 
 
-def sign_in(http: httpx.Client, path: str, username: str, password: str, **headers: str):
-    """One password attempt through the form, as a browser makes it (CSRF cookie and field)."""
+def sign_in(
+    http: httpx.Client, path: str, username: str, password: str, device: str = "", **headers: str
+):
+    """One password attempt through the form, as a browser makes it (CSRF cookie and field);
+    `device`: the known-device cookie the browser keeps from an earlier sign-in."""
     http.cookies.clear()
+    if device:
+        http.cookies.set("portal_device", device)
     page = http.get(path, headers=headers)
     assert page.status_code == 200, page.text[:300]
     form = {
@@ -152,3 +159,51 @@ def test_bad_tokens_never_make_a_valid_token_from_the_same_address_wait(http, te
     assert answers == {401, 429}
     assert http.get("/api/v1/racks/", headers=bearer(tenant_a)).status_code == 200
     TOKEN_FAILURES.reset("127.0.0.1")
+
+
+def test_a_right_password_is_never_a_failure_and_a_known_browser_gets_in(low_ceiling, tenant_b):
+    """While a guesser on the same address keeps taking the address's pace: the browser bob
+    signed in with before gets in every time, and a right password from a browser that
+    never signed in waits (429), but is never answered or recorded as wrong."""
+    carol = factories.make_user("carol")
+    with httpx.Client(base_url=low_ceiling, timeout=30) as bobs:
+        assert signed_in(sign_in(bobs, PORTAL_LOGIN, "bob", tenant_b.raw_password))
+        device = bobs.cookies["portal_device"]  # his browser is known now
+        stop = threading.Event()
+        guesser = threading.Thread(target=guess_until, args=(low_ceiling, stop), daemon=True)
+        guesser.start()
+        try:
+            wait_for_pacing(low_ceiling)
+            bob_answers, carol_answers = [], []
+            for _ in range(10):
+                bob_answers.append(
+                    sign_in(bobs, PORTAL_LOGIN, "bob", tenant_b.raw_password, device=device)
+                )
+                with httpx.Client(base_url=low_ceiling, timeout=30) as fresh:
+                    carol_answers.append(
+                        sign_in(fresh, PORTAL_LOGIN, "carol", carol.raw_password).status_code
+                    )
+        finally:
+            stop.set()
+            guesser.join()
+    assert all(signed_in(a) for a in bob_answers)
+    assert set(carol_answers) <= {302, 429} and 429 in carol_answers
+    failed = AccessAttempt.objects.filter(username__in=["bob", "carol"])
+    assert sum(failed.values_list("failures_since_start", flat=True)) == 0
+
+
+def guess_until(url: str, stop: threading.Event) -> None:
+    """Wrong passwords for one account after another, as fast as the server answers."""
+    with httpx.Client(base_url=url, timeout=30) as guesser:
+        i = 0
+        while not stop.is_set():
+            sign_in(guesser, PORTAL_LOGIN, f"nobody-{i % 50}", "guess")
+            i += 1
+
+
+def wait_for_pacing(url: str) -> None:
+    """Until the guesser has taken the address over its ceiling (low_ceiling's 6)."""
+    deadline = time.monotonic() + 30
+    while LOGIN_FAILURES.count("127.0.0.1") < 8:
+        assert time.monotonic() < deadline, "the guesser never got over the ceiling"
+        time.sleep(0.1)

@@ -30,6 +30,8 @@ def production(**env: str) -> dict[str, str]:
         "SECRET_KEY": "tls-test-" + uuid.uuid4().hex * 2,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "STATIC_ROOT": collected_static(),
+        # The emulated trays' loopback addresses, as an operator of this test bed allows them.
+        "PORTAL_TRAY_ALLOWED_NETS": "127.0.0.0/8",
         **env,
     }
 

@@ -165,9 +165,19 @@ class ReasonSerializer(StrictSerializer):
 
 
 class AcceptSerializer(ReasonSerializer):
-    """Where a tray that joined unknown goes: a rack and one of its compute slots."""
+    """Where a tray that joined unknown goes: a rack and one of its compute slots. A tray
+    that reported a new identity keeps its own unless they are given."""
 
-    rack = StrictCharField(max_length=63, help_text="The rack's name.")
+    rack = StrictCharField(
+        max_length=63,
+        required=False,
+        default="",
+        help_text="The rack's name (a tray that joined unknown: needed).",
+    )
     slot = serializers.IntegerField(
-        min_value=1, max_value=64, help_text="A compute slot of the rack, from 1."
+        min_value=1,
+        max_value=64,
+        required=False,
+        default=None,
+        help_text="A compute slot of the rack, from 1 (a tray that joined unknown: needed).",
     )

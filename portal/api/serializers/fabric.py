@@ -84,6 +84,17 @@ class NodeConditionSerializer(serializers.Serializer):
     since = serializers.DateTimeField(help_text="When the agent first reported it.")
 
 
+class IdentityChangeSerializer(serializers.Serializer):
+    """An identity change a tray reported, waiting for an operator (schema only)."""
+
+    changes = serializers.DictField(
+        child=serializers.DictField(),
+        help_text="Per field (`ip`, `clique`, `gpus`, `rack`): `{from, to}`.",
+    )
+    by = serializers.CharField(help_text="Who reported it: the tray's agent, or kubernetes.")
+    since = serializers.DateTimeField(help_text="When it was first reported.")
+
+
 class NodeSerializer(serializers.ModelSerializer):
     managementIp = serializers.SerializerMethodField(
         help_text="Operators only (null for others): the tray's address."
@@ -123,6 +134,12 @@ class NodeSerializer(serializers.ModelSerializer):
     daemonState = serializers.CharField(
         source="daemon_state", help_text="Operators only: its IMEX daemon's state."
     )
+    identityChange = serializers.SerializerMethodField(
+        help_text="Operators only (null for others, and when there is none): an identity "
+        "change (management IP, clique, GPUs, rack) its agent or Kubernetes reported, waiting "
+        "for an operator to accept it (`accept`): `changes` maps each field to its `from` and "
+        "`to` values; `by` says who reported it, `since` when."
+    )
     inUse = serializers.SerializerMethodField(help_text="Whether a live domain holds it.")
     domain = serializers.SerializerMethodField(
         help_text="The domain holding it, if you may see that namespace; else null."
@@ -132,7 +149,7 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = ["hostname", "managementIp", "rack", "slot", "clique", "cliqueName", "gpuCount"]
         fields += ["gpuProduct", "driverVersion", "imexVersion", "state", "stateReason"]
-        fields += ["lastHeartbeat", "daemonState", "inUse", "domain"]
+        fields += ["lastHeartbeat", "daemonState", "identityChange", "inUse", "domain"]
         extra_kwargs = {"hostname": {"help_text": "Its hostname, which names it in the API."}}
 
     def _member(self, node: Node) -> Any:
@@ -160,6 +177,13 @@ class NodeSerializer(serializers.ModelSerializer):
     def get_managementIp(self, node: Node) -> str | None:
         """Operators only: tenants have no business with tray addresses."""
         return node.management_ip if self.context.get("operator") is True else None
+
+    @extend_schema_field(IdentityChangeSerializer(allow_null=True))
+    def get_identityChange(self, node: Node) -> dict[str, Any] | None:
+        hold = node.identity_hold or {}
+        if self.context.get("operator") is not True or not hold:
+            return None
+        return {k: hold.get(k) for k in ("changes", "by", "since")}
 
     @extend_schema_field(serializers.BooleanField())
     def get_inUse(self, node: Node) -> bool:

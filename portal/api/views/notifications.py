@@ -35,6 +35,7 @@ from portal.api.serializers.notifications import (
     SubscriptionInput,
     SubscriptionSerializer,
 )
+from portal.api.throttles import SubscriptionCreateRate
 
 
 class SubscriptionViewSet(
@@ -47,6 +48,8 @@ class SubscriptionViewSet(
     """Your subscriptions: which events (domain Ready, Degraded, Failed, lease ending,
     approval asked or decided, maintenance) reach you in the portal, by e-mail or by a
     signed webhook. Only events of namespaces you may see when they happen are sent."""
+
+    throttle_classes = [SubscriptionCreateRate]  # 429 past PORTAL_SUBSCRIPTION_CREATES_PER_MIN
 
     serializer_class = SubscriptionSerializer
 

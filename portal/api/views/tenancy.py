@@ -35,6 +35,7 @@ from portal.api.serializers.tenancy import (
     QuotaInput,
     QuotaSerializer,
 )
+from portal.api.throttles import TokenMintRate
 
 QUOTA_API_NAMES = {field: api for api, field in QUOTA_FIELDS.items()}
 
@@ -101,6 +102,7 @@ class TokenViewSet(
     """Your personal API tokens. The secret is shown once, in the create answer."""
 
     serializer_class = ApiTokenSerializer
+    throttle_classes = [TokenMintRate]  # 429 past PORTAL_TOKEN_MINTS_PER_MIN
 
     def scoped_queryset(self, user: Viewer) -> QuerySet[ApiToken]:
         return tokens_of(user)

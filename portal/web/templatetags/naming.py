@@ -30,3 +30,12 @@ def clique_names(clique: Any) -> SafeString | str:
         LABEL_TITLE,
         label,
     )
+
+
+@register.filter
+def identity_value(value: Any) -> str:
+    """One side of a reported identity change: a list (GPU UUIDs) comma-separated, nothing
+    as "none"."""
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "none"
+    return str(value) if value not in (None, "") else "none"

@@ -22,7 +22,8 @@ from domains.errors import DomainError
 from domains.tenancy.models import ApiToken
 from domains.tenancy.seed import DEMO_PASSWORD, demo_logins
 from domains.tenancy.tokens import token_create, token_revoke
-from portal.ratelimit import RateLimitedLoginView
+from portal.ratelimit import TOKEN_MINTS, over_rate
+from portal.signin import RateLimitedLoginView
 from portal.web.access import SignedInRequest
 from portal.web.forms import TokenCreateForm, apply_error
 
@@ -46,7 +47,10 @@ class SignInView(RateLimitedLoginView):
 def tokens(request: SignedInRequest) -> HttpResponse:
     form = TokenCreateForm(request.POST or None)
     created = None
-    if request.method == "POST" and form.is_valid():
+    wait = over_rate(TOKEN_MINTS, request.user.pk) if request.method == "POST" else 0
+    if wait:
+        form.add_error(None, f"Too many tokens made in a minute; try again in {wait} s.")
+    elif request.method == "POST" and form.is_valid():
         try:
             token, raw = token_create(
                 actor=Actor.for_user(request.user),
@@ -66,7 +70,9 @@ def tokens(request: SignedInRequest) -> HttpResponse:
         "tokens": ApiToken.objects.filter(user=request.user).order_by("-created_at"),
         "now": timezone.now(),
     }
-    response = render(request, "account/tokens.html", context)
+    response = render(request, "account/tokens.html", context, status=429 if wait else 200)
+    if wait:
+        response["Retry-After"] = str(wait)
     if created:
         response["Cache-Control"] = "no-store"  # the secret must not sit in a cache
     return response

@@ -21,6 +21,7 @@ from domains.notifications.services import (
     subscription_create,
     subscription_delete,
 )
+from portal.ratelimit import SUBSCRIPTION_CREATES, over_rate
 from portal.web.access import SignedInRequest
 from portal.web.forms import SubscriptionForm, apply_error
 
@@ -29,7 +30,10 @@ from portal.web.forms import SubscriptionForm, apply_error
 @require_http_methods(["GET", "POST"])
 def notifications(request: SignedInRequest) -> HttpResponse:
     form = SubscriptionForm(request.POST or None, user=request.user)
-    if request.method == "POST" and form.is_valid():
+    wait = over_rate(SUBSCRIPTION_CREATES, request.user.pk) if request.method == "POST" else 0
+    if wait:
+        form.add_error(None, f"Too many subscriptions made in a minute; try again in {wait} s.")
+    elif request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
             subscription_create(user=request.user, **data)
@@ -43,7 +47,10 @@ def notifications(request: SignedInRequest) -> HttpResponse:
         "subscriptions": subscriptions_of(request.user),
         "form": form,
     }
-    return render(request, "notifications/index.html", context)
+    response = render(request, "notifications/index.html", context, status=429 if wait else 200)
+    if wait:
+        response["Retry-After"] = str(wait)
+    return response
 
 
 @login_required

@@ -1,4 +1,5 @@
-"""Operators accept a tray that joined unknown into a rack's compute slot."""
+"""Operators accept a tray waiting for acceptance: one that joined unknown, into a rack's
+compute slot; one that reported a new identity, as it reported it."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from portal.web.access import SignedInRequest, operator_required
 
 
 class AcceptForm(forms.Form):
-    rack = forms.CharField(max_length=63)
-    slot = forms.IntegerField(min_value=1, max_value=64)
+    rack = forms.CharField(max_length=63, required=False)
+    slot = forms.IntegerField(min_value=1, max_value=64, required=False)
     reason = forms.CharField(max_length=300, required=False)
 
 
@@ -40,6 +41,7 @@ def accept(request: SignedInRequest, hostname: str) -> HttpResponse:
     except DomainError as exc:
         messages.error(request, exc.message)
     else:
-        where = f"rack {form.cleaned_data['rack']}, slot {form.cleaned_data['slot']}"
-        messages.success(request, f"{tray.hostname} accepted into {where}.")
+        tray.refresh_from_db()
+        where = f"rack {tray.rack}, slot {tray.slot}" if tray.rack else "no rack"
+        messages.success(request, f"{tray.hostname} accepted ({where}).")
     return redirect("operator:node", tray.hostname)

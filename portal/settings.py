@@ -279,9 +279,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
         "task": "computedomains.reconcile",
         "schedule": float(os.environ.get("PORTAL_RECONCILE_SECONDS", 5)),
     },
+    # Members of trays whose agent went silent; trays lost to placed domains replaced.
     "reap-heartbeats": {
         "task": "computedomains.reap_stale_heartbeats",
-        "schedule": 10.0,
+        "schedule": float(os.environ.get("PORTAL_REAP_SECONDS", 10)),
     },
     # Each waiting domain's placement estimate (also refreshed whenever the queue moves).
     "refresh-estimates": {
@@ -315,6 +316,9 @@ PORTAL: PortalSettings = {
     "FORMATION_DEADLINE": timedelta(seconds=env_int("PORTAL_FORMATION_DEADLINE_S", 300)),
     "RELEASE_DEADLINE": timedelta(seconds=env_int("PORTAL_RELEASE_DEADLINE_S", 300)),
     "HEARTBEAT_STALE_AFTER": timedelta(seconds=env_int("PORTAL_HEARTBEAT_STALE_S", 30)),
+    # A tray marked down is replaced in its placed domain at once; one whose agent is silent
+    # this long is too (a restarted agent is back long before). docs/configuration.md.
+    "FAILOVER_GRACE": timedelta(seconds=env_int("PORTAL_FAILOVER_GRACE_S", 60)),
     "AGENT_JOIN_TOKEN": os.environ.get("PORTAL_AGENT_JOIN_TOKEN", ""),
     # Kubernetes: agents join with their pod's projected service-account token, verified by
     # TokenReview and bound to the node the pod runs on (domains/kube/tokenreview.py).

@@ -39,25 +39,18 @@ from domains.inventory.models import (
     SwitchTray,
 )
 from domains.placement.algorithm import clique_summaries
-from domains.placement.model import CliqueSummary, CliqueView, Topology, Tray, TrayStatus
+from domains.computedomains.traytruth import tray_status
+from domains.placement.model import CliqueSummary, CliqueView, Topology, Tray
 from domains.tenancy.selectors import Viewer
-
-_STATE_STATUS: dict[str, str] = {
-    NodeState.CORDONED: TrayStatus.CORDONED,
-    NodeState.DRAINING: TrayStatus.DRAINING,
-    NodeState.DOWN: TrayStatus.DOWN,
-    NodeState.UNKNOWN: TrayStatus.UNKNOWN,
-}
-
 
 def topology_snapshot(*, now: datetime | None = None) -> Topology:
     """Every clique with its trays, why each is (not) free and its maintenance windows not
     yet over, in three queries.
 
-    A tray is free when it is `ready`, not gone, heard from within HEARTBEAT_STALE_AFTER,
-    without a blocking condition its agent reported (NVML not loadable, the host's own IMEX
-    service, an unfinished fabric registration) and not held by an active DomainMember (held
-    until its agent confirmed a clean node).
+    Each tray's status is `traytruth.tray_status`: free when it is `ready`, not gone,
+    heard from within HEARTBEAT_STALE_AFTER, without a blocking condition its agent reported
+    (NVML not loadable, the host's own IMEX service, an unfinished fabric registration) and
+    not held by an active DomainMember (held until its agent confirmed a clean node).
     Trays without a clique (no multi-node NVLink) cannot join a domain and are left out.
     Freshness and membership are computed by PostgreSQL as booleans: parsing thousands of
     timestamps in Python would cost more than the placement itself.
@@ -91,9 +84,14 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
     trays: dict[int, list[Tray]] = {}
     windows = maintenance_by_tray(now)
     for node_id, hostname, slot, ip, gpus, state, gone, busy, blocked, fresh, clique_id in rows:
-        status = _status(busy, state, gone, bool(fresh), bool(ip), blocked)
+        status = tray_status(
+            state=state, gone=gone, fresh=bool(fresh), held=busy, blocked=blocked, has_ip=bool(ip)
+        )
         trays.setdefault(clique_id, []).append(
-            Tray(node_id, hostname, slot or 0, ip or "", gpus, status, windows.get(node_id, ()))
+            Tray(
+                node_id, hostname, slot or 0, ip or "", gpus, status, windows.get(node_id, ()),
+                held=busy,
+            )  # fmt: skip
         )
     return Topology(_clique_views(trays))
 
@@ -126,22 +124,6 @@ def maintenance_by_tray(now: datetime) -> dict[int, tuple[tuple[float, float], .
     for node_id, start, end in rows:
         windows[node_id].append((start.timestamp(), end.timestamp()))
     return {node_id: tuple(sorted(spans)) for node_id, spans in windows.items()}
-
-
-def _status(busy: bool, state: str, gone: bool, fresh: bool, has_ip: bool, blocked: bool) -> str:
-    if busy:
-        return TrayStatus.IN_USE
-    if not has_ip:  # every member's nodes file lists each peer's IP: it could not serve
-        return TrayStatus.NO_ADDRESS
-    if gone:
-        return TrayStatus.UNKNOWN
-    if state != NodeState.READY:
-        return _STATE_STATUS.get(state, TrayStatus.UNKNOWN)
-    if blocked:
-        return TrayStatus.BLOCKED
-    if not fresh:  # no heartbeat at all, or none within HEARTBEAT_STALE_AFTER
-        return TrayStatus.STALE
-    return TrayStatus.FREE
 
 
 # --- the fabric for lists and drawings ---------------------------------------------------------

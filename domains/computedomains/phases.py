@@ -48,6 +48,11 @@ WAITING_MESSAGE = (
     "ResourceClaims are prepared on them"
 )
 
+# A running domain with a member whose agent is silent (and no other trouble).
+AGENT_SILENT = "AgentSilent"
+# A placed domain that lost a tray and waits for a free one of its clique to replace it.
+WAITING_FOR_TRAY = "WaitingForTray"
+
 # Phases a domain can be failed from (Releasing finishes by release, never by failure).
 FAILABLE_PHASES = (Phase.PENDING, Phase.ADMITTED, Phase.FORMING)
 
@@ -223,7 +228,7 @@ def aggregate(domain: ComputeDomain, *, members: list[DomainMember] | None = Non
             "domain.degraded",
             message,
             not_ready,
-            reason="MemberNotReady",
+            reason=not_ready_reason(not_ready),
         )
     elif domain.phase == Phase.DEGRADED:
         return _aggregate_degraded(domain, members, not_ready)
@@ -277,9 +282,19 @@ def _aggregate_degraded(
     domain: ComputeDomain, members: list[DomainMember], not_ready: list[DomainMember]
 ) -> bool:
     if not_ready:
-        return set_reason(domain, "MemberNotReady", _not_ready_message(not_ready))
+        if domain.reason == WAITING_FOR_TRAY:  # the failover pass says what it waits for
+            return False
+        return set_reason(domain, not_ready_reason(not_ready), _not_ready_message(not_ready))
     message = f"recovered: all {len(members)} members ready"
     return _phase_change(domain, Phase.DEGRADED, Phase.READY, "domain.recovered", message, [])
+
+
+def not_ready_reason(members: list[DomainMember]) -> str:
+    """`AgentSilent` when every member not ready is one whose agent stopped reporting (what
+    its daemon does is not known: the workload may run on), else `MemberNotReady`."""
+    if members and all(m.state == MemberState.SILENT for m in members):
+        return AGENT_SILENT
+    return "MemberNotReady"
 
 
 def _not_ready_message(members: list[DomainMember]) -> str:
@@ -287,9 +302,11 @@ def _not_ready_message(members: list[DomainMember]) -> str:
     parts = []
     for m in members[:3]:
         text = f"{m.node.hostname} {MemberState(m.state).label.lower()}"
+        if m.state == MemberState.SILENT:
+            text = m.node.hostname
         if m.message:
             text += f": {m.message}"
-        if m.step:
+        if m.step and m.state != MemberState.SILENT:
             text += f" (step {m.step})"
         parts.append(text)
     more = f" and {len(members) - 3} more" if len(members) > 3 else ""

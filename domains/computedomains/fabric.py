@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from domains.computedomains.admission import smallest_request
 from domains.computedomains.models import DomainMember
+from domains.computedomains.traytruth import tray_status
 from domains.inventory.models import (
     Clique,
     Gpu,
@@ -39,9 +40,9 @@ from domains.inventory.models import (
     SwitchTray,
 )
 from domains.placement.algorithm import clique_summaries
-from domains.computedomains.traytruth import tray_status
 from domains.placement.model import CliqueSummary, CliqueView, Topology, Tray
 from domains.tenancy.selectors import Viewer
+
 
 def topology_snapshot(*, now: datetime | None = None) -> Topology:
     """Every clique with its trays, why each is (not) free and its maintenance windows not
@@ -89,9 +90,8 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
         )
         trays.setdefault(clique_id, []).append(
             Tray(
-                node_id, hostname, slot or 0, ip or "", gpus, status, windows.get(node_id, ()),
-                held=busy,
-            )  # fmt: skip
+                node_id, hostname, slot or 0, ip or "", gpus, status, windows.get(node_id, ()), busy
+            )
         )
     return Topology(_clique_views(trays))
 
@@ -164,13 +164,16 @@ def cliques_with_occupancy(user: Viewer) -> QuerySet[Clique]:
 
 
 def nodes_with_holders(user: Viewer) -> QuerySet[Node]:
-    """Every tray with its live membership and that domain prefetched (`live_memberships`);
-    what of the domain the caller may see is for the caller to decide."""
+    """Every tray with its live membership and that domain prefetched (`live_memberships`)
+    and whether a blocking condition keeps it out (`blocked`): what its one truth
+    (`traytruth`) needs; what of the domain the caller may see is for the caller to decide."""
     if not user.is_authenticated:
         return Node.objects.none()
     live = DomainMember.objects.filter(active=True).select_related("domain__namespace")
-    return Node.objects.select_related("rack", "clique").prefetch_related(
-        Prefetch("memberships", queryset=live, to_attr="live_memberships")
+    return (
+        Node.objects.select_related("rack", "clique")
+        .annotate(blocked=Exists(NodeCondition.objects.filter(node=OuterRef("pk"), blocking=True)))
+        .prefetch_related(Prefetch("memberships", queryset=live, to_attr="live_memberships"))
     )
 
 

@@ -57,7 +57,7 @@ from domains.computedomains.phases import (
 from domains.computedomains.placing import lock_placement, placement_request
 from domains.computedomains.selectors import RUNNING_PHASES, quota_usage
 from domains.computedomains.traytruth import lost_q, lost_words
-from domains.errors import Conflict, InvalidInput
+from domains.errors import InvalidInput, InvalidTransition
 from domains.placement.algorithm import breakdown, replacement_tray
 from domains.placement.model import CliqueView, PlacementRequest, Tray
 from domains.signals import (
@@ -134,6 +134,31 @@ def member_replace(
             _wait(domain, member, refusal or _nothing_free(clique, request))
             return None
         return _swap(domain, member, tray, actor, now)
+
+
+def domain_tray_replace(
+    *, actor: Actor, domain: ComputeDomain, tray: str, with_: str
+) -> Replacement:
+    """An operator replaces a tray of a placed domain with a free one of its clique they
+    picked (a domain with `replace: manual`, or any other): InvalidInput naming the field,
+    or InvalidTransition saying why not."""
+    if domain.follows_workload:
+        raise InvalidTransition(
+            f"ComputeDomain {domain} follows its workload: its trays come and go with its pods"
+        )
+    member = DomainMember.objects.filter(domain=domain, active=True, node__hostname=tray).first()
+    if member is None:
+        raise InvalidInput(f"{tray} is not a tray of ComputeDomain {domain}", field="tray")
+    if not with_:
+        raise InvalidInput("name the free tray to take its place", field="with")
+    done = member_replace(domain_id=domain.pk, member_id=member.pk, actor=actor, hostname=with_)
+    if done is None:
+        domain.refresh_from_db()
+        raise InvalidTransition(
+            f"ComputeDomain {domain} is {domain.phase}"
+            + (f": {domain.message}" if domain.message else "")
+        )
+    return done
 
 
 def _lost_member(

@@ -263,10 +263,11 @@ def _aggregate_forming(
 
 
 def _tally_formation(domain: ComputeDomain, members: list[DomainMember]) -> None:
-    """The formation's figures, once, as it turns Ready: request → Ready, each tray's
-    placed → ready, the last tray's ready → Ready (the portal's own share)."""
+    """The formation's figures, once, as it turns Ready: placed → Ready (formation: what the
+    trays and the portal took; the wait for an admin's approval is `admitted`, apart), each
+    tray's placed → ready, the last tray's ready → Ready (the portal's own share)."""
     trays = [m.ready_at for m in members if m.active and m.ready_at is not None]
-    formation = tallies.seconds_between(domain.created_at, domain.ready_at)
+    formation = tallies.seconds_between(domain.placed_at, domain.ready_at)
     tallies.observe(tallies.FORMATION, [formation])
     tallies.observe(
         tallies.FORMATION_STEP,

@@ -61,8 +61,8 @@ def claims_reconcile(api: client.ApiClient) -> int:
         "pk", "domain_id", "namespace", "claim_uid"
     )
     by_namespace: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
-    for pk, domain_id, namespace, uid in held:
-        by_namespace[namespace].append((pk, domain_id, str(uid)))
+    for pk, domain_id, namespace, claim_uid in held:
+        by_namespace[namespace].append((pk, domain_id, str(claim_uid)))
     if not by_namespace:
         return 0
     templates = ClaimTemplates(api)

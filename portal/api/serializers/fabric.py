@@ -8,6 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from domains.computedomains.traytruth import STATUS_WORDS, TrayTruth, node_truth, tray_truth
 from domains.inventory.models import Clique, Node, NodeState, Rack
 
 
@@ -123,6 +124,16 @@ class NodeSerializer(serializers.ModelSerializer):
     daemonState = serializers.CharField(
         source="daemon_state", help_text="Operators only: its IMEX daemon's state."
     )
+    status = serializers.SerializerMethodField(
+        help_text="Its one status, as every page tells it: `free`, `in_use`, `cordoned`, "
+        "`draining`, `down` (an operator's mark-down wins over its agent's reports), `stale` "
+        "(its agent is silent), `unknown` (never heard from, gone, pending), `blocked` (a "
+        "condition) or `no_address`. Only `free` is placeable."
+    )
+    agent = serializers.SerializerMethodField(
+        help_text="Whether its agent is heard from: `reporting`, `silent` (it reported once, "
+        "not within the heartbeat grace: its IMEX daemon may serve on) or `never`."
+    )
     inUse = serializers.SerializerMethodField(help_text="Whether a live domain holds it.")
     domain = serializers.SerializerMethodField(
         help_text="The domain holding it, if you may see that namespace; else null."
@@ -132,7 +143,7 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = ["hostname", "managementIp", "rack", "slot", "clique", "cliqueName", "gpuCount"]
         fields += ["gpuProduct", "driverVersion", "imexVersion", "state", "stateReason"]
-        fields += ["lastHeartbeat", "daemonState", "inUse", "domain"]
+        fields += ["lastHeartbeat", "daemonState", "status", "agent", "inUse", "domain"]
         extra_kwargs = {"hostname": {"help_text": "Its hostname, which names it in the API."}}
 
     def _member(self, node: Node) -> Any:
@@ -160,6 +171,28 @@ class NodeSerializer(serializers.ModelSerializer):
     def get_managementIp(self, node: Node) -> str | None:
         """Operators only: tenants have no business with tray addresses."""
         return node.management_ip if self.context.get("operator") is True else None
+
+    def _truth(self, node: Node) -> TrayTruth:
+        blocked = getattr(node, "blocked", None)
+        if blocked is None:
+            return node_truth(node)
+        return tray_truth(
+            state=node.state,
+            gone=node.gone,
+            heard=node.last_heartbeat,
+            daemon=node.daemon_state,
+            held=self._member(node) is not None,
+            blocked=bool(blocked),
+            has_ip=bool(node.management_ip),
+        )
+
+    @extend_schema_field(serializers.ChoiceField(choices=list(STATUS_WORDS)))
+    def get_status(self, node: Node) -> str:
+        return self._truth(node).status
+
+    @extend_schema_field(serializers.ChoiceField(choices=["reporting", "silent", "never"]))
+    def get_agent(self, node: Node) -> str:
+        return self._truth(node).agent
 
     @extend_schema_field(serializers.BooleanField())
     def get_inUse(self, node: Node) -> bool:

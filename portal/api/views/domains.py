@@ -203,6 +203,7 @@ class ComputeDomainViewSet(
         request=ReplaceInput,
         responses={200: ComputeDomainSerializer, **errors(*WRITE)},
         summary="Operators: replace a tray of a placed domain with a free one of its clique.",
+        examples=examples.REPLACE,
     )
     @action(detail=True, methods=["post"], serializer_class=ReplaceInput)
     def replace(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -240,7 +240,7 @@ def _aggregate_forming(
 ) -> bool:
     if members and not not_ready:
         now = timezone.now()
-        message = f"all {len(members)} members ready"
+        message = f"all {sum(m.active for m in members)} members ready"
         expires = now + domain.lifetime if domain.lifetime else None
         return transition(
             domain,
@@ -258,8 +258,8 @@ def _aggregate_forming(
     failed = [m for m in not_ready if m.state == MemberState.FAILED]
     if failed:
         return set_reason(domain, "MemberFailed", _not_ready_message(failed))
-    ready = len(members) - len(not_ready)
-    return set_reason(domain, "Forming", f"{ready} of {len(members)} members ready")
+    active = sum(m.active for m in members)
+    return set_reason(domain, "Forming", f"{active - len(not_ready)} of {active} members ready")
 
 
 def _tally_formation(domain: ComputeDomain, members: list[DomainMember]) -> None:
@@ -286,7 +286,7 @@ def _aggregate_degraded(
         if domain.reason == WAITING_FOR_TRAY:  # the failover pass says what it waits for
             return False
         return set_reason(domain, not_ready_reason(not_ready), _not_ready_message(not_ready))
-    message = f"recovered: all {len(members)} members ready"
+    message = f"recovered: all {sum(m.active for m in members)} members ready"
     return _phase_change(domain, Phase.DEGRADED, Phase.READY, "domain.recovered", message, [])
 
 

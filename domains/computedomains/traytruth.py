@@ -150,8 +150,9 @@ def node_truth(node: Node, *, now: datetime | None = None) -> TrayTruth:
 
 def failover_grace() -> timedelta:
     """How long an agent may be silent before its tray counts as lost to its domain
-    (PORTAL_FAILOVER_GRACE_S): a restarted or upgraded agent is back long before."""
-    return settings.PORTAL["FAILOVER_GRACE"]
+    (PORTAL_FAILOVER_GRACE_S; a restarted or upgraded agent is back long before), and never
+    less than the silence after which it counts as silent at all."""
+    return max(settings.PORTAL["FAILOVER_GRACE"], stale_after())
 
 
 def lost_q(prefix: str = "", *, now: datetime | None = None) -> Q:

@@ -137,7 +137,8 @@ def test_api_errors_while_publishing_are_retried_and_reconcile_catches_up(
     with django_capture_on_commit_callbacks(execute=True):
         all_ready(domain)
     assert cd(kube, "train")["status"]["status"] == "NotReady"
-    assert tasks.reconcile() == {"domains": 0, "refusals": 0, "claims": 0, "stopped": 1}  # still away
+    still_away = {"domains": 0, "refusals": 0, "claims": 0, "stopped": 1}
+    assert tasks.reconcile() == still_away
     kube.faults.clear()
     assert tasks.reconcile() == {"domains": 1, "refusals": 0, "claims": 0}
     assert cd(kube, "train")["status"]["status"] == "Ready"

@@ -217,3 +217,27 @@ def test_a_report_from_a_replaced_tray_changes_nothing(train, operator):
     )
     domain_member_report(node_id=lost.pk, report=report)
     assert not DomainMember.objects.filter(node=lost, active=True).exists()
+
+
+def test_a_replacement_and_a_tray_back_in_service_are_notified_to_the_tenant(
+    train, operator, tenant_a
+):
+    from domains.notifications.dispatch import notify_event
+    from domains.notifications.services import subscription_create
+
+    inbox = subscription_create(user=tenant_a, channel="in_app", kinds=["domain.tray_back"])
+    actor = Actor.for_user(operator)
+    cordoned = members(train)[0].node
+    tray_act(actor=actor, node=cordoned, action="cordon")
+    tray_act(actor=actor, node=cordoned, action="uncordon")
+    mark_down(operator, members(train)[1].node)
+    domains_replace_lost()
+    for event in Event.objects.filter(
+        domain=train, verb__in=["domain.tray_back", "domain.member_replaced"]
+    ):
+        notify_event(event_id=event.pk)
+    titles = sorted(n.title for n in inbox.notifications.all())
+    assert titles == [
+        "A tray of team-a/train is back in service",
+        "A tray of team-a/train was replaced",
+    ]

@@ -229,3 +229,16 @@ def domain_incident_notes(domain: ComputeDomain) -> QuerySet[Event]:
     return Event.objects.filter(
         domain=domain, verb=TENANT_NOTE_VERB, details__incident__in=open_ids
     ).order_by("-created_at", "-id")
+
+
+def replaced_down_trays(domain: ComputeDomain) -> list[tuple[str, str, str]]:
+    """The trays down now (an open incident) that the domain had and replaced: (the down
+    tray, why it is down, the tray that took its place), so its tenant still reads the
+    operators' notes about it."""
+    incidents = domain.incidents.filter(ended_at=None).select_related("node")
+    down = {i.node.hostname: i.reason for i in incidents}
+    if not down:
+        return []
+    replaced = Event.objects.filter(domain=domain, verb="domain.member_replaced").order_by("id")
+    took = {e.details.get("old"): e.details.get("new", "") for e in replaced}
+    return [(host, why, took[host]) for host, why in sorted(down.items()) if host in took]

@@ -150,3 +150,26 @@ def test_an_operator_picks_the_tray_that_replaces_a_lost_one(
     assert domain.members.get(active=True, index=0).node.hostname == spare
     domain_member_report(node_id=lost.pk, report=ready_report(domain))  # changes nothing
     assert not DomainMember.objects.filter(node=lost, active=True).exists()
+
+
+def test_a_tenant_whose_down_tray_was_replaced_still_reads_the_operators_notes(
+    client, operator, topology, ns_a, tenant_a
+):
+    from domains.computedomains.failover import domains_replace_lost
+    from domains.computedomains.incidents import incident_note
+    from domains.computedomains.models import Incident
+
+    domain = form(request_domain(ns_a, tenant_a, "train", num_nodes=2))
+    dead = domain.members.order_by("index").last().node
+    actor = Actor.for_user(operator)
+    tray_act(actor=actor, node=dead, action="drain")
+    tray_act(actor=actor, node=dead, action="mark_down", reason="PSU fault")
+    assert domains_replace_lost() == 1
+    new = domain.members.get(active=True, index=1).node
+    incident_note(actor=actor, incident=Incident.objects.get(), note="PSU swap by 14:00 UTC.")
+    client.force_login(tenant_a)
+    page = client.get(reverse("tenant:domain", args=["team-a", domain.uid])).content.decode()
+    card = page.split('id="domain-replaced"', 1)[1].split("</section>", 1)[0]
+    assert f"Tray {dead.hostname} is down; {new.hostname} took its place" in card
+    assert '("PSU fault")' in card and "PSU swap by 14:00 UTC." in card
+    assert 'id="domain-incident"' not in page  # the tray is no longer the domain's

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from domains.audit.events import Actor
 from domains.computedomains import services
 from domains.computedomains.fabric import placement_targets
-from domains.computedomains.incidents import domain_incident_notes
+from domains.computedomains.incidents import domain_incident_notes, replaced_down_trays
 from domains.computedomains.models import LIVE_PHASES, ComputeDomain, DomainMember, Phase
 from domains.computedomains.selectors import (
     domain_peers,
@@ -230,7 +230,7 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "silent_members": [] if ended else [m for m in members if m.active and m.state == "silent"],
         "others_up": sum(1 for m in members if m.active) - len(down),
         "again_now": _request_again_url(namespace, domain) if down else "",
-        "incident_notes": list(domain_incident_notes(domain)[:5]) if down else [],
+        "replaced_down": [] if ended or down else replaced_down_trays(domain),
         "timeline": [member_timeline(m, domain) for m in members],
         "matrix": peer_matrix(members),
         "channels": channel_text(domain),
@@ -250,6 +250,8 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "extend_form": ExtendLeaseForm(),
     }
     context |= _replace_context(request, domain, members, ended)
+    shown = context["down_members"] or context["replaced_down"]
+    context["incident_notes"] = list(domain_incident_notes(domain)[:5]) if shown else []
     partial = request.GET.get("partial")
     template = {"1": "tenant/_domain.html", "manifests": "tenant/_manifests.html"}.get(
         partial or "", "tenant/domain.html"

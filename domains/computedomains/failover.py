@@ -36,7 +36,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from domains.audit.events import CONTROLLER, Actor, record_event
+from domains.audit.events import CONTROLLER, Actor
 from domains.computedomains.admission import quota_of
 from domains.computedomains.claimsweep import claims_drop_on
 from domains.computedomains.fabric import topology_snapshot
@@ -52,6 +52,7 @@ from domains.computedomains.phases import (
     aggregate,
     lock_domain,
     release_member,
+    set_reason,
     transition,
 )
 from domains.computedomains.placing import lock_placement, placement_request
@@ -62,7 +63,6 @@ from domains.placement.algorithm import breakdown, replacement_tray
 from domains.placement.model import CliqueView, PlacementRequest, Tray
 from domains.signals import (
     announce_desired_state,
-    announce_domain,
     announce_nodes,
     announce_trays_dropped,
 )
@@ -224,21 +224,14 @@ def _wait(domain: ComputeDomain, member: DomainMember, why: str) -> None:
         member.state = MemberState.FAILED
         aggregate(domain)
     message = f"{lost_words(member.node)}; waiting for a replacement: {why}"
-    if domain.reason == WAITING_FOR_TRAY and domain.message == message:
-        return
-    ComputeDomain.objects.filter(pk=domain.pk).update(
-        reason=WAITING_FOR_TRAY, message=message, updated_at=timezone.now()
-    )
-    domain.reason, domain.message = WAITING_FOR_TRAY, message
-    record_event(
-        actor=CONTROLLER,
+    set_reason(
+        domain,
+        WAITING_FOR_TRAY,
+        message,
         verb=WAITING_VERB,
-        obj=domain,
-        node=member.node,
-        message=message[:500],
+        says=message[:500],
         details={"nodes": [member.node.hostname], "index": member.index},
     )
-    announce_domain(domain)
 
 
 def _swap(

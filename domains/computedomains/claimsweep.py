@@ -1,5 +1,5 @@
 """Claims let go of without their tray's word: the tray is lost, or no pod holds them any
-more (docs/architecture.md, "Failures keep their truth").
+more (docs/features.md, "When a tray fails").
 
 Only the agent on a tray unprepares what it prepared (its checkpoint), and a tray that never
 comes back never does: its claims (and, for a domain that follows its workload, its

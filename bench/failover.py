@@ -9,6 +9,11 @@ timing each from the signal to the next replica's "watching nodes". The lease, r
 deadline and retry period default to the chart's (client-go's: 15, 10 and 2 s).
 
     .venv/bin/python bench/failover.py [--rounds 3] [--lease 15 --renew-deadline 10 --retry 2]
+
+With `--trays` it measures the other failover instead: a tray of a Ready placed domain
+killed on the emulator → its replacement Ready (`bench/failover_trays.py`):
+
+    .venv/bin/python bench/failover.py --trays [--rounds 5] [--size 4] [--grace 5]
 """
 
 from __future__ import annotations
@@ -75,6 +80,10 @@ def one_round(kubeconfig: Path, timing: argparse.Namespace, n: int) -> tuple[flo
 
 
 def main() -> int:
+    if "--trays" in sys.argv[1:]:
+        from bench.failover_trays import main as trays
+
+        return trays([a for a in sys.argv[1:] if a != "--trays"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lease", type=float, default=15.0)

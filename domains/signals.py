@@ -53,6 +53,13 @@ capacity_freed = Signal()
 # (in-app ones are delivered by that; e-mail and webhooks still have to be sent)
 notification_created = Signal()
 
+# kwargs: domain_id (int) of a placed domain that lost a tray and may get another in its place
+failover_wanted = Signal()
+# kwargs: node_ids (list[int]) of trays a domain let go of without their agent's word (lost
+# and replaced): what the cluster still shows of them (their ResourceSlices, naming the
+# domain) must be withdrawn, so that no new pod of the domain is scheduled there
+trays_dropped = Signal()
+
 # Sent INSIDE the transaction that marks a tray down (not after commit), so what listeners
 # change is part of it. kwargs: node_id (int), message (str, why)
 node_marked_down = Signal()
@@ -112,3 +119,15 @@ def announce_placement_wanted(domain_id: int) -> None:
 def announce_capacity_freed() -> None:
     """Trays or channels came free (or back into the pool): queued domains may fit now."""
     after_commit(capacity_freed)
+
+
+def announce_trays_dropped(node_ids: Iterable[int]) -> None:
+    """These trays were let go of by their domain without their agents' word."""
+    ids = sorted(set(node_ids))
+    if ids:
+        after_commit(trays_dropped, node_ids=ids)
+
+
+def announce_failover_wanted(domain_id: int) -> None:
+    """This placed domain lost a tray: replace it (the failover pass) once committed."""
+    after_commit(failover_wanted, domain_id=domain_id)

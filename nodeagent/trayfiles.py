@@ -33,6 +33,7 @@ from nodeagent.imex.files import (
     render_nodes,
     write_config,
 )
+from nodeagent.imex.supervisor import rotate_log
 from nodeagent.probe import channel_major
 from nodeagent.traylog import TrayLog
 
@@ -157,9 +158,11 @@ class TrayFiles:
         write_atomic(self.paths.applied, _json(self.applied), durable=False)
 
     def forget(self) -> None:
-        """The portal has heard that the domain is gone from the tray."""
+        """The portal has heard that the domain is gone from the tray: its record goes, and
+        its daemon's log is put aside (the next domain's errors quote only its own)."""
         self.applied = {}
         remove(self.paths.applied)
+        rotate_log(self.paths.daemon_log)
 
     def wipe_stale(self) -> None:
         """At start: the channel devices (and CDI spec) of no domain the record names."""

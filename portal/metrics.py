@@ -27,7 +27,7 @@ from typing import cast
 
 import redis
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from prometheus_client.core import (
@@ -48,9 +48,11 @@ from domains.computedomains.models import (
     TERMINAL_PHASES,
     ChannelAllocation,
     ComputeDomain,
+    DomainMember,
 )
 from domains.computedomains.selectors import usage_by_namespace
-from domains.inventory.models import Clique, Node, NodeState
+from domains.computedomains.traytruth import STATUS_WORDS, tray_truth
+from domains.inventory.models import Clique, Node, NodeCondition, NodeState
 from domains.tenancy.models import Namespace, Quota
 from domains.tenancy.selectors import is_operator
 from portal.metrics_info import InfoCollector
@@ -78,7 +80,9 @@ class DomainCollector(Collector):
         yield from self._phases(namespaces)
         yield self._failures(namespaces)
         formation = HistogramMetricFamily(
-            "portal_domain_formation_seconds", "Time from a domain's request to Ready."
+            "portal_domain_formation_seconds",
+            "Time from a domain's placement to Ready (formation; the wait for an admin's "
+            'approval is portal_domain_formation_step_seconds{step="admitted"}).',
         )
         counted = tallies.histograms(tallies.FORMATION)
         _histogram(formation, [], counted.get(""), tallies.DURATION_BUCKETS)
@@ -175,6 +179,21 @@ class QuotaCollector(Collector):
         yield limit
 
 
+def _tray_rows() -> Iterable[tuple]:
+    """Every tray with what its one truth (`traytruth`) needs, in one query."""
+    return (
+        Node.objects.order_by("hostname")
+        .annotate(
+            held=Exists(DomainMember.objects.filter(node=OuterRef("pk"), active=True)),
+            blocked=Exists(NodeCondition.objects.filter(node=OuterRef("pk"), blocking=True)),
+        )
+        .values_list(
+            "hostname", "state", "gone", "last_heartbeat", "daemon_state", "agent_version",
+            "held", "blocked", "management_ip",
+        )
+    )  # fmt: skip
+
+
 class FleetCollector(Collector):
     """Trays, their agents and IMEX daemons, and the channel ledger."""
 
@@ -192,23 +211,32 @@ class FleetCollector(Collector):
             labels=["node"],
         )
         states: dict[str, int] = dict.fromkeys(NodeState.values, 0)
+        statuses: dict[str, int] = dict.fromkeys(STATUS_WORDS, 0)
         daemons: dict[str, int] = {}
         versions: dict[str, int] = {}
         silent = 0
-        rows = Node.objects.order_by("hostname").values_list(
-            "hostname", "state", "gone", "last_heartbeat", "daemon_state", "agent_version"
-        )
-        for hostname, state, gone, heartbeat, daemon, version in rows:
+        for hostname, state, gone, heartbeat, daemon, version, held, blocked, ip in _tray_rows():
             states[state] = states.get(state, 0) + 1
             daemons[daemon or "NONE"] = daemons.get(daemon or "NONE", 0) + 1
             if version:
                 versions[version] = versions.get(version, 0) + 1
             if heartbeat is not None and state != NodeState.DOWN and not gone:
                 ages.add_metric([hostname], round((now - heartbeat).total_seconds(), 3))
-            fresh = heartbeat is not None and now - heartbeat <= stale_after
-            silent += state == NodeState.READY and not gone and not fresh
+            truth = tray_truth(
+                state=state, gone=gone, heard=heartbeat, daemon=daemon, held=held,
+                blocked=blocked, has_ip=bool(ip), now=now,
+            )  # fmt: skip
+            statuses[truth.status] += 1
+            silent += truth.silent and state != NodeState.DOWN and not gone
         yield ages
         yield _gauge("portal_nodes", "Trays by state.", "state", states)
+        yield _gauge(
+            "portal_trays",
+            "Trays by their one status, as every page counts them (each tray once: an "
+            "operator's flag and a silent agent before the use).",
+            "status",
+            statuses,
+        )
         yield _gauge(
             "portal_imex_daemons", "Trays by reported IMEX daemon state.", "state", daemons
         )
@@ -217,13 +245,14 @@ class FleetCollector(Collector):
         )
         yield GaugeMetricFamily(
             "portal_agents_silent",
-            "Ready trays whose agent has not reported within the stale threshold (they are "
-            "not placed, and their domains count them as not ready).",
+            "Trays not marked down whose agent reported once but not within the stale "
+            "threshold, in use or not (they are not placed, and their domains count them as "
+            "silent).",
             value=silent,
         )
         yield GaugeMetricFamily(
             "portal_agent_stale_after_seconds",
-            "Agent silence after which the portal counts a tray as lost "
+            "Agent silence after which the portal counts a tray's agent as silent "
             "(PORTAL_HEARTBEAT_STALE_S).",
             value=stale_after.total_seconds(),
         )

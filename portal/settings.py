@@ -20,6 +20,7 @@ from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.environ import database_from_env, env_bool, env_int, env_list
+from portal.openapi_settings import SPECTACULAR_SETTINGS  # noqa: F401  (read by drf-spectacular)
 from portal.settings_types import PortalSettings
 
 # Lets generic classes be subscripted at run time as they are in annotations
@@ -229,33 +230,6 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
 }
-SPECTACULAR_SETTINGS = {
-    "TITLE": "Domain Portal API",
-    "DESCRIPTION": "ComputeDomains, fabric inventory, quotas and the node-agent protocol.",
-    "VERSION": "v1",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {
-        "ReadinessEnum": ["Ready", "NotReady"],
-        "ConditionStatusEnum": ["True", "False", "Unknown"],
-        "ActorKindEnum": "domains.audit.models.ActorKind",
-        "RoleEnum": "domains.tenancy.models.Role",
-        "NodeStateEnum": "domains.inventory.models.NodeState",
-        "ObjectKindEnum": ["ComputeDomain"],
-        "NotificationKindEnum": "domains.notifications.models.Kind",
-        "NotificationStatusEnum": "domains.notifications.models.Status",
-        "PartStateEnum": "domains.inventory.models.PartState",
-        "BlastScopeKindEnum": ["tray", "trays", "switch_tray", "rack", "clique", "power_shelf"],
-    },
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "portal.api.schema.add_error_responses",
-        "portal.api.schema.describe_tags",
-    ],
-}
 
 # --- Celery --------------------------------------------------------------------------------
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
@@ -282,9 +256,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict] = {
         "task": "computedomains.reconcile",
         "schedule": float(os.environ.get("PORTAL_RECONCILE_SECONDS", 5)),
     },
+    # Members of trays whose agent went silent; trays lost to placed domains replaced.
     "reap-heartbeats": {
         "task": "computedomains.reap_stale_heartbeats",
-        "schedule": 10.0,
+        "schedule": float(os.environ.get("PORTAL_REAP_SECONDS", 10)),
     },
     # Each waiting domain's placement estimate (also refreshed whenever the queue moves).
     "refresh-estimates": {
@@ -319,6 +294,9 @@ PORTAL: PortalSettings = {
     "FORMATION_DEADLINE": timedelta(seconds=env_int("PORTAL_FORMATION_DEADLINE_S", 300)),
     "RELEASE_DEADLINE": timedelta(seconds=env_int("PORTAL_RELEASE_DEADLINE_S", 300)),
     "HEARTBEAT_STALE_AFTER": timedelta(seconds=env_int("PORTAL_HEARTBEAT_STALE_S", 30)),
+    # A tray marked down is replaced in its placed domain at once; one whose agent is silent
+    # this long is too (a restarted agent is back long before). docs/configuration.md.
+    "FAILOVER_GRACE": timedelta(seconds=env_int("PORTAL_FAILOVER_GRACE_S", 60)),
     "AGENT_JOIN_TOKEN": os.environ.get("PORTAL_AGENT_JOIN_TOKEN", ""),
     # Kubernetes: agents join with their pod's projected service-account token, verified by
     # TokenReview and bound to the node the pod runs on (domains/kube/tokenreview.py).

@@ -13,7 +13,9 @@ class PortalSettings(TypedDict):
     IMEX_CHANNEL_COUNT: int  # channel minors per tray (NVreg_ImexChannelCount); 0 is reserved
     FORMATION_DEADLINE: timedelta  # a domain not Ready by then fails
     RELEASE_DEADLINE: timedelta  # a release slower than this names the trays it waits for
-    HEARTBEAT_STALE_AFTER: timedelta  # agent silence after which a tray counts as lost
+    HEARTBEAT_STALE_AFTER: timedelta  # agent silence after which a tray counts as silent
+    # Agent silence after which a placed domain's tray is replaced and its claims released.
+    FAILOVER_GRACE: timedelta
     AGENT_JOIN_TOKEN: str
     # Kubernetes: the agents' ServiceAccounts ("<namespace>:<name>") whose projected tokens,
     # verified by TokenReview, join a tray instead of a join token; empty: not accepted.

@@ -8,6 +8,7 @@
         fleet.wait_joined()
         ...                                # request a domain; the trays form it for real
         fleet.kill_daemon("gb-r01-t03")    # faults: kill -9 an IMEX daemon
+        fleet.control("gb-r01-t03", "kill")  # one tray dead: its agent and daemon stopped
         fleet.kill_agents()                # kill -9 the agent process (daemons live on)
         fleet.start()                      # ... and bring it back (re-adopts the daemons)
 
@@ -183,6 +184,13 @@ class AgentFleet:
             pod_argv(argv, hosts=self.pod_hosts(pod)),
             process_env(IMEX_EMU_PYTHON=str(VENV_BIN / "python")),
         )
+
+    def control(self, hostname: str, action: str) -> None:
+        """The demo's tray control (`testbed.emulator.trayctl`): stop or start one tray's
+        agent or daemon (`kill`: both), followed by this fleet's process within a second."""
+        from testbed.emulator.trayctl import control
+
+        control(self.root, hostname, action)
 
     def kill_agents(self) -> None:
         """kill -9 the agent process; the trays' IMEX daemons keep running (own sessions)."""

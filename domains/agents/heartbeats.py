@@ -68,8 +68,10 @@ def agent_heartbeat(*, node_id: int, token: str, report: StatusReport) -> bool:
         row = cursor.fetchone()
     if row is None:
         return False
-    old_daemon, domain_id, uid, phase, generation, *fields = row
-    if old_daemon != report["daemon_state"]:
+    old_daemon, heard, tray_state, domain_id, uid, phase, generation, *fields = row
+    if heard is None or heard < now - settings.PORTAL["HEARTBEAT_STALE_AFTER"]:
+        _agent_back(node_id, heard)
+    elif old_daemon != report["daemon_state"]:
         announce_nodes([node_id])  # the fabric view shows the daemon's state
     if domain_id is None:
         return True
@@ -77,7 +79,12 @@ def agent_heartbeat(*, node_id: int, token: str, report: StatusReport) -> bool:
     if isinstance(member["connections"], str):  # Django reads jsonb as text and decodes it
         member["connections"] = json.loads(member["connections"])
     if report_changes_member(
-        uid=str(uid), phase=phase, generation=generation, member=member, report=report
+        uid=str(uid),
+        phase=phase,
+        generation=generation,
+        member=member,
+        report=report,
+        tray_state=tray_state,
     ):
         if settings.PORTAL["FOLD_REPORTS_ON_WORKER"]:
             announce_member_reports(domain_id)
@@ -89,14 +96,14 @@ def agent_heartbeat(*, node_id: int, token: str, report: StatusReport) -> bool:
 _HEARTBEAT_SQL = (
     "UPDATE {node} SET {node.last_heartbeat} = %s, {node.agent_report} = %s,"
     " {node.daemon_state} = %s"
-    " FROM (SELECT {node.id}, {node.daemon_state} FROM {node} WHERE {node.id} = %s FOR UPDATE)"
-    " AS old"
+    " FROM (SELECT {node.id}, {node.daemon_state}, {node.last_heartbeat} FROM {node}"
+    " WHERE {node.id} = %s FOR UPDATE) AS old"
     " LEFT JOIN {member} AS m ON m.{member.node} = old.{node.id} AND m.{member.active}"
     " LEFT JOIN {domain} AS d ON d.{domain.id} = m.{member.domain}"
     " WHERE {node}.{node.id} = old.{node.id} AND {node}.{node.agent_token_hash} = %s"
     " AND NOT {node}.{node.gone} AND {node}.{node.state} NOT IN ({recoverable})"
-    " RETURNING old.{node.daemon_state}, m.{member.domain}, d.{domain.uid}, d.{domain.phase},"
-    " d.{domain.generation}, {reported}"
+    " RETURNING old.{node.daemon_state}, old.{node.last_heartbeat}, {node}.{node.state},"
+    " m.{member.domain}, d.{domain.uid}, d.{domain.phase}, d.{domain.generation}, {reported}"
 )
 
 
@@ -111,6 +118,23 @@ def _heartbeat_sql() -> str:
         recoverable=", ".join(["%s"] * len(RECOVERABLE)),
         reported=", ".join(f"m.{column(DomainMember, name)}" for name in REPORTED_FIELDS),
     )
+
+
+def _agent_back(node_id: int, heard: datetime | None) -> None:
+    """The tray's agent reports again after a silence (or for the first time): operators'
+    pages hear it, and its audit trail says so. (Its member, if it had gone silent, is
+    brought back by the fold, which tells the domain's tenant.)"""
+    if heard is not None:
+        node = Node.objects.filter(pk=node_id).only("hostname").first()
+        if node is not None:
+            record_event(
+                actor=Actor.for_agent(node),
+                verb="node.agent_back",
+                obj=node,
+                message=f"{node.hostname}: its agent reports again (silent since "
+                f"{heard:%H:%M:%S} UTC)",
+            )
+    announce_nodes([node_id])
 
 
 def stored_report(report: StatusReport, received_at: datetime) -> dict[str, Any]:
@@ -133,6 +157,9 @@ def agent_report(*, node: Node, report: StatusReport) -> None:
         "agent_report": stored_report(report, now),
     }
     changed = node.daemon_state != report["daemon_state"]
+    heard = node.last_heartbeat
+    if heard is not None and heard < now - settings.PORTAL["HEARTBEAT_STALE_AFTER"]:
+        _agent_back(node.pk, heard)
     if node.state in RECOVERABLE:
         updates |= {"state": NodeState.READY, "state_reason": ""}
         changed = True

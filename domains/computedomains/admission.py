@@ -27,6 +27,7 @@ from domains.computedomains.models import (
     AllocationMode,
     ComputeDomain,
     PlacementConstraint,
+    ReplacePolicy,
 )
 from domains.computedomains.selectors import quota_usage
 from domains.computedomains.specs import DomainSpec
@@ -53,6 +54,7 @@ class CleanSpec:
     placement_target: str
     lifetime: timedelta
     labels: dict[str, str]
+    replace_policy: str = ReplacePolicy.AUTO
 
     @property
     def gpus(self) -> int:
@@ -114,6 +116,8 @@ def clean_spec(*, namespace: Namespace, spec: DomainSpec, quota: Quota | None = 
         raise InvalidInput(f"must be between 1 and {max_gpus}", field="gpus_per_node")
     if spec.allocation_mode not in AllocationMode.values:
         raise InvalidInput("must be Single or All", field="allocation_mode")
+    if spec.replace_policy not in ReplacePolicy.values:
+        raise InvalidInput("must be auto or manual", field="replace_policy")
     template = spec.resource_claim_template or f"{name}-channel"
     if len(template) > 253 or not DNS1123_SUBDOMAIN.match(template):
         raise InvalidInput(
@@ -130,6 +134,7 @@ def clean_spec(*, namespace: Namespace, spec: DomainSpec, quota: Quota | None = 
         placement_target=target,
         lifetime=_clean_lifetime(spec.lifetime, quota_of(namespace) if quota is None else quota),
         labels=_clean_labels(spec.labels),
+        replace_policy=spec.replace_policy,
     )
 
 

@@ -218,7 +218,7 @@ def claim_release(*, node: Node, claim_uid: str) -> ComputeDomain:
         )
         others = DomainClaim.objects.filter(domain=domain, node=node, released_at__isnull=True)
         if domain.follows_workload and domain.phase in RUNNING_PHASES and not others.exists():
-            _leave(domain, node)
+            tray_leave(domain, node)
         announce_domain(domain)  # its published status lists the trays its pods are on
         return domain
 
@@ -341,9 +341,10 @@ def _take_channel(domain: ComputeDomain, clique_id: int, node: Node, claim: Clai
     ChannelAllocation.objects.create(clique_id=clique_id, channel=free, domain=domain)
 
 
-def _leave(domain: ComputeDomain, node: Node) -> None:
+def tray_leave(domain: ComputeDomain, node: Node) -> None:
     """The tray's last claim of the domain is gone: it leaves; the others stay as they are
-    (their nodes files do not change: only the hosts mapping and a SIGUSR1)."""
+    (their nodes files do not change: only the hosts mapping and a SIGUSR1). The caller
+    holds the domain's lock."""
     member = (
         DomainMember.objects.select_related("node")
         .filter(domain=domain, node=node, active=True)

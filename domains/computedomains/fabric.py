@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from domains.computedomains.admission import smallest_request
 from domains.computedomains.models import DomainMember
+from domains.computedomains.traytruth import tray_status
 from domains.inventory.models import (
     Clique,
     Gpu,
@@ -41,16 +42,8 @@ from domains.inventory.models import (
     SwitchTray,
 )
 from domains.placement.algorithm import clique_summaries
-from domains.placement.model import CliqueSummary, CliqueView, Topology, Tray, TrayStatus
+from domains.placement.model import CliqueSummary, CliqueView, Topology, Tray
 from domains.tenancy.selectors import Viewer
-
-_STATE_STATUS: dict[str, str] = {
-    NodeState.CORDONED: TrayStatus.CORDONED,
-    NodeState.DRAINING: TrayStatus.DRAINING,
-    NodeState.DOWN: TrayStatus.DOWN,
-    NodeState.UNKNOWN: TrayStatus.UNKNOWN,
-}
-
 
 # A tray in a clique whose rack is another than the tray's: NVLink never spans racks, so
 # either the tray or its clique is not what the inventory says; placement leaves it out.
@@ -61,10 +54,11 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
     """Every clique with its trays, why each is (not) free and its maintenance windows not
     yet over, in three queries.
 
-    A tray is free when it is `ready`, not gone, heard from within HEARTBEAT_STALE_AFTER,
-    without a blocking condition its agent reported (NVML not loadable, the host's own IMEX
-    service, an unfinished fabric registration), in a clique of its own rack and not held by
-    an active DomainMember (held until its agent confirmed a clean node).
+    Each tray's status is `traytruth.tray_status`: free when it is `ready`, not gone,
+    heard from within HEARTBEAT_STALE_AFTER, without a blocking condition its agent reported
+    (NVML not loadable, the host's own IMEX service, an unfinished fabric registration), in a
+    clique of its own rack and not held by an active DomainMember (held until its agent
+    confirmed a clean node).
     Trays without a clique (no multi-node NVLink) cannot join a domain and are left out.
     Freshness and membership are computed by PostgreSQL as booleans: parsing thousands of
     timestamps in Python would cost more than the placement itself.
@@ -74,11 +68,19 @@ def topology_snapshot(*, now: datetime | None = None) -> Topology:
     windows = maintenance_by_tray(now)
     for row in _tray_rows(now - settings.PORTAL["HEARTBEAT_STALE_AFTER"]):
         node_id, hostname, slot, ip, gpus, state, gone, busy, blocked, fresh, clique, foreign = row
-        status = _status(busy, state, gone, bool(fresh), bool(ip), blocked or bool(foreign))
-        if status == TrayStatus.BLOCKED and foreign:
-            status = TrayStatus.FOREIGN
+        status = tray_status(
+            state=state,
+            gone=gone,
+            fresh=bool(fresh),
+            held=busy,
+            blocked=blocked,
+            has_ip=bool(ip),
+            foreign=bool(foreign),
+        )
         trays.setdefault(clique, []).append(
-            Tray(node_id, hostname, slot or 0, ip or "", gpus, status, windows.get(node_id, ()))
+            Tray(
+                node_id, hostname, slot or 0, ip or "", gpus, status, windows.get(node_id, ()), busy
+            )
         )
     return Topology(_clique_views(trays))
 
@@ -143,22 +145,6 @@ def maintenance_by_tray(now: datetime) -> dict[int, tuple[tuple[float, float], .
     return {node_id: tuple(sorted(spans)) for node_id, spans in windows.items()}
 
 
-def _status(busy: bool, state: str, gone: bool, fresh: bool, has_ip: bool, blocked: bool) -> str:
-    if busy:
-        return TrayStatus.IN_USE
-    if not has_ip:  # every member's nodes file lists each peer's IP: it could not serve
-        return TrayStatus.NO_ADDRESS
-    if gone:
-        return TrayStatus.UNKNOWN
-    if state != NodeState.READY:
-        return _STATE_STATUS.get(state, TrayStatus.UNKNOWN)
-    if blocked:
-        return TrayStatus.BLOCKED
-    if not fresh:  # no heartbeat at all, or none within HEARTBEAT_STALE_AFTER
-        return TrayStatus.STALE
-    return TrayStatus.FREE
-
-
 # --- the fabric for lists and drawings ---------------------------------------------------------
 
 # A tray is in use while an active membership holds it.
@@ -197,13 +183,16 @@ def cliques_with_occupancy(user: Viewer) -> QuerySet[Clique]:
 
 
 def nodes_with_holders(user: Viewer) -> QuerySet[Node]:
-    """Every tray with its live membership and that domain prefetched (`live_memberships`);
-    what of the domain the caller may see is for the caller to decide."""
+    """Every tray with its live membership and that domain prefetched (`live_memberships`)
+    and whether a blocking condition keeps it out (`blocked`): what its one truth
+    (`traytruth`) needs; what of the domain the caller may see is for the caller to decide."""
     if not user.is_authenticated:
         return Node.objects.none()
     live = DomainMember.objects.filter(active=True).select_related("domain__namespace")
-    return Node.objects.select_related("rack", "clique").prefetch_related(
-        Prefetch("memberships", queryset=live, to_attr="live_memberships")
+    return (
+        Node.objects.select_related("rack", "clique")
+        .annotate(blocked=Exists(NodeCondition.objects.filter(node=OuterRef("pk"), blocking=True)))
+        .prefetch_related(Prefetch("memberships", queryset=live, to_attr="live_memberships"))
     )
 
 

@@ -33,7 +33,12 @@ from domains.inventory.models import Node, NodeState
 from domains.tenancy.selectors import Viewer, is_operator
 
 # Tray action → the verb recorded on each running domain that has a member on the tray.
-TENANT_VERBS = {"cordon": "domain.tray_cordoned", "drain": "domain.tray_draining"}
+TENANT_VERBS = {
+    "cordon": "domain.tray_cordoned",
+    "drain": "domain.tray_draining",
+    "uncordon": "domain.tray_back",  # back in service (members.TRAY_BACK_VERB)
+    "mark_up": "domain.tray_back",
+}
 NOTE_VERB = "incident.note"  # on the incident (the operators' record)
 TENANT_NOTE_VERB = "domain.incident_note"  # on each affected domain (what its tenant reads)
 # The verbs of a tray leaving the down state (an operator's mark-up; Kubernetes uncordons a
@@ -48,6 +53,14 @@ _WHAT_IT_MEANS = {
     "cordon": "your domain keeps running on it; nothing new lands there until it is uncordoned",
     "drain": "your domain keeps running on it until you release it; the tray then goes to "
     "maintenance, so plan to move the workload",
+    "uncordon": "it is back in service and stays with your domain",
+    "mark_up": "it is back in service; it serves your domain again once its agent reports",
+}
+_DONE_WORDS = {
+    "cordon": "cordoned",
+    "drain": "being drained",
+    "uncordon": "uncordoned",
+    "mark_up": "marked up",
 }
 
 
@@ -61,8 +74,7 @@ def tell_tenants(*, actor: Actor, node: Node, action: str, reason: str = "") -> 
     ).select_related("domain__namespace")
     done = 0
     for member in members:
-        word = "cordoned" if action == "cordon" else "being drained"
-        message = f"tray {node.hostname} is {word}: {_WHAT_IT_MEANS[action]}"
+        message = f"tray {node.hostname} is {_DONE_WORDS[action]}: {_WHAT_IT_MEANS[action]}"
         if reason:
             message += f". Operator's note: {reason}"
         record_event(
@@ -217,3 +229,16 @@ def domain_incident_notes(domain: ComputeDomain) -> QuerySet[Event]:
     return Event.objects.filter(
         domain=domain, verb=TENANT_NOTE_VERB, details__incident__in=open_ids
     ).order_by("-created_at", "-id")
+
+
+def replaced_down_trays(domain: ComputeDomain) -> list[tuple[str, str, str]]:
+    """The trays down now (an open incident) that the domain had and replaced: (the down
+    tray, why it is down, the tray that took its place), so its tenant still reads the
+    operators' notes about it."""
+    incidents = domain.incidents.filter(ended_at=None).select_related("node")
+    down = {i.node.hostname: i.reason for i in incidents}
+    if not down:
+        return []
+    replaced = Event.objects.filter(domain=domain, verb="domain.member_replaced").order_by("id")
+    took = {e.details.get("old"): e.details.get("new", "") for e in replaced}
+    return [(host, why, took[host]) for host, why in sorted(down.items()) if host in took]

@@ -29,7 +29,12 @@ from domains.computedomains.models import (
 )
 from domains.computedomains.phases import aggregate, lock_domain, release_member
 from domains.computedomains.selectors import RUNNING_PHASES
-from domains.signals import announce_domain, announce_nodes
+from domains.inventory.models import NodeState
+from domains.signals import announce_domain, announce_failover_wanted, announce_nodes
+
+# A tray of a running domain is back in service (uncordoned, marked up, its agent reporting
+# again, or a replacement formed in): recorded on the domain, so its tenant hears it.
+TRAY_BACK_VERB = "domain.tray_back"
 
 # What each step of the agent means for its member while the domain runs.
 STEP_STATE = {
@@ -61,6 +66,7 @@ REPORTED_FIELDS = ("state", "step", "message", "daemon_state", "connections", "g
 # events say.
 _FOLD_FIELDS = (
     *REPORTED_FIELDS, "domain_id", "node_id", "index", "active", "ready_at", "node__hostname",
+    "node__state",
 )  # fmt: skip
 _FOLD_STORED_FIELDS = (*_FOLD_FIELDS, "assigned_at", "node__agent_report")
 
@@ -75,10 +81,10 @@ def domain_member_report(*, node_id: int, report: StatusReport) -> None:
     query and takes no lock.
     """
     current = (
-        DomainMember.objects.select_related("domain")
+        DomainMember.objects.select_related("domain", "node")
         .filter(node_id=node_id, active=True)
         .order_by()
-        .only(*_UNCHANGED_CHECK_FIELDS)
+        .only(*_UNCHANGED_CHECK_FIELDS, "node__state")
         .first()
     )
     if current is None:
@@ -91,16 +97,25 @@ def domain_member_report(*, node_id: int, report: StatusReport) -> None:
         generation=domain.generation,
         member=member,
         report=report,
+        tray_state=current.node.state,
     ):
         domain_members_report(domain_id=current.domain_id, reports={node_id: report})
 
 
 def report_changes_member(
-    *, uid: str, phase: str, generation: int, member: Mapping[str, Any], report: StatusReport
+    *,
+    uid: str,
+    phase: str,
+    generation: int,
+    member: Mapping[str, Any],
+    report: StatusReport,
+    tray_state: str = "",
 ) -> bool:
     """Whether folding `report` would change the member (its `REPORTED_FIELDS` given), in a
-    domain with this uid, phase and generation. No query: the agents' heartbeat reads
-    these along with its own UPDATE."""
+    domain with this uid, phase and generation, of a tray in `tray_state`. No query: the
+    agents' heartbeat reads these along with its own UPDATE."""
+    if _marked_down(phase, tray_state):
+        return False
     outcome = _outcome(uid, phase, generation, report)
     if outcome is None:
         return False
@@ -142,10 +157,13 @@ def domain_members_report(
             report = reports.get(member.node_id)
             if report is None or not member.active:
                 continue
+            was = member.state
             folded = _fold(domain, member, report, now)
             if folded is None:
                 continue
             verb, fields = folded
+            if was == MemberState.SILENT and member.state != MemberState.SILENT:
+                events.append(_agent_back(domain, member))
             # Members of a burst mostly change alike ("ready", all peers connected, one
             # stamp): one UPDATE per distinct change, not one per member.
             key = json.dumps(fields, sort_keys=True, cls=DjangoJSONEncoder)
@@ -193,8 +211,21 @@ def _received_since(stored: dict[str, Any], since: datetime) -> StatusReport | N
 
 
 def _said(report: StatusReport) -> str:
-    """What the agent said: its error, else its message."""
-    return report.get("error") or report.get("message", "")
+    """What the agent said, as its tenant reads it: the first line of its error, else of
+    its message. What follows (the daemon's log lines) is for operators, on the tray's page
+    (`Node.agent_report`), never in a domain's status, timeline or notifications."""
+    return headline(report.get("error") or report.get("message", ""))
+
+
+def headline(text: str) -> str:
+    """The first line of an agent's text, without its trailing punctuation."""
+    return (text or "").strip().split("\n", 1)[0].strip()
+
+
+def _marked_down(phase: str, tray_state: str) -> bool:
+    """A running domain's member on a tray an operator marked down hears nothing from it
+    until the tray is marked up: the operator's word wins over the agent's reports."""
+    return tray_state == NodeState.DOWN and phase in RUNNING_PHASES
 
 
 def _outcome(
@@ -229,6 +260,8 @@ def _fold(
     """Apply the report to the member in memory: None when it changes nothing, else (the
     verb of the event its state change writes, "" when only its fields changed; the fields
     to write)."""
+    if _marked_down(domain.phase, member.node.state):
+        return None
     outcome = _outcome(str(domain.uid), domain.phase, domain.generation, report)
     if outcome is None:
         return None
@@ -252,6 +285,19 @@ def _fold(
         setattr(member, _STATE_STAMP[state], now)
         fields[_STATE_STAMP[state]] = now
     return f"member.{state}", fields
+
+
+def _agent_back(domain: ComputeDomain, member: DomainMember) -> Any:
+    """The member's agent reports again after a silence: its tenant hears the tray is back."""
+    daemon = f" (IMEX daemon {member.daemon_state})" if member.daemon_state else ""
+    return new_event(
+        actor=Actor.for_agent(member.node),
+        verb=TRAY_BACK_VERB,
+        obj=domain,
+        node=member.node,
+        message=f"tray {member.node.hostname} is back: its agent reports again{daemon}",
+        details={"nodes": [member.node.hostname], "index": member.index, "why": "agent_back"},
+    )
 
 
 def _member_event(domain: ComputeDomain, member: DomainMember, verb: str, message: str) -> Any:
@@ -301,3 +347,5 @@ def tray_marked_down(*, node_id: int, message: str) -> None:
         member_fail(member, message=message, now=timezone.now())
     aggregate(domain)
     announce_domain(domain)
+    if domain.phase in RUNNING_PHASES:
+        announce_failover_wanted(domain.pk)  # a placed domain's tray replaced, or its claims

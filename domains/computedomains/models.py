@@ -58,6 +58,13 @@ class ApprovalState(models.TextChoices):
     DENIED = "denied", "Denied"
 
 
+class ReplacePolicy(models.TextChoices):
+    """What happens to a placed domain's tray that is lost (down, or its agent silent)."""
+
+    AUTO = "auto", "Automatic: a free tray of its clique takes its place"
+    MANUAL = "manual", "Manual: an operator picks the tray, or none"
+
+
 class DomainSource(models.TextChoices):
     PORTAL = "portal", "Portal"
     API = "api", "API"
@@ -86,6 +93,9 @@ class ComputeDomain(models.Model):
         max_length=120, blank=True, help_text="Clique label or rack name for the constraint."
     )
     lifetime = models.DurationField(null=True, blank=True)
+    replace_policy = models.CharField(
+        max_length=8, choices=ReplacePolicy.choices, default=ReplacePolicy.AUTO
+    )
 
     # status
     phase = models.CharField(max_length=12, choices=Phase.choices, default=Phase.PENDING)
@@ -186,6 +196,9 @@ class MemberState(models.TextChoices):
     CONFIGURING = "configuring", "Configuring"
     WAITING_PEERS = "waiting_peers", "Waiting for peers"
     READY = "ready", "Ready"
+    # Its agent stopped reporting: not known to be ready, not known to have failed either
+    # (its IMEX daemon outlives the agent and may serve on).
+    SILENT = "silent", "Agent silent"
     RELEASING = "releasing", "Releasing"
     RELEASED = "released", "Released"
     FAILED = "failed", "Failed"

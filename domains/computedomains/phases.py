@@ -48,6 +48,11 @@ WAITING_MESSAGE = (
     "ResourceClaims are prepared on them"
 )
 
+# A running domain with a member whose agent is silent (and no other trouble).
+AGENT_SILENT = "AgentSilent"
+# A placed domain that lost a tray and waits for a free one of its clique to replace it.
+WAITING_FOR_TRAY = "WaitingForTray"
+
 # Phases a domain can be failed from (Releasing finishes by release, never by failure).
 FAILABLE_PHASES = (Phase.PENDING, Phase.ADMITTED, Phase.FORMING)
 
@@ -223,7 +228,7 @@ def aggregate(domain: ComputeDomain, *, members: list[DomainMember] | None = Non
             "domain.degraded",
             message,
             not_ready,
-            reason="MemberNotReady",
+            reason=not_ready_reason(not_ready),
         )
     elif domain.phase == Phase.DEGRADED:
         return _aggregate_degraded(domain, members, not_ready)
@@ -235,7 +240,7 @@ def _aggregate_forming(
 ) -> bool:
     if members and not not_ready:
         now = timezone.now()
-        message = f"all {len(members)} members ready"
+        message = f"all {sum(m.active for m in members)} members ready"
         expires = now + domain.lifetime if domain.lifetime else None
         return transition(
             domain,
@@ -253,15 +258,16 @@ def _aggregate_forming(
     failed = [m for m in not_ready if m.state == MemberState.FAILED]
     if failed:
         return set_reason(domain, "MemberFailed", _not_ready_message(failed))
-    ready = len(members) - len(not_ready)
-    return set_reason(domain, "Forming", f"{ready} of {len(members)} members ready")
+    active = sum(m.active for m in members)
+    return set_reason(domain, "Forming", f"{active - len(not_ready)} of {active} members ready")
 
 
 def _tally_formation(domain: ComputeDomain, members: list[DomainMember]) -> None:
-    """The formation's figures, once, as it turns Ready: request → Ready, each tray's
-    placed → ready, the last tray's ready → Ready (the portal's own share)."""
+    """The formation's figures, once, as it turns Ready: placed → Ready (formation: what the
+    trays and the portal took; the wait for an admin's approval is `admitted`, apart), each
+    tray's placed → ready, the last tray's ready → Ready (the portal's own share)."""
     trays = [m.ready_at for m in members if m.active and m.ready_at is not None]
-    formation = tallies.seconds_between(domain.created_at, domain.ready_at)
+    formation = tallies.seconds_between(domain.placed_at, domain.ready_at)
     tallies.observe(tallies.FORMATION, [formation])
     tallies.observe(
         tallies.FORMATION_STEP,
@@ -277,9 +283,19 @@ def _aggregate_degraded(
     domain: ComputeDomain, members: list[DomainMember], not_ready: list[DomainMember]
 ) -> bool:
     if not_ready:
-        return set_reason(domain, "MemberNotReady", _not_ready_message(not_ready))
-    message = f"recovered: all {len(members)} members ready"
+        if domain.reason == WAITING_FOR_TRAY:  # the failover pass says what it waits for
+            return False
+        return set_reason(domain, not_ready_reason(not_ready), _not_ready_message(not_ready))
+    message = f"recovered: all {sum(m.active for m in members)} members ready"
     return _phase_change(domain, Phase.DEGRADED, Phase.READY, "domain.recovered", message, [])
+
+
+def not_ready_reason(members: list[DomainMember]) -> str:
+    """`AgentSilent` when every member not ready is one whose agent stopped reporting (what
+    its daemon does is not known: the workload may run on), else `MemberNotReady`."""
+    if members and all(m.state == MemberState.SILENT for m in members):
+        return AGENT_SILENT
+    return "MemberNotReady"
 
 
 def _not_ready_message(members: list[DomainMember]) -> str:
@@ -287,9 +303,11 @@ def _not_ready_message(members: list[DomainMember]) -> str:
     parts = []
     for m in members[:3]:
         text = f"{m.node.hostname} {MemberState(m.state).label.lower()}"
+        if m.state == MemberState.SILENT:
+            text = m.node.hostname
         if m.message:
             text += f": {m.message}"
-        if m.step:
+        if m.step and m.state != MemberState.SILENT:
             text += f" (step {m.step})"
         parts.append(text)
     more = f" and {len(members) - 3} more" if len(members) > 3 else ""

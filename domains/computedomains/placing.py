@@ -122,7 +122,7 @@ def domains_place_queued() -> int:
 
 @transaction.atomic
 def _place(domain_id: int, *, burst: bool) -> list[ComputeDomain]:
-    _lock_placement()
+    lock_placement()
     wanted = Q(pk=domain_id)
     if burst:
         wanted |= Q(reason="Queued", num_nodes__gt=0)
@@ -151,7 +151,8 @@ def _place(domain_id: int, *, burst: bool) -> list[ComputeDomain]:
     return domains
 
 
-def _lock_placement() -> None:
+def lock_placement() -> None:
+    """Serialize with every other placement (and failover) until the transaction ends."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PLACEMENT_LOCK_KEY])
 

@@ -17,7 +17,7 @@ from domains.audit.models import Event
 from domains.computedomains.incidents import BACK_UP_VERBS, incident_close, incident_open
 from domains.computedomains.members import tray_marked_down
 from domains.computedomains.selectors import PEERS_MAX_S, PEERS_QUIET_S, peers_key
-from domains.computedomains.tasks import nudge_peers, place_domain, place_queued
+from domains.computedomains.tasks import failover, nudge_peers, place_domain, place_queued
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,13 @@ def end_incident(sender: object, event_id: int, verb: str = "", **kwargs: Any) -
     row = Event.objects.filter(pk=event_id).values_list("node_id", "created_at").first()
     if row is not None and row[0] is not None:
         incident_close(node_id=row[0], at=row[1])
+
+
+@receiver(signals.failover_wanted, dispatch_uid="computedomains.failover")
+def queue_failover(sender: object, domain_id: int, **kwargs: Any) -> None:
+    """A running domain lost a tray: replace it (or let go of its claims) on a worker now,
+    not at the next reconcile pass."""
+    failover.delay()
 
 
 @receiver(signals.peers_changed, dispatch_uid="computedomains.nudge_peers")

@@ -17,8 +17,9 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from domains.audit.events import CONTROLLER, record_event
+from domains.computedomains.claimsweep import claims_release_lost
 from domains.computedomains.dropping import drop_stuck_joiners
-from domains.computedomains.members import member_fail
+from domains.computedomains.failover import domains_replace_lost
 from domains.computedomains.models import ComputeDomain, DomainMember, MemberState, Phase
 from domains.computedomains.phases import (
     aggregate,
@@ -43,6 +44,10 @@ def reconcile(*, now: datetime | None = None) -> dict[str, int]:
         "expired": _release_expired_leases(now),
         "deadline": _fail_late_formations(now),
         "aggregated": _aggregate_out_of_step(),
+        # Heartbeats are stamped with the clock, not with `now` (a pass run for a later
+        # moment, to reach a deadline, must not find every tray lost).
+        "replaced": domains_replace_lost(),
+        "claims": claims_release_lost(),
     }
     _note_slow_releases(now)
     done["placed"] = domains_place_queued()
@@ -145,6 +150,15 @@ def fail_formation(*, domain_id: int) -> bool:
     return domain is not None
 
 
+def silent_words(member: DomainMember) -> str:
+    """What is known of a member whose agent went silent, as its tenant reads it."""
+    seen = member.node.last_heartbeat
+    since = f" since {seen:%H:%M:%S} UTC" if seen else ""
+    daemon = member.daemon_state or member.node.daemon_state
+    last = f"; its IMEX daemon was last {daemon}" if daemon else ""
+    return f"its agent has not reported{since}{last}"
+
+
 def _note_slow_releases(now: datetime) -> None:
     """A release past RELEASE_DEADLINE names the trays that have not confirmed clean."""
     late = now - settings.PORTAL["RELEASE_DEADLINE"]
@@ -169,9 +183,10 @@ def _note_slow_releases(now: datetime) -> None:
 
 
 def reap_stale_heartbeats(*, now: datetime | None = None) -> int:
-    """Ready members whose agent has been silent past HEARTBEAT_STALE_AFTER → not ready,
-    so their domain turns Degraded naming the tray. The agent's next `ready` report
-    brings it back."""
+    """Ready members whose agent has been silent past HEARTBEAT_STALE_AFTER → `silent` (not
+    failed: their daemon may serve on), so their domain turns Degraded naming the tray and
+    saying what is known. The agent's next report brings the member back; a placed domain's
+    tray silent past FAILOVER_GRACE is replaced (`failover`)."""
     now = now or timezone.now()
     stale_before = now - settings.PORTAL["HEARTBEAT_STALE_AFTER"]
     silent = (
@@ -200,9 +215,11 @@ def _mark_silent(domain_id: int, member_ids: list[int], now: datetime) -> None:
             pk__in=member_ids, active=True, state=MemberState.READY
         )
         for member in members:
-            seen = member.node.last_heartbeat
-            message = f"no heartbeat since {seen:%H:%M:%S} UTC" if seen else "no heartbeat"
-            member_fail(member, message=message, now=now)
+            message = silent_words(member)
+            DomainMember.objects.filter(pk=member.pk).update(
+                state=MemberState.SILENT, message=message, state_changed_at=now
+            )
+            member.state, member.message = MemberState.SILENT, message
             record_event(
                 actor=CONTROLLER,
                 verb="member.silent",

@@ -134,6 +134,7 @@ def _create(
                 placement_constraint=clean.placement_constraint,
                 placement_target=clean.placement_target,
                 lifetime=clean.lifetime,
+                replace_policy=clean.replace_policy,
                 phase=Phase.PENDING if approval else Phase.ADMITTED,
                 approval_state=ApprovalState.PENDING if approval else ApprovalState.NOT_REQUIRED,
                 reason=_admitted_reason(clean, approval),

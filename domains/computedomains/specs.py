@@ -20,6 +20,9 @@ class DomainSpec:
     placement_target: str = ""  # clique label/name or rack name
     lifetime: timedelta | None = None  # default: settings.PORTAL["DEFAULT_LIFETIME"]
     labels: dict[str, str] = field(default_factory=dict)
+    # A placed domain's lost tray: "auto" (a free tray of its clique takes its place) or
+    # "manual" (an operator picks the tray, or none).
+    replace_policy: str = "auto"
 
 
 @dataclass(frozen=True)

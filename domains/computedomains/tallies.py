@@ -11,7 +11,8 @@ is one +Inf row. Each figure only grows, as Prometheus expects of counters and h
 
 What is observed, and where (every phase change goes through `phases.transition`, which
 adds its figures by the event that names it):
-  formation_seconds        request → Ready                   domain.ready
+  formation_seconds        placed → Ready (not the wait      domain.ready
+                           for an admin: `admitted` below)
   formation_step_seconds   admitted: request → admitted      services (request), domain.approved
                            placed: admitted → placed         domain.placed
                            tray_ready: placed → each tray's last ready report, and

@@ -18,6 +18,8 @@ from celery import shared_task
 from django.core.cache import cache
 
 from domains.computedomains import reconcile
+from domains.computedomains.claimsweep import claims_release_lost
+from domains.computedomains.failover import domains_replace_lost
 from domains.computedomains.models import DomainMember, Phase
 from domains.computedomains.placing import domains_place_burst, domains_place_queued
 from domains.computedomains.selectors import peers_key, peers_nudge_wait
@@ -54,6 +56,16 @@ def reconcile_pass() -> dict[str, int]:
 def reap_pass() -> int:
     """Members of running domains whose agent went silent count as not ready (beat)."""
     return reconcile.reap_stale_heartbeats()
+
+
+@shared_task(name="computedomains.failover", **RETRY)
+def failover() -> dict[str, int]:
+    """Replace the trays placed domains lost, and release the claims of lost trays, now
+    (queued when a tray is marked down; the reconcile pass does the same on its beat)."""
+    return {
+        "replaced": domains_replace_lost(),
+        "claims": claims_release_lost(),
+    }
 
 
 @shared_task(name="computedomains.nudge_peers", acks_late=True)

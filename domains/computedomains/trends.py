@@ -1,9 +1,11 @@
-"""The last day of the fleet, from what the portal already records: GPUs held by domains
-(each membership's `assigned_at` and `released_at`), the queue of requests waiting for
-trays (each domain's `created_at` and the stamp that ended its wait) and the 95th
-percentile of formation time (request → Ready, as `formation_seconds` counts it).
+"""The fleet's last hours or days (`RANGES`), from what the portal already records: GPUs
+held by domains (each membership's `assigned_at` and `released_at`), the queue of requests
+waiting for trays (each domain's `created_at` and the stamp that ended its wait), the 95th
+percentile of formation time (placement → Ready, as `formation_seconds` counts it: what the
+trays and the portal took) and, apart from it, of the approval wait (request → approved:
+what an admin took).
 
-Three queries whatever the fleet's size. The two levels are built from their changes:
+Four queries whatever the fleet's size. The two levels are built from their changes:
 PostgreSQL sums +n at each start and -n at each end per bucket, and the running sum here
 gives the level at the end of each bucket, so the cost follows the rows of the last day,
 not rows times buckets.
@@ -18,12 +20,14 @@ from django.db import connection
 from django.utils import timezone
 
 from domains import sqlnames
-from domains.computedomains.models import ComputeDomain, DomainMember
+from domains.computedomains.models import ApprovalState, ComputeDomain, DomainMember
 from domains.inventory.models import Node
 
 WINDOW = timedelta(hours=24)
-BUCKETS = 48  # a point every half hour
-P95_BUCKETS = 24  # a percentile per hour: fewer formations fall in each bucket
+# The ranges the Fleet page offers (the query's `range`), the default first.
+RANGES = {"24h": timedelta(hours=24), "6h": timedelta(hours=6), "7d": timedelta(days=7)}
+BUCKETS = 48  # a point every half hour over a day
+P95_BUCKETS = 24  # a percentile per hour over a day: fewer formations fall in each bucket
 
 
 @dataclass(frozen=True)
@@ -52,22 +56,24 @@ class Trends:
     gpus_used: Series
     queue_depth: Series
     formation_p95: Series
+    approval_p95: Series
+    window: timedelta = WINDOW
 
     @property
-    def all(self) -> tuple[Series, Series, Series]:
-        return (self.gpus_used, self.queue_depth, self.formation_p95)
+    def all(self) -> tuple[Series, ...]:
+        return (self.gpus_used, self.queue_depth, self.formation_p95, self.approval_p95)
 
 
-def fleet_trends(*, now: datetime | None = None) -> Trends:
+def fleet_trends(*, now: datetime | None = None, window: timedelta = WINDOW) -> Trends:
     now = now or timezone.now()
-    start = now - WINDOW
+    start = now - window
     return Trends(
         gpus_used=Series(
             "gpus-used",
             "GPUs in use",
             "GPUs",
             start,
-            WINDOW / BUCKETS,
+            window / BUCKETS,
             _level(_gpu_changes(), start, now),
         ),
         queue_depth=Series(
@@ -75,17 +81,26 @@ def fleet_trends(*, now: datetime | None = None) -> Trends:
             "Queue depth",
             "requests",
             start,
-            WINDOW / BUCKETS,
+            window / BUCKETS,
             _level(_queue_changes(), start, now),
         ),
         formation_p95=Series(
             "formation-p95",
-            "Formation p95",
+            "Formation p95 (placed → Ready)",
             "s",
             start,
-            WINDOW / P95_BUCKETS,
-            _formation_p95(start, now),
+            window / P95_BUCKETS,
+            _p95("placed_at", "ready_at", start, now),
         ),
+        approval_p95=Series(
+            "approval-p95",
+            "Approval wait p95",
+            "s",
+            start,
+            window / P95_BUCKETS,
+            _p95("created_at", "admitted_at", start, now, approved=True),
+        ),
+        window=window,
     )
 
 
@@ -150,23 +165,29 @@ def _level(intervals: str, start: datetime, now: datetime) -> tuple[float | None
     return tuple(values)
 
 
-def _formation_p95(start: datetime, now: datetime) -> tuple[float | None, ...]:
+def _p95(
+    began: str, ended: str, start: datetime, now: datetime, *, approved: bool = False
+) -> tuple[float | None, ...]:
+    """The 95th percentile of `ended - began` per bucket of `ended` (`approved`: of the
+    domains an admin approved only: the others waited for nobody)."""
     d, c = ComputeDomain, sqlnames.column
-    ready, created = c(d, "ready_at"), c(d, "created_at")
+    end, begin = c(d, ended), c(d, began)
+    only = f" AND {c(d, 'approval_state')} = %(approved)s" if approved else ""
     sql = f"""
-        SELECT LEAST(width_bucket(EXTRACT(EPOCH FROM {ready}), %(s)s, %(e)s, %(n)s), %(n)s)
+        SELECT LEAST(width_bucket(EXTRACT(EPOCH FROM {end}), %(s)s, %(e)s, %(n)s), %(n)s)
                AS b,
                percentile_cont(0.95) WITHIN GROUP
-               (ORDER BY GREATEST(0, EXTRACT(EPOCH FROM {ready} - {created})))
+               (ORDER BY GREATEST(0, EXTRACT(EPOCH FROM {end} - {begin})))
           FROM {sqlnames.table(d)}
-         WHERE {ready} > %(start)s AND {ready} <= %(now)s
+         WHERE {end} > %(start)s AND {end} <= %(now)s AND {begin} IS NOT NULL{only}
          GROUP BY b
     """  # noqa: S608 - table and column names from the models, values bound
-    params: dict[str, datetime | float] = {
+    params: dict[str, datetime | float | str] = {
         "start": start,
         "now": now,
         "s": start.timestamp(),
         "e": now.timestamp(),
+        "approved": ApprovalState.APPROVED,
     }
     with connection.cursor() as cursor:
         cursor.execute(sql, {**params, "n": P95_BUCKETS})

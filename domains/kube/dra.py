@@ -48,7 +48,9 @@ def device_selector(domain: ComputeDomain) -> str:
     straddle two cliques. Between a placement and the agent's next slice update (its next
     fetch of the desired state, nudged at once) a placed domain's pods stay Pending and are
     scheduled when the slice changes; a claim allocated from a slice that was stale the
-    other way is still refused by the agent's admission, with its reason. Slices come from
+    other way is still refused by the agent's admission, with its reason. A tray a placed
+    domain lost and replaced keeps the slice its dead agent last published, naming the
+    domain: the portal withdraws it (`sweep.slices_withdraw`). Slices come from
     agents that publish both attributes: upgrade the agents before the portal (a missing
     attribute fails the CEL).
     """

@@ -11,7 +11,7 @@ from domains import signals
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.kube.client import kube_enabled
 from domains.kube.models import RefusedComputeDomain
-from domains.kube.tasks import publish_domain, retry_refusal
+from domains.kube.tasks import publish_domain, retry_refusal, withdraw_slices
 
 log = logging.getLogger(__name__)
 
@@ -54,3 +54,14 @@ def retry_namesake_refusals(
             retry_refusal.delay(refusal_id)
         except Exception:
             log.warning("could not queue kube.retry_refusal %s; the next resync will", refusal_id)
+
+
+@receiver(signals.trays_dropped, dispatch_uid="kube.withdraw_slices")
+def withdraw_dropped_slices(sender: object, node_ids: list[int], **kwargs: object) -> None:
+    """Trays a domain lost and replaced: their slices must no longer name it."""
+    if not kube_enabled():
+        return
+    try:
+        withdraw_slices.delay(list(node_ids))
+    except Exception:
+        log.warning("could not queue kube.withdraw_slices for %s", node_ids)

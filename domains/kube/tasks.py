@@ -12,8 +12,8 @@ import logging
 from celery import shared_task
 
 from domains.errors import retry_on
-from domains.kube import publisher
-from domains.kube.client import KubeUnavailable, kube_enabled
+from domains.kube import publisher, sweep
+from domains.kube.client import KubeUnavailable, api_client, kube_enabled
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,18 @@ def retry_refusal(refusal_id: int) -> str:
     return publisher.retry_refusal(refusal_id=refusal_id)
 
 
+@shared_task(name="kube.withdraw_slices", **RETRY)
+def withdraw_slices(node_ids: list[int]) -> int:
+    """Withdraw the ResourceSlices of trays their domain lost (`domains.kube.sweep`)."""
+    if not kube_enabled():
+        return 0
+    return sweep.slices_withdraw(api_client(), node_ids=node_ids)
+
+
 @shared_task(name="kube.reconcile", acks_late=True)
 def reconcile() -> dict[str, int]:
-    """Publish every domain whose object may differ from the database, in this task.
+    """Publish every domain whose object may differ from the database, and release the
+    claims no pod holds any more (`sweep.claims_reconcile`), in this task.
 
     One pass, in order, stopping at the first sign that the API server is away: fanning
     out a retried task per domain during an outage would only pile up the queue. The next
@@ -54,7 +63,7 @@ def reconcile() -> dict[str, int]:
     """
     if not kube_enabled():
         return {}
-    done = {"domains": 0, "refusals": 0}
+    done = {"domains": 0, "refusals": 0, "claims": 0}
     cluster = publisher.Cluster()
     try:
         for domain_id in publisher.domains_to_publish():
@@ -63,6 +72,7 @@ def reconcile() -> dict[str, int]:
         for refusal_id in publisher.unreported_refusals():
             publisher.report_refusal(refusal_id=refusal_id, cluster=cluster)
             done["refusals"] += 1
+        done["claims"] = sweep.claims_reconcile(cluster.api)
     except KubeUnavailable as exc:
         log.warning("kube.reconcile stopped early, the next pass goes on: %s", exc)
         done["stopped"] = 1

@@ -43,6 +43,11 @@ VERB_KINDS = {
     "domain.maintenance_cancelled": Kind.MAINTENANCE,
     "domain.tray_cordoned": Kind.TRAY_CORDONED,
     "domain.tray_draining": Kind.TRAY_CORDONED,
+    # Uncordoned, marked up, its agent reporting again, or replaced by another tray.
+    "domain.tray_back": Kind.TRAY_BACK,
+    "domain.member_replaced": Kind.TRAY_BACK,
+    # A placed domain that lost a tray and waits for one: whoever hears "Degraded" hears it.
+    "domain.waiting_for_tray": Kind.DEGRADED,
     # An operator's note on the incident of a tray of the domain that is down: whoever hears
     # that the domain is Degraded hears what the operators say about it.
     "domain.incident_note": Kind.DEGRADED,
@@ -191,10 +196,14 @@ def _event_message(event: Event, kind: str) -> Message:
         + (" called off" if event.verb.endswith("cancelled") else " scheduled"),
         Kind.TRAY_CORDONED: f"A tray of {name} is "
         + ("draining" if event.verb.endswith("draining") else "cordoned"),
+        Kind.TRAY_BACK: f"A tray of {name} "
+        + ("was replaced" if event.verb == "domain.member_replaced" else "is back in service"),
     }[Kind(kind)]
     body = event.message
     if event.verb == "domain.incident_note":
         title = f"Operators' note on {name}: a tray of it is down"
+    elif event.verb == "domain.waiting_for_tray":
+        title = f"{name} waits for a tray to replace one it lost"
     elif kind == Kind.DEGRADED and event.details.get("nodes"):
         body = f"trays not ready: {', '.join(event.details['nodes'])}; {event.message}"
     if kind == Kind.FAILED and domain is not None and domain.reason:

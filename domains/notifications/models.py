@@ -27,6 +27,7 @@ class Kind(models.TextChoices):
     APPROVAL_DECIDED = "approval.decided", "Approval decided"
     MAINTENANCE = "maintenance", "Maintenance scheduled, called off or ahead"
     TRAY_CORDONED = "domain.tray_cordoned", "A tray of the domain cordoned or draining"
+    TRAY_BACK = "domain.tray_back", "A tray of the domain back in service, or replaced"
     PORTAL_HEALTH = "portal.health", "Portal degraded or down, and recovered (operators)"
 
 

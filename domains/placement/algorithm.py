@@ -76,6 +76,13 @@ def clique_to_follow(request: PlacementRequest, topology: Topology) -> CliqueVie
     return max(candidates, key=lambda c: (len(c.trays_for(request)), c.size), default=None)
 
 
+def replacement_tray(free: list[Tray]) -> Tray | None:
+    """The tray to replace one a domain lost, from `free` (one clique's, in slot order): from
+    the tightest run of free slots, so the largest free block stays whole."""
+    chosen = _tightest_trays(free, 1) if free else []
+    return chosen[0] if chosen else None
+
+
 def free_runs(trays: Sequence[Tray]) -> list[list[Tray]]:
     """Maximal runs of free trays in consecutive slots, in slot order."""
     runs: list[list[Tray]] = []
@@ -199,7 +206,7 @@ def _rejection(request: PlacementRequest, candidates: list[CliqueView]) -> Rejec
     free = len(best.trays_for(request))
     reasons = [
         f"needs {n} free trays in one clique; best is {where(best)} with {free} free",
-        _breakdown(best, request),
+        breakdown(best, request),
     ]
     if len(candidates) > 1:
         total_free = sum(len(c.trays_for(request)) for c in candidates)
@@ -210,7 +217,7 @@ def _rejection(request: PlacementRequest, candidates: list[CliqueView]) -> Rejec
     return Rejection(tuple(reasons))
 
 
-def _breakdown(clique: CliqueView, request: PlacementRequest) -> str:
+def breakdown(clique: CliqueView, request: PlacementRequest) -> str:
     """'gb-r02-c0: 7 free, 9 in use, 2 cordoned (gb-r02-t03, gb-r02-t04)'."""
     gpus_per_node = request.gpus_per_node
     parts = [f"{len(clique.trays_for(request))} free"]

@@ -15,11 +15,11 @@ class TrayStatus:
 
     FREE = "free"  # ready, uncordoned, fresh heartbeat, in no live domain
     IN_USE = "in_use"  # a member of a live domain (until its agent confirmed a clean node)
-    CORDONED = "cordoned"
+    CORDONED = "cordoned"  # (in use or not: an operator's flag is told before the use)
     DRAINING = "draining"
     DOWN = "down"
     UNKNOWN = "unknown"  # agent never joined, or gone from Kubernetes
-    STALE = "stale"  # state ready, but no heartbeat within HEARTBEAT_STALE_AFTER
+    STALE = "stale"  # its agent silent: no heartbeat within HEARTBEAT_STALE_AFTER
     NO_ADDRESS = "no_address"  # no management IP known: peers could not reach its daemon
     BLOCKED = "blocked"  # its agent reports a blocking condition (NVML, host IMEX service…)
     FOREIGN = "foreign"  # its clique is another rack's: only an operator moves a tray so
@@ -30,7 +30,7 @@ class TrayStatus:
         DRAINING: "draining",
         DOWN: "down",
         UNKNOWN: "not ready",
-        STALE: "silent",
+        STALE: "agent silent",
         NO_ADDRESS: "without a management IP",
         BLOCKED: "held back by a tray condition",
         FOREIGN: "in a clique of another rack",
@@ -49,6 +49,7 @@ class Tray:
     status: str = TrayStatus.FREE
     # Maintenance windows (start, end), in seconds since the epoch, not yet over.
     maintenance: tuple[tuple[float, float], ...] = ()
+    held: bool = False  # a live domain holds it (whatever `status` tells first)
 
     @property
     def free(self) -> bool:

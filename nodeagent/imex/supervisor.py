@@ -92,6 +92,13 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
     return kept[-lines:]
 
 
+def rotate_log(path: Path) -> None:
+    """Put a released domain's daemon log aside (`<name>.1`, replacing an older one): the
+    next domain's errors quote only its own daemon's lines, never the previous tenant's."""
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(path, path.with_name(path.name + ".1"))
+
+
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "exit status unknown (adopted daemon)"

@@ -95,6 +95,7 @@ def domain(
             },
             "placement": {"constraint": "rack", "target": "gb-r01"},
             "lifetime": "24h",
+            "replace": "auto",
         },
         "status": {
             "status": "Ready" if phase == "Ready" else "NotReady",
@@ -149,6 +150,17 @@ RELEASING = domain(
     ],
 )
 EXTENDED = {**READY, "status": {**READY["status"], "leaseExpiresAt": "2026-11-28T13:00:00Z"}}
+_REPLACED = "gb-r01-t02 replaced by gb-r01-t11 (tray gb-r01-t02 is down: PSU); forming it in"
+REPLACED = {
+    **READY,
+    "status": {
+        **READY["status"],
+        "status": "NotReady",
+        "phase": "Degraded",
+        "reason": "Replacing",
+        "message": _REPLACED,
+    },
+}
 WAITING_MESSAGE = "2 trays is above the approval threshold; waiting for an admin"
 WAITING = domain(
     "Pending",
@@ -292,6 +304,10 @@ RELEASE = [answer("releasing", "Releasing: its trays are being cleaned", RELEASI
 EXTEND = [
     body("hours", "Four more hours", {"by": "4h"}),
     answer("extended", "The lease ends four hours later", EXTENDED),
+]
+REPLACE = [
+    body("pick", "An operator picks the tray", {"tray": "gb-r01-t02", "with": "gb-r01-t11"}),
+    answer("replaced", "The new tray forms in", REPLACED),
 ]
 MANIFESTS_EXAMPLES = [answer("manifests", "Pinned to its trays (abridged)", MANIFESTS)]
 EVENTS = [answer("ready", "It became Ready", EVENT)]

@@ -29,6 +29,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
 from domains.inventory.parts import POWER, SWITCH, Part, WindowMark
+from domains.placement.model import TrayStatus
 from portal.web.fabric import RackView, TrayView, daemon_word
 from portal.web.figures import FILL, GPU_MARK, OUTLINES, SWATCH, outline
 
@@ -98,11 +99,12 @@ BAND_X = 327  # the maintenance band (operators' mode)
 
 
 def tray_kind(tray: TrayView) -> str:
-    """The state a tray's fill and swatch show: the operator's flag wins over "in use"."""
-    if tray.state in ("cordoned", "draining", "down"):
-        return tray.state
+    """The state a tray's fill and swatch show: its one status (`traytruth`), in which the
+    operator's flag and a silent agent win over "in use"."""
     if tray.status in FILL:
         return FILL[tray.status].removeprefix("st-").replace("used", "in use")
+    if tray.state in ("cordoned", "draining", "down"):  # a tray placement does not see
+        return tray.state
     return "notready"
 
 
@@ -246,7 +248,9 @@ def _word(tray: TrayView, kind: str, maint: dict[int, str], mode: Mode) -> str:
     notes beside the rack say it in any case); in the tenants' mode "▶" marks the trays a
     request would land on or the domain's own."""
     words = [tray.domain.label] if tray.domain is not None else []
-    state_word = {"in use": "", "notready": tray.status_word}.get(kind, kind)
+    state_word = {"in use": "", "notready": tray.status_word, "silent": "agent silent"}.get(
+        kind, kind
+    )
     if state_word and not (kind in ("in use", "free") and words):
         words.insert(0, state_word)
     extra = maint.get(tray.node_id)
@@ -277,7 +281,12 @@ def _gpus(tray: TrayView, y: int, mode: Mode) -> list[str]:
 
 
 def _hover(tray: TrayView, maint: dict[int, str]) -> str:
-    lines = [f"{tray.hostname} (slot {tray.slot}): {tray.state}, {tray.status_word}"]
+    what = tray.status_word
+    if tray.domain is not None and tray.status != TrayStatus.IN_USE:
+        what += ", in use"  # flagged (or its agent silent) and held: both
+    elif tray.state not in ("ready", tray.status):
+        what = f"{tray.state}, {what}"
+    lines = [f"{tray.hostname} (slot {tray.slot}): {what}"]
     if tray.domain:
         lines.append(f"domain: {tray.domain.label}")
     if tray.clique_name:

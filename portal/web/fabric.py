@@ -11,30 +11,17 @@ everyone else's trays only as an anonymous "in use".
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.urls import reverse
 
 from domains.computedomains.fabric import FabricRead, GpuCell, Holder, fabric_read
+from domains.computedomains.traytruth import STATUS_WORDS
 from domains.inventory.models import Node, NodeState, Rack
 from domains.inventory.parts import Part, WindowMark
-from domains.placement.model import CliqueSummary, TrayStatus
+from domains.placement.model import CliqueSummary
 from domains.tenancy.selectors import Viewer, is_operator, namespaces_visible_to
-
-STATUS_WORDS = {
-    TrayStatus.FREE: "free",
-    TrayStatus.IN_USE: "in use",
-    TrayStatus.CORDONED: "cordoned",
-    TrayStatus.DRAINING: "draining",
-    TrayStatus.DOWN: "down",
-    TrayStatus.UNKNOWN: "not ready",
-    TrayStatus.STALE: "no heartbeat",
-    TrayStatus.NO_ADDRESS: "no management IP",
-    TrayStatus.BLOCKED: "condition",
-    TrayStatus.FOREIGN: "clique of another rack",
-}
-
 
 TRAY_DOWN_DAEMON = "unknown: tray down"
 
@@ -195,27 +182,8 @@ def draw_racks(
     for summary in read.summaries:
         if summary.rack in by_name:
             rack = by_name[summary.rack]
-            rack.cliques.append(_counting_held_down(summary, rack.trays.values()))
+            rack.cliques.append(summary)
     return list(racks.values())
-
-
-def _counting_held_down(summary: CliqueSummary, trays: Iterable[TrayView]) -> CliqueSummary:
-    """A down tray still held by a domain is unavailable, not "in use": the domain lost it.
-    (Placement counts it in use until its member lets go, which keeps it out of plans.)"""
-    held_down = sum(
-        1
-        for t in trays
-        if t.clique_id == summary.clique_id
-        and t.status == TrayStatus.IN_USE
-        and t.state == NodeState.DOWN
-    )
-    if not held_down:
-        return summary
-    return replace(
-        summary,
-        in_use=summary.in_use - held_down,
-        unavailable=summary.unavailable + held_down,
-    )
 
 
 def _rack_view(rack: Rack, visibility: Visibility, links: bool) -> RackView:

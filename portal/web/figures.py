@@ -3,8 +3,8 @@ outline colours) and the small figures drawn beside the elevations: the domain k
 and the clique's use bar.
 
 One colour system: a tray's *state* is its fill (free, in use, cordoned, draining, down,
-not ready), and cordoned, draining, down and not-ready trays also carry a pattern swatch
-and the word, so nothing is told by colour alone; a *domain* is an outline around its
+agent silent, not ready), and the last five also carry a pattern swatch and the word, so
+nothing is told by colour alone; a *domain* is an outline around its
 trays plus its name written on each.
 """
 
@@ -22,12 +22,14 @@ FILL = {
     TrayStatus.CORDONED: "st-cordoned",
     TrayStatus.DRAINING: "st-draining",
     TrayStatus.DOWN: "st-down",
+    TrayStatus.STALE: "st-silent",
 }
 SWATCH = {
     "cordoned": "url(#el-cordoned)",
     "draining": "url(#el-draining)",
     "down": "url(#el-down)",
     "notready": "url(#el-notready)",
+    "silent": "url(#el-silent)",
 }
 # Outlines of domains: dark hues apart from one another and at least 3:1 on every fill.
 OUTLINES = ("#0b5d99", "#9a3a0a", "#6b2d8a", "#00674a", "#1f2937", "#7a5c00", "#a01e5a")
@@ -46,6 +48,9 @@ DEFS = (
     '<pattern id="el-notready" width="4" height="4" patternUnits="userSpaceOnUse">'
     '<rect width="4" height="4" fill="#e5e7eb"/><circle cx="2" cy="2" r="1" fill="#374151"/>'
     "</pattern>"
+    '<pattern id="el-silent" width="6" height="6" patternUnits="userSpaceOnUse">'
+    '<rect width="6" height="6" fill="#f3f4f6"/><circle cx="3" cy="3" r="1.6" fill="none" '
+    'stroke="#374151" stroke-width="1"/></pattern>'
     '<pattern id="el-maint" width="4" height="4" patternUnits="userSpaceOnUse" '
     'patternTransform="rotate(45)"><rect width="4" height="4" fill="#ede9fe"/>'
     '<line x1="0" y1="0" x2="0" y2="4" stroke="#5b21b6" stroke-width="2"/></pattern>'

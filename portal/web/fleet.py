@@ -1,11 +1,11 @@
 """The fleet view: every rack as one compact heat-map tile, a summary band and filters, for
 2 racks or 1,000.
 
-One read whatever the fleet's size: placement's snapshot (three queries: each tray's
-status, its clique and rack), the trays an operator flagged (cordoned, draining, down), the
-domain holding each tray and the number of domains per phase — seven queries for 2 racks
-or for 1,000. The tiles are built as one string, like the rack drawings: 18,000 tray cells
-must cost milliseconds, not a template loop each.
+One read whatever the fleet's size: placement's snapshot (three queries: each tray's one
+status, `traytruth`, its clique and rack), the domain holding each tray and the number of
+domains per phase — six queries for 2 racks or for 1,000. The tiles are built as one
+string, like the rack drawings: 18,000 tray cells must cost milliseconds, not a template
+loop each.
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ from domains.computedomains.admission import smallest_request
 from domains.computedomains.fabric import fleet_holders, topology_snapshot
 from domains.computedomains.models import Phase
 from domains.computedomains.selectors import domain_phase_counts
-from domains.inventory.models import Node, NodeState, Rack
+from domains.computedomains.traytruth import NOT_READY, STATUS_WORDS
+from domains.inventory.models import Rack
 from domains.inventory.parts import parts_of_racks, windows_on_racks
 from domains.placement.algorithm import clique_summaries
 from domains.placement.model import CliqueSummary, Topology, TrayStatus
 from portal.web.fabric import RackView
 
-# What the state filter offers: a word each, and the tray statuses it covers.
+# What the state filter offers: a word each, and the tray statuses it covers. Each tray has
+# exactly one status (`traytruth`): the filters, like the band's columns, are a partition.
 STATE_FILTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "free": ("free", (TrayStatus.FREE,)),
     "in_use": ("in use", (TrayStatus.IN_USE,)),
@@ -36,14 +38,8 @@ STATE_FILTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "draining": ("draining", (TrayStatus.DRAINING,)),
     "down": ("down", (TrayStatus.DOWN,)),
     "not_ready": (
-        "not ready (no heartbeat, condition, no address)",
-        (
-            TrayStatus.UNKNOWN,
-            TrayStatus.STALE,
-            TrayStatus.BLOCKED,
-            TrayStatus.NO_ADDRESS,
-            TrayStatus.FOREIGN,
-        ),
+        "not ready (agent silent, never heard from, condition, no address, clique of another rack)",
+        NOT_READY,
     ),
 }
 # One short class per status for the heat-map cells (kept short: 18,000 of them).
@@ -53,17 +49,17 @@ CELL_CLASS = {
     TrayStatus.CORDONED: "c",
     TrayStatus.DRAINING: "c",
     TrayStatus.DOWN: "d",
+    TrayStatus.STALE: "s",
 }
-FLAGGED = (NodeState.CORDONED, NodeState.DRAINING, NodeState.DOWN)
-USE_WORDS: dict[str, str] = {TrayStatus.IN_USE: "used", TrayStatus.FREE: "free"}
-FLAG_WORDS: dict[str, str] = {
-    NodeState.CORDONED: "cordoned",
-    NodeState.DRAINING: "draining",
-    NodeState.DOWN: "down",
+# The band's column of each status: free, used, cordoned, draining, down or not ready.
+COLUMN: dict[str, str] = {
+    TrayStatus.FREE: "free",
+    TrayStatus.IN_USE: "used",
+    TrayStatus.CORDONED: "cordoned",
+    TrayStatus.DRAINING: "draining",
+    TrayStatus.DOWN: "down",
+    **dict.fromkeys(NOT_READY, "not_ready"),
 }
-# Trays nobody flagged that placement still cannot use (no heartbeat, a blocking condition,
-# no address, an agent never seen): the band's "not ready", so they never drop out of it.
-NOT_READY = STATE_FILTERS["not_ready"][1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +67,8 @@ class FleetTray:
     node_id: int
     hostname: str
     slot: int
-    status: str
-    state: str  # the operator's flag when cordoned, draining or down; else "ready"
+    status: str  # its one status (`traytruth`)
+    held: bool  # a live domain holds it (whatever its status)
     gpus: int
     clique_id: int
     namespace: str  # of the domain holding it, "" when free
@@ -99,25 +95,29 @@ class Filters:
 
 @dataclass
 class Band:
-    """The summary band: GPUs and trays by what they are doing, domains needing eyes."""
+    """The summary band: GPUs and trays by what they are doing, domains needing eyes.
+
+    The columns are a partition: each tray counts in exactly one (its status), so they add
+    up to the total; `held` says how many of each column a domain holds ("of which in use
+    by a domain": a cordoned, down or silent tray may still be one)."""
 
     trays: Counter[str] = field(default_factory=Counter)
     gpus: Counter[str] = field(default_factory=Counter)
+    held: Counter[str] = field(default_factory=Counter)
     pending: int = 0
     degraded: int = 0
     stranded: int = 0
     racks: int = 0
 
-    def count(self, kinds: Counter[tuple[str, str, int]]) -> None:
-        """From (status, flag, GPUs) → trays: a tray counts in `total`, in one of
-        used/free/unavailable, and in its flag (cordoned, down) if it has one, or in "not
-        ready" when nobody flagged it and placement cannot use it anyway."""
-        for (status, state, gpus), n in kinds.items():
-            use = USE_WORDS.get(status, "unavailable")
-            flag = FLAG_WORDS.get(state, "not_ready" if status in NOT_READY else "")
-            for key in ("total", use, flag) if flag else ("total", use):
+    def count(self, kinds: Counter[tuple[str, bool, int]]) -> None:
+        """From (status, held, GPUs) → trays: a tray counts in `total` and in its column."""
+        for (status, held, gpus), n in kinds.items():
+            column = COLUMN.get(status, "not_ready")
+            for key in ("total", column):
                 self.trays[key] += n
                 self.gpus[key] += n * gpus
+                if held:
+                    self.held[key] += n
 
 
 @dataclass
@@ -145,20 +145,18 @@ def fleet(filters: Filters) -> Fleet:
     """Every rack as a tile, the band and the trays matching `filters` (constant queries)."""
     topology = topology_snapshot()
     holders = fleet_holders()  # tray id → namespace name
-    flags = dict(Node.objects.filter(state__in=FLAGGED).values_list("pk", "state"))
     tiles = {name: RackTile(name) for name in Rack.objects.order_by("position", "name")
              .values_list("name", flat=True)}  # fmt: skip
     band = Band(racks=len(tiles))
     wanted_clique = _clique_ids(topology, filters.clique)
     matches: list[FleetTray] = []
-    kinds: Counter[tuple[str, str, int]] = Counter()
+    kinds: Counter[tuple[str, bool, int]] = Counter()
     for clique in topology.cliques:
         tile = tiles.get(clique.rack)
         for t in clique.trays:
-            state = flags.get(t.node_id, "ready")
-            kinds[t.status, state, t.gpu_count] += 1
+            kinds[t.status, t.held, t.gpu_count] += 1
             tray = FleetTray(
-                t.node_id, t.hostname, t.slot, t.status, state,
+                t.node_id, t.hostname, t.slot, t.status, t.held,
                 t.gpu_count, clique.clique_id, holders.get(t.node_id, ""),
             )  # fmt: skip
             if tile is not None:
@@ -226,7 +224,7 @@ def heatmap_html(fleet: Fleet, filters: Filters) -> SafeString:
     parts = []
     for tile in fleet.shown:
         counts = Counter(t.status for t in tile.trays)
-        words = ", ".join(f"{n} {TrayStatus.LABELS.get(s, s)}" for s, n in sorted(counts.items()))
+        words = ", ".join(f"{n} {STATUS_WORDS.get(s, s)}" for s, n in sorted(counts.items()))
         name = escape(tile.name)
         cells = "".join(_cell(t, filters, cliques) for t in tile.trays)
         parts.append(
@@ -239,15 +237,17 @@ def heatmap_html(fleet: Fleet, filters: Filters) -> SafeString:
 
 def _cell(tray: FleetTray, filters: Filters, cliques: set[int] | None) -> str:
     css = CELL_CLASS.get(tray.status, "n")
-    if tray.status == TrayStatus.IN_USE and tray.state in FLAGGED:
-        css += " x"  # in use and flagged: both shown
+    if tray.held and tray.status != TrayStatus.IN_USE:
+        css += " x"  # flagged (or silent) and held by a domain: both shown
     if filters.active and not _matches(tray, filters, cliques):
         css += " o"
     return CELLS.get(css) or f'<i class="{css}"></i>'
 
 
 # The common cells, made once: 18,000 of them on a 1,000-rack page.
-CELLS = {css: f'<i class="{css}"></i>' for css in ("f", "u", "c", "d", "n", "u x")}
+CELLS = {
+    css: f'<i class="{css}"></i>' for css in ("f", "u", "c", "d", "s", "n", "c x", "d x", "s x")
+}
 
 
 def tenant_trays(fleet: Fleet) -> dict[str, int]:

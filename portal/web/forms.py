@@ -10,7 +10,12 @@ from django import forms
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
-from domains.computedomains.models import AllocationMode, Phase, PlacementConstraint
+from domains.computedomains.models import (
+    AllocationMode,
+    Phase,
+    PlacementConstraint,
+    ReplacePolicy,
+)
 from domains.computedomains.specs import DomainSpec
 from domains.errors import DomainError
 from domains.inventory.models import PartState
@@ -95,6 +100,14 @@ class DomainRequestForm(forms.Form):
         max_value=24 * 365,
         help_text="Empty: the portal's default.",
     )
+    replace_policy = forms.ChoiceField(
+        label="A tray lost",
+        choices=ReplacePolicy.choices,
+        initial=ReplacePolicy.AUTO,
+        required=False,
+        help_text="When a tray of the domain is down, or its agent silent, for the failover "
+        "grace: a free tray of its clique takes its place, or an operator picks one.",
+    )
 
     def clean(self) -> dict[str, Any]:
         """One size, as chosen: a value in a field the choice leaves out is an error on
@@ -148,6 +161,7 @@ class DomainRequestForm(forms.Form):
             placement_constraint=data["placement_constraint"],
             placement_target=(data.get("placement_target") or "").strip(),
             lifetime=timedelta(hours=hours) if hours else None,
+            replace_policy=data.get("replace_policy") or ReplacePolicy.AUTO,
         )
 
 

@@ -27,6 +27,7 @@ operator_patterns = (
         path("nodes/<str:hostname>/<str:action>/", operator.node_action, name="node_action"),
         path("trays/bulk/", operator.bulk_action, name="bulk_action"),
         path("domains/", operator.domains, name="domains"),
+        path("domains/<uuid:uid>/replace/", trays.replace, name="domain_replace"),
         path("channels/", operator.channels, name="channels"),
         path("impact/<str:kind>/<str:name>/", operator.impact, name="impact"),
         path("maintenance/", operator.maintenance, name="maintenance"),

@@ -7,7 +7,11 @@
 
 Each tray gets its own root (`<root>/<hostname>`: /etc, /dev, /proc, state), its own
 loopback IP and its own `nvidia-imex` process (the emulator's); only the agents' loops share
-this process, one thread each. The spec file lists the trays:
+this process, one thread each. Each tray's agent can be stopped and started on its own, and
+so can its daemon, without touching anything else (`python -m testbed.emulator.trayctl`
+writes the tray's wish into `<root>/<hostname>/demo-control.json`, which this process
+follows within a second): a stopped agent stops as a crashed one would, leaving its daemon
+running; a started one re-adopts it. The spec file lists the trays:
 
     {"trays": [{"hostname": "gb-r01-t01", "ip": "127.0.1.1", "cluster_uuid": "…",
                 "clique_id": 0, "driver_version": "580.82.07",
@@ -20,12 +24,14 @@ this process, one thread each. The spec file lists the trays:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +40,16 @@ from nodeagent.cli import setup_logging
 from nodeagent.config import AgentConfig
 from nodeagent.health import HealthServer
 from testbed.emulator.tray import (
+    CONTROL_FILE,
     EMU_DIR,
     IMEX_BIN,
     IMEX_CTL_BIN,
     GpuFacts,
     TrayFacts,
+    daemon_pid,
     prepare_tray,
+    read_faults,
+    set_faults,
 )
 
 log = logging.getLogger("nodeagent.fleet")
@@ -66,16 +76,19 @@ def tray_facts(entry: dict[str, Any]) -> TrayFacts:
 
 
 class Fleet:
-    """The agents of many emulated trays, each looping in its own thread."""
+    """The agents of many emulated trays, each looping in its own thread, each stoppable on
+    its own (`follow_controls`)."""
 
     def __init__(self, trays: list[dict[str, Any]], base: AgentConfig, root: Path) -> None:
         self.stop_event = threading.Event()
-        self.agents: list[Agent] = []
+        self.configs: dict[str, AgentConfig] = {}
+        self.roots: dict[str, Path] = {}
         for entry in trays:
             facts = tray_facts(entry)
             tray_root = (root / facts.hostname).resolve()
             prepare_tray(tray_root, facts, entry.get("faults"))
-            config = AgentConfig(
+            self.roots[facts.hostname] = tray_root
+            self.configs[facts.hostname] = AgentConfig(
                 **{
                     **base.__dict__,
                     "root": tray_root,
@@ -87,14 +100,43 @@ class Fleet:
                     ),
                 }
             )
-            self.agents.append(Agent(config, stop=self.stop_event))
-        self.threads: list[threading.Thread] = []
+        self.agents: dict[str, Agent] = {}
+        self.threads: dict[str, threading.Thread] = {}
 
     def start(self) -> None:
-        for agent in self.agents:
-            thread = threading.Thread(target=self._run, args=(agent,), name=agent.log.tray)
-            thread.start()
-            self.threads.append(thread)
+        for hostname in self.configs:
+            self.start_agent(hostname)
+
+    def start_agent(self, hostname: str) -> None:
+        """A new agent for the tray (it re-adopts the daemon its last one left running)."""
+        agent = Agent(self.configs[hostname], stop=threading.Event())
+        thread = threading.Thread(target=self._run, args=(agent,), name=agent.log.tray)
+        self.agents[hostname], self.threads[hostname] = agent, thread
+        thread.start()
+
+    def crash_agent(self, hostname: str) -> None:
+        """The tray's agent stops as a crashed one would: its daemon runs on, nothing is
+        torn down, nothing more is reported."""
+        agent = self.agents.pop(hostname, None)
+        thread = self.threads.pop(hostname, None)
+        if agent is None or thread is None:
+            return
+        agent.cfg = replace(agent.cfg, stop_daemon_on_exit=False)
+        agent.request_stop()
+        thread.join(30)
+
+    def follow_controls(self) -> None:
+        """Do what each tray's control file asks (see the module's doc)."""
+        for hostname, root in self.roots.items():
+            wish = read_control(root)
+            running = hostname in self.agents
+            if wish.get("agent") == "stopped" and running:
+                log.warning("%s: agent stopped by the tray control", hostname)
+                self.crash_agent(hostname)
+            elif wish.get("agent") != "stopped" and not running and not self.stop_event.is_set():
+                log.warning("%s: agent started by the tray control", hostname)
+                self.start_agent(hostname)
+            hold_daemon(root, wish.get("daemon") == "stopped")
 
     def _run(self, agent: Agent) -> None:
         try:
@@ -106,15 +148,46 @@ class Fleet:
 
     def stop(self) -> None:
         self.stop_event.set()
-        for agent in self.agents:
-            agent.wake.set()
+        for agent in list(self.agents.values()):
+            agent.request_stop()
 
     def join(self) -> None:
-        for thread in self.threads:
+        for thread in list(self.threads.values()):
             thread.join()
 
     def health(self) -> list[dict[str, Any]]:
-        return [agent.health() for agent in self.agents]
+        return [
+            self.agents[h].health()
+            if h in self.agents
+            else {"tray": h, "alive": False, "ready": False, "stopped": True}
+            for h in self.configs
+        ]
+
+
+def read_control(root: Path) -> dict[str, Any]:
+    """What the tray control asks of this tray ({} when nothing)."""
+    try:
+        wish = json.loads((root / CONTROL_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return wish if isinstance(wish, dict) else {}
+
+
+def hold_daemon(root: Path, held: bool) -> None:
+    """Keep the tray's daemon from running (killed, and refusing to start) or let it be."""
+    faults = read_faults(root)
+    if bool(faults.get("stopped")) == held:
+        return
+    if held:
+        set_faults(root, {**faults, "stopped": True})
+        pid = daemon_pid(root)
+        if pid is not None:
+            log.warning("%s: IMEX daemon stopped by the tray control", root.name)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    else:
+        log.warning("%s: IMEX daemon let start by the tray control", root.name)
+        set_faults(root, {k: v for k, v in faults.items() if k != "stopped"})
 
 
 def parser() -> argparse.ArgumentParser:
@@ -186,11 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     health = HealthServer(args.health_addr, fleet.health) if args.health_addr else None
     if health:
         health.start()
-    log.info("fleet of %d emulated trays against %s", len(fleet.agents), args.portal)
+    log.info("fleet of %d emulated trays against %s", len(fleet.configs), args.portal)
     fleet.start()
-    # The main thread only waits; signal handlers run here and just set the stop event.
+    # The main thread follows the trays' controls; signal handlers run here and just set
+    # the stop event.
     while not fleet.stop_event.wait(1.0):
-        pass
+        fleet.follow_controls()
     fleet.join()
     if health:
         health.stop()

@@ -42,6 +42,8 @@ emulator-only signal; `tray.set_faults` sends it to a running daemon):
   imex_version    the installed nvidia-imex is of another release than the loaded driver:
                   the daemon refuses to start
   stale_node_map  an extra nodes-file entry, as if this tray kept an old nodes file (!M!)
+  stopped         the daemon refuses to start, as one whose tray lost its driver would (the
+                  demo's tray control: `python -m testbed.emulator.trayctl stop-daemon`)
 """
 
 from __future__ import annotations

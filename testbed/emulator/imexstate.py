@@ -170,6 +170,8 @@ class DaemonState:
         self.port = int(self.cfg.get("SERVER_PORT") or 50000)
 
     def check_driver(self) -> None:
+        if self.faults.get("stopped"):
+            raise Fatal("held stopped by the demo's tray control (trayctl start-daemon ends it)")
         loaded = self.faults.get("version") or driver_version(self.root)
         path = os.path.join(self.root, "proc/driver/nvidia/version")
         if loaded is None:

@@ -135,6 +135,19 @@ def write_driver_version(root: Path, version: str) -> None:
     )
 
 
+# What the demo's tray control asks of a tray (`trayctl`; the fleet follows it).
+CONTROL_FILE = "demo-control.json"
+
+
+def read_faults(root: Path) -> dict[str, Any]:
+    """The tray's fault knobs as set now ({} when none)."""
+    try:
+        faults = json.loads((Path(root) / EMU_DIR / "faults.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return faults if isinstance(faults, dict) else {}
+
+
 def set_faults(root: Path, faults: dict[str, Any]) -> None:
     """Fault knobs (see imexd.py). A daemon already running re-reads them at once (SIGUSR2)."""
     path = Path(root) / EMU_DIR / "faults.json"

@@ -87,11 +87,12 @@ def test_every_computedomain_operation_has_examples_in_and_out(schema) -> None:
         for path, method, operation in operations(schema)
         if path.startswith((DOMAINS, "/api/v1/approvals/"))
     ]
-    assert len(domain_operations) == 11  # 7 under computedomains/, 4 under approvals/
+    assert len(domain_operations) == 12  # 8 under computedomains/, 4 under approvals/
     with_body = {(m, p) for p, m, op in domain_operations if "requestBody" in op}
     assert with_body == {
         ("post", DOMAINS),
         ("post", DOMAINS + "{name}/extend/"),
+        ("post", DOMAINS + "{name}/replace/"),
         ("post", "/api/v1/approvals/{uid}/deny/"),
     }
     missing = []

@@ -43,6 +43,7 @@ def admins(ok: int) -> dict[str, int]:
 NS = "/api/v1/namespaces/team-a"
 CD = f"{NS}/computedomains"
 CREATE_BODY = {"metadata": {"name": "new-one"}, "spec": {"numNodes": 2}}
+REPLACE_BODY = {"tray": "gb-r01-t01", "with": "gb-r01-t09"}
 WINDOW_BODY = {
     "rack": "gb-r01",
     "startsAt": "2099-01-01T00:00:00Z",
@@ -91,6 +92,8 @@ MATRIX: list[tuple[str, str, Any, dict[str, int]]] = [
     ("get", f"{CD}/train-a/events/", None, NS_READ),
     ("get", f"{CD}/train-a/manifests/", None, NS_READ),
     ("post", f"{CD}/train-a/extend/", {"by": "2h"}, ns_write(200)),
+    # An operator replaces a tray of the domain with a free one of its clique (slot 9 is).
+    ("post", f"{CD}/train-a/replace/", REPLACE_BODY, _row(401, 404, 403, 403, 200, 200)),
     ("delete", f"{CD}/train-a/", None, ns_write(202)),
     ("get", "/api/v1/maintenance/", None, SIGNED_IN),
     ("get", "/api/v1/maintenance/{window}/", None, SIGNED_IN),

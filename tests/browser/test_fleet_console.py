@@ -89,8 +89,8 @@ def test_the_summary_counts_every_tray_including_those_not_ready(login, operator
     }
     assert page.inner_text('[data-band="gpus-not-ready"]') == "8"
     silent = page.locator('svg.el g.t[data-hostname="gb-r01-t03"]')
-    assert "k-notready" in (silent.get_attribute("class") or "")
-    assert silent.locator("text.w").text_content() == "no heartbeat"
+    assert "k-silent" in (silent.get_attribute("class") or "")  # its own state, not "down"
+    assert silent.locator("text.w").text_content() == "agent silent"
     assert page.locator('svg.el g.t[data-hostname="gb-r01-t06"] text.w').text_content() == (
         "draining"
     )
@@ -148,7 +148,7 @@ def test_the_trends_are_drawn_from_the_recorded_history(login, operator, tenant_
     p95 = page.locator('[data-trend="formation-p95"]')
     assert p95.locator("figcaption b").text_content() == "42 s"
     label = p95.locator("svg").get_attribute("aria-label") or ""
-    assert label == "Formation p95 over the last 24 hours: now 42 s, peak 42 s"
+    assert label == "Formation p95 (placed → Ready) over the last 24 h: now 42 s, peak 42 s"
 
 
 def test_the_toolbar_filters_the_racks_in_one_line(login, operator, tenant_a, ns_a):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from domains.computedomains.models import Incident
+from domains.computedomains.models import Incident, ReplacePolicy
 from testbed import factories
 from tests.browser.conftest import IP_PREFIX, screenshot
 from tests.support.lifecycle import form, request_domain
@@ -30,9 +30,14 @@ def act(page, hostname: str, action: str, reason: str) -> None:
 
 @pytest.fixture
 def incident(login, operator, tenant_a, ns_a):
-    """team-a/train on two trays; the operator drains the second and marks it down."""
+    """team-a/train on two trays; the operator drains the second and marks it down. Its
+    trays are replaced by an operator (replace: manual): the dead tray stays the domain's,
+    as every page then draws it. (A domain that gets a free tray in its place at once:
+    tests/web/test_tray_truth.py.)"""
     factories.make_racks("18", ip_prefix=IP_PREFIX)
-    domain = form(request_domain(ns_a, tenant_a, "train", num_nodes=2))
+    domain = form(
+        request_domain(ns_a, tenant_a, "train", num_nodes=2, replace_policy=ReplacePolicy.MANUAL)
+    )
     dead = domain.members.order_by("index").last().node
     ops = login(operator).page("/fabric/")
     act(ops, dead.hostname, "drain", "fans loud")

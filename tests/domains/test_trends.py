@@ -57,12 +57,42 @@ def test_formation_p95_is_per_hour_and_leaves_gaps_where_nothing_formed(tenant_a
         domain = form(request_domain(ns_a, tenant_a, f"d{i}", num_nodes=1))
         asked = now - timedelta(hours=2, minutes=30)
         ComputeDomain.objects.filter(pk=domain.pk).update(
-            created_at=asked, ready_at=asked + timedelta(seconds=seconds)
+            created_at=asked, placed_at=asked, ready_at=asked + timedelta(seconds=seconds)
         )
     with CaptureQueriesContext(connection) as ctx:
         series = fleet_trends(now=now).formation_p95
-    assert len(ctx.captured_queries) == 3
+    assert len(ctx.captured_queries) == 4
     assert len(series.values) == P95_BUCKETS
     assert series.values[-3] == pytest.approx(89.5)  # the 95th percentile of the four
     assert series.values[-1] is None and series.values[0] is None
     assert series.last == pytest.approx(89.5)
+
+
+def test_formation_is_placement_to_ready_and_the_approval_wait_a_figure_of_its_own(
+    tenant_a, ns_a, admin
+):
+    """A request that waited 14 minutes for an admin formed in 3 s: formation says 3 s (on
+    the Fleet page and in /metrics), the approval wait 14 minutes."""
+    from domains.audit.events import Actor
+    from domains.computedomains import tallies
+    from domains.computedomains.services import domain_approve
+    from domains.tenancy.models import Quota
+    from tests.support.lifecycle import all_ready, place
+
+    factories.make_racks("18", ip_prefix="127.13")
+    Quota.objects.filter(namespace=ns_a).update(approval_above_nodes=2)
+    domain = request_domain(ns_a, tenant_a, "big", num_nodes=3)
+    assert domain.phase == "Pending"
+    asked = timezone.now() - timedelta(minutes=14)
+    ComputeDomain.objects.filter(pk=domain.pk).update(created_at=asked)
+    domain.refresh_from_db()
+    domain_approve(actor=Actor.for_user(admin), domain=domain)
+    domain = all_ready(place(domain))
+    ComputeDomain.objects.filter(pk=domain.pk).update(
+        ready_at=domain.placed_at + timedelta(seconds=3)
+    )
+    trends = fleet_trends(now=timezone.now() + timedelta(seconds=5))
+    assert trends.formation_p95.last == pytest.approx(3, abs=0.01)
+    assert trends.approval_p95.last == pytest.approx(14 * 60, abs=5)
+    _, total = tallies.histograms(tallies.FORMATION)[""]
+    assert total < 60  # seconds of formation, not the 14 minutes of waiting

@@ -284,6 +284,8 @@ def test_rbac_allows_only_what_the_portal_does(objects):
         ("resource.nvidia.com", "computedomains/status"): {"get", "patch"},
         ("resource.k8s.io", "resourceclaimtemplates"): {"get", "create", "delete"},
         ("resource.k8s.io", "resourceclaims"): {"list"},
+        # A lost tray's slice withdrawn (failover): domains/kube/sweep.py.
+        ("resource.k8s.io", "resourceslices"): {"list", "delete"},
     }
     agent = objects["ClusterRole", "portal-domain-portal-agent"]
     assert {(r["resources"][0], tuple(r["verbs"])) for r in agent["rules"]} == {

@@ -165,3 +165,43 @@ def test_a_made_up_claim_cannot_join_another_tenants_following_domain(
     assert refused.status_code == 403, refused.content
     assert "does not exist in the cluster" in refused.json()["message"]
     assert not follow.members.exists() and not DomainClaim.objects.exists()
+
+
+def test_a_prepared_claim_no_pod_holds_any_more_is_released_at_the_next_pass(
+    real_kube, cluster, topology, ns_a, tenant_a
+):
+    """The pod is gone and its tray's kubelet never unprepared its claim (the tray died):
+    the portal's pass over the live ResourceClaims releases it, with an audit event, and
+    keeps the one a pod still holds."""
+    from domains.audit.models import Event
+
+    install_device_class(real_kube)
+    domain = request_and_place(ns_a, tenant_a, name="sweep", num_nodes=2)
+    assert tasks.publish_domain(domain.pk) == "created"
+    for member in domain.members.select_related("node"):
+        real_kube.put_node(member.node.hostname, gpu_labels())
+        publish_as_its_agent(cluster, member.node)
+    template = domain.resource_claim_template
+    claims = {pod: scheduled_claim(real_kube, pod, "team-a", template) for pod in ("w0", "w1")}
+    for claim in claims.values():
+        tray = domain.members.get(node__hostname=claim["status"]["allocation"]["devices"]
+                                  ["results"][0]["pool"]).node  # fmt: skip
+        assert ask(agent_of(tray), claim).status_code == 200
+    assert tasks.reconcile()["claims"] == 0  # both pods hold theirs
+
+    real_kube.delete("pods", "w0", "team-a")  # its claim goes; nobody unprepares it
+    gone = claims["w0"]["metadata"]["uid"]
+    wait_for(
+        lambda: not ((real_kube.get("resourceclaims", claims["w0"]["metadata"]["name"], "team-a")
+                      or {}).get("status") or {}).get("allocation"),
+        what="w0's claim deallocated (or deleted)",
+    )  # fmt: skip
+    assert tasks.reconcile()["claims"] == 1
+    released = DomainClaim.objects.get(claim_uid=gone)
+    assert released.released_at is not None
+    # Deallocated, or already deleted with its pod by the garbage collector.
+    assert "no pod holds it" in released.refusal or "gone from the cluster" in released.refusal
+    event = Event.objects.get(domain=domain, verb="claim.released")
+    assert event.message.startswith(f"ResourceClaim team-a/{claims['w0']['metadata']['name']}")
+    kept = DomainClaim.objects.get(claim_uid=claims["w1"]["metadata"]["uid"])
+    assert kept.released_at is None

@@ -105,7 +105,7 @@ def test_release_deletes_the_template_only_once_its_claims_are_gone(
     assert template(real_kube) is None
     assert real_kube.get("computedomains", "train", "team-a") is None  # let go
     assert PublishedDomain.objects.get(domain=domain).removed
-    assert tasks.reconcile() == {"domains": 0, "refusals": 0}
+    assert tasks.reconcile() == {"domains": 0, "refusals": 0, "claims": 0}
 
 
 @pytest.mark.cluster

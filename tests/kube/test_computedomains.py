@@ -121,7 +121,7 @@ def test_a_namespace_missing_from_the_cluster_is_recorded_not_retried(
     assert tasks.publish_domain(domain.pk).startswith("refused")
     row = PublishedDomain.objects.get(domain=domain)
     assert "namespace portal-only does not exist" in row.last_error
-    assert tasks.reconcile() == {"domains": 0, "refusals": 0}  # not retried every pass
+    assert tasks.reconcile() == {"domains": 0, "refusals": 0, "claims": 0}  # not retried every pass
 
 
 def test_api_errors_while_publishing_are_retried_and_reconcile_catches_up(
@@ -139,11 +139,12 @@ def test_api_errors_while_publishing_are_retried_and_reconcile_catches_up(
         all_ready(domain)
         run_pods(domain)
     assert cd(kube, "train")["status"]["status"] == "NotReady"
-    assert tasks.reconcile() == {"domains": 0, "refusals": 0, "stopped": 1}  # still away
+    still_away = {"domains": 0, "refusals": 0, "claims": 0, "stopped": 1}
+    assert tasks.reconcile() == still_away
     kube.faults.clear()
-    assert tasks.reconcile() == {"domains": 1, "refusals": 0}
+    assert tasks.reconcile() == {"domains": 1, "refusals": 0, "claims": 0}
     assert cd(kube, "train")["status"]["status"] == "Ready"
-    assert tasks.reconcile() == {"domains": 0, "refusals": 0}  # nothing left to do
+    assert tasks.reconcile() == {"domains": 0, "refusals": 0, "claims": 0}  # nothing left to do
 
 
 @pytest.mark.cluster

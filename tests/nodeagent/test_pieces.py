@@ -25,7 +25,7 @@ from nodeagent.driver import DriverRoot
 from nodeagent.files import write_atomic
 from nodeagent.imex.ctl import parse_domain_json
 from nodeagent.imex.files import render_config, render_nodes
-from nodeagent.imex.supervisor import Daemon, log_tail
+from nodeagent.imex.supervisor import Daemon, log_tail, rotate_log
 from nodeagent.probe import ZERO_UUID, channel_major, clique_of, probe
 from nodeagent.traylog import TrayLog
 from testbed.emulator.tray import GpuFacts, TrayFacts, channel_major_for, prepare_tray
@@ -359,3 +359,13 @@ def test_both_channel_paths_write_their_cdi_spec_through_one_writer(tmp_path):
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
         cdi_device_node(3, major=235, host_path=tmp_path / "dev/nvidia-caps-imex-channels/channel3")
     ]
+
+
+def test_a_released_domains_daemon_log_is_put_aside_for_the_next_one(tmp_path):
+    """A reused tray's next domain never quotes the previous domain's daemon lines."""
+    log = tmp_path / "nvidia-imex.log"
+    rotate_log(log)  # nothing to put aside: nothing happens
+    log.write_text("node map of team-b/old differs\n")
+    rotate_log(log)
+    assert log_tail(log) == []
+    assert (tmp_path / "nvidia-imex.log.1").read_text() == "node map of team-b/old differs\n"

@@ -66,9 +66,12 @@ def test_metrics_accept_the_metrics_token(settings, db):
 
 def test_metrics_expose_domains_quota_nodes_and_formation_histogram(staff, ns_a, topology):
     domain = lifecycle.request_domain(ns_a, factories.make_user(), "train", num_nodes=2)
+    domain = lifecycle.place(domain)
+    # Formation is placement → Ready (the wait before placement is not the trays' doing).
     earlier = timezone.now() - timedelta(seconds=1.5)
-    ComputeDomain.objects.filter(pk=domain.pk).update(created_at=earlier)
-    assert lifecycle.form(domain).phase == Phase.READY  # counted as it turns Ready
+    ComputeDomain.objects.filter(pk=domain.pk).update(placed_at=earlier)
+    ComputeDomain.objects.filter(pk=domain.pk).update(created_at=earlier - timedelta(hours=1))
+    assert lifecycle.all_ready(domain).phase == Phase.READY  # counted as it turns Ready
     found = families(scrape(staff))
     assert value(found, "portal_domains", phase="Ready", tenant_namespace="team-a") == 1
     assert value(found, "portal_domains", phase="Degraded", tenant_namespace="team-a") == 0
@@ -111,6 +114,7 @@ def test_every_family_is_one_group_with_help_and_a_type(staff, ns_a, ns_b, topol
         "portal_imex_daemons",
         "portal_agents",
         "portal_agents_silent",
+        "portal_trays",
         "portal_agent_stale_after_seconds",
         "portal_channels_allocated",
         "portal_channels_capacity",
@@ -388,3 +392,20 @@ def test_a_scrape_costs_the_same_queries_with_twice_the_racks(staff, ns_a, topol
         text = scrape(staff)
     assert len(two) == len(one)
     assert len(families(text)["portal_gpu_info"].samples) == 2 * 18 * 4
+
+
+def test_a_silent_agent_counts_whatever_its_tray_does_and_each_tray_has_one_status(
+    staff, ns_a, topology
+):
+    """A tray in use whose agent went silent, or a cordoned one, is still a silent agent;
+    `portal_trays` counts every tray once, by the status every page shows."""
+    domain = form(ns_a, factories.make_user(), "one", 2)
+    held = [m.node for m in domain.members.select_related("node").order_by("index")]
+    factories.stale_heartbeat(held[0])
+    Node.objects.filter(pk=held[1].pk).update(state=NodeState.CORDONED)
+    factories.stale_heartbeat(held[1])
+    found = families(scrape(staff))
+    assert value(found, "portal_agents_silent") == 2
+    assert value(found, "portal_trays", status="stale") == 2
+    assert value(found, "portal_trays", status="free") == 16
+    assert sum(s.value for s in found["portal_trays"].samples) == 18

@@ -78,6 +78,44 @@ def test_the_band_counts_gpus_and_trays_by_what_they_do(client, operator, tenant
     assert page.count('<a class="hm"') == 0 and page.count('<svg class="el"') == 1
 
 
+COLUMNS = ("free", "used", "cordoned", "draining", "down", "not-ready")
+
+
+def _band(page: str, key: str) -> int:
+    found = re.search(rf'data-band="{key}">(.*?)</[td]d>', page, re.S)
+    assert found, key
+    return int(re.sub(r"<[^>]+>", "", found.group(1)))
+
+
+def test_the_band_adds_up_when_trays_in_use_are_flagged_or_their_agent_silent(
+    client, operator, tenant_a, ns_a
+):
+    """Each tray counts once: a tray in use that is cordoned, marked down or whose agent went
+    silent is in its flag's column (or "not ready"), and "of which held by a domain" says a
+    domain still holds it. The columns add up to the total, trays and GPUs alike."""
+    factories.make_racks("18", ip_prefix="127.13")
+    domain = form(request_domain(ns_a, tenant_a, "busy", num_nodes=4))
+    held = [m.node for m in domain.members.select_related("node").order_by("index")]
+    actor = Actor.for_user(operator)
+    node_cordon(actor=actor, node=held[0])
+    node_drain(actor=actor, node=held[1])
+    node_mark_down(actor=actor, node=held[1])
+    factories.stale_heartbeat(held[2], timedelta(seconds=75))  # its agent was killed
+    client.force_login(operator)
+    page = client.get(reverse("operator:fabric")).content.decode()
+    for what in ("trays", "gpus", "held"):
+        parts = sum(_band(page, f"{what}-{c}") for c in COLUMNS)
+        assert parts == _band(page, f"{what}-total"), what
+    assert _band(page, "trays-total") == 18 and _band(page, "gpus-total") == 72
+    assert _band(page, "trays-used") == 1 and _band(page, "trays-cordoned") == 1
+    assert _band(page, "trays-down") == 1 and _band(page, "trays-not-ready") == 1
+    assert _band(page, "held-total") == 4 and _band(page, "held-not-ready") == 1
+    assert _band(page, "not-ready") == 1  # the look-at-this line
+    # ?state=not_ready lists the tray whose agent went silent, in use as it is.
+    listed = client.get(reverse("operator:fabric") + "?state=not_ready").content.decode()
+    assert f'data-hostname="{held[2].hostname}"' in listed.split('id="fleet-matches"')[1]
+
+
 def test_filters_narrow_the_racks_and_a_hostname_found_once_opens_its_tray(
     client, operator, tenant_a, ns_a
 ):
@@ -154,3 +192,17 @@ def test_bulk_actions_are_for_operators_and_never_mark_down(client, operator, te
     outside = client.post(url, {"action": "cordon", "tray": ["gb-r01-t01"],
                                 "confirm": "1", "next": "https://evil.example/"})  # fmt: skip
     assert outside.url == reverse("operator:fabric")
+
+
+def test_the_trends_have_axes_and_a_range_to_choose(client, operator):
+    factories.make_racks("18", ip_prefix="127.13")
+    client.force_login(operator)
+    page = client.get(reverse("operator:fabric") + "?range=7d").content.decode()
+    assert "Last 7 d" in page
+    assert 'aria-current="true" data-range="7d"' in page
+    chart = page.split('data-trend="formation-p95"', 1)[1].split("</svg>", 1)[0]
+    assert 'class="sp-axes"' in chart and ">now</text>" in chart and ">7 d ago</text>" in chart
+    assert 'aria-label="Formation p95 (placed → Ready) over the last 7 d' in chart
+    assert 'data-trend="approval-p95"' in page
+    default = client.get(reverse("operator:fabric") + "?range=nonsense").content.decode()
+    assert "Last 24 h" in default

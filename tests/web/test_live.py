@@ -11,10 +11,12 @@ from asgiref.testing import ApplicationCommunicator
 from django.contrib.auth.models import AnonymousUser
 
 from domains.audit.events import Actor
+from domains.audit.models import Event
+from domains.computedomains.trays import tray_act
 from domains.inventory.services import node_cordon
 from portal.realtime.consumers import LiveConsumer, groups_for
 from portal.realtime.groups import domain_group, fabric_group, namespace_group
-from tests.support.lifecycle import request_domain
+from tests.support.lifecycle import form, request_domain
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,3 +105,23 @@ def test_a_cordon_reaches_the_operators_fabric_view(operator, topology):
         await ops.disconnect()
 
     async_to_sync(run)()
+
+
+def test_an_uncordon_reaches_the_tenants_open_domain_page(ns_a, tenant_a, operator, topology):
+    """A tray of a running domain back in service is news to its tenant, not only to the
+    operators' fabric view: the domain's page hears it, and its timeline says it."""
+    domain = form(request_domain(ns_a, tenant_a, "back", num_nodes=1))
+    tray = domain.members.get().node
+    actor = Actor.for_user(operator)
+    tray_act(actor=actor, node=tray, action="cordon")
+
+    async def run() -> None:
+        page = await _connect(tenant_a, f"domain:{domain.uid}")
+        await sync_to_async(tray_act)(actor=actor, node=tray, action="uncordon")
+        message = await page.receive_json_from(timeout=5)
+        assert message["kind"] == "event" and message["uid"] == str(domain.uid)
+        await page.disconnect()
+
+    async_to_sync(run)()
+    back = Event.objects.get(domain=domain, verb="domain.tray_back")
+    assert back.message.startswith(f"tray {tray.hostname} is uncordoned: it is back in service")

@@ -25,6 +25,7 @@ from domains.computedomains.models import (
     MemberState,
     Phase,
     PlacementConstraint,
+    ReplacePolicy,
 )
 from domains.computedomains.specs import DomainSpec
 from domains.foresight.models import EstimateReason, PlacementEstimate
@@ -43,6 +44,11 @@ NOT_READY = "NotReady"
 MAX_NODES = 1024
 MAX_GPUS_PER_NODE = 64
 
+REPLACE_HELP = (
+    "A placed domain's tray lost (down, or its agent silent past the failover grace): `auto`, "
+    "a free tray of its clique takes its place; `manual`, an operator picks the tray, or none."
+)
+
 # Where the services' field names (DomainSpec) sit in the API body.
 SPEC_FIELD_PATHS = {
     "name": "metadata.name",
@@ -54,6 +60,7 @@ SPEC_FIELD_PATHS = {
     "placement_constraint": "spec.placement.constraint",
     "placement_target": "spec.placement.target",
     "lifetime": "spec.lifetime",
+    "replace_policy": "spec.replace",
 }
 
 
@@ -117,6 +124,7 @@ class SpecSerializer(serializers.Serializer):
     channel = ChannelSerializer(source="*", help_text="NVIDIA's channel block.")
     placement = PlacementSerializer(source="*", help_text="Where its trays may come from.")
     lifetime = DurationField(allow_null=True, help_text="The lease, e.g. `24h`; null: none.")
+    replace = serializers.CharField(source="replace_policy", help_text=REPLACE_HELP)
 
 
 class ConditionSerializer(serializers.Serializer):
@@ -381,6 +389,9 @@ class SpecInput(StrictSerializer):
     channel = ChannelInput(required=False, help_text="NVIDIA's channel block; optional.")
     placement = PlacementInput(required=False, help_text="Default: any clique.")
     lifetime = DurationField(required=False, help_text="Lease, e.g. 24h. Default: the portal's.")
+    replace = serializers.ChoiceField(
+        choices=ReplacePolicy.values, required=False, help_text=REPLACE_HELP + " Default: auto."
+    )
 
 
 class ComputeDomainInput(StrictSerializer):
@@ -418,6 +429,7 @@ class ComputeDomainInput(StrictSerializer):
             placement_constraint=placement.get("constraint", PlacementConstraint.ANY),
             placement_target=placement.get("target", ""),
             lifetime=spec.get("lifetime"),
+            replace_policy=spec.get("replace", ReplacePolicy.AUTO),
         )
 
 

@@ -8,6 +8,13 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from domains.computedomains.traytruth import (
+    STATUS_WORDS,
+    TrayTruth,
+    in_foreign_clique,
+    node_truth,
+    tray_truth,
+)
 from domains.inventory.models import Clique, Node, NodeState, Rack
 
 
@@ -140,6 +147,17 @@ class NodeSerializer(serializers.ModelSerializer):
         "for an operator to accept it (`accept`): `changes` maps each field to its `from` and "
         "`to` values; `by` says who reported it, `since` when."
     )
+    status = serializers.SerializerMethodField(
+        help_text="Its one status, as every page tells it: `free`, `in_use`, `cordoned`, "
+        "`draining`, `down` (an operator's mark-down wins over its agent's reports), `stale` "
+        "(its agent is silent), `unknown` (never heard from, gone, pending), `blocked` (a "
+        "condition), `no_address` or `foreign` (in a clique of another rack). Only `free` is "
+        "placeable."
+    )
+    agent = serializers.SerializerMethodField(
+        help_text="Whether its agent is heard from: `reporting`, `silent` (it reported once, "
+        "not within the heartbeat grace: its IMEX daemon may serve on) or `never`."
+    )
     inUse = serializers.SerializerMethodField(help_text="Whether a live domain holds it.")
     domain = serializers.SerializerMethodField(
         help_text="The domain holding it, if you may see that namespace; else null."
@@ -149,7 +167,8 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = ["hostname", "managementIp", "rack", "slot", "clique", "cliqueName", "gpuCount"]
         fields += ["gpuProduct", "driverVersion", "imexVersion", "state", "stateReason"]
-        fields += ["lastHeartbeat", "daemonState", "identityChange", "inUse", "domain"]
+        fields += ["lastHeartbeat", "daemonState", "identityChange", "status", "agent"]
+        fields += ["inUse", "domain"]
         extra_kwargs = {"hostname": {"help_text": "Its hostname, which names it in the API."}}
 
     def _member(self, node: Node) -> Any:
@@ -184,6 +203,29 @@ class NodeSerializer(serializers.ModelSerializer):
         if self.context.get("operator") is not True or not hold:
             return None
         return {k: hold.get(k) for k in ("changes", "by", "since")}
+
+    def _truth(self, node: Node) -> TrayTruth:
+        blocked = getattr(node, "blocked", None)
+        if blocked is None:
+            return node_truth(node)
+        return tray_truth(
+            state=node.state,
+            gone=node.gone,
+            heard=node.last_heartbeat,
+            daemon=node.daemon_state,
+            held=self._member(node) is not None,
+            blocked=bool(blocked),
+            has_ip=bool(node.management_ip),
+            foreign=in_foreign_clique(node),
+        )
+
+    @extend_schema_field(serializers.ChoiceField(choices=list(STATUS_WORDS)))
+    def get_status(self, node: Node) -> str:
+        return self._truth(node).status
+
+    @extend_schema_field(serializers.ChoiceField(choices=["reporting", "silent", "never"]))
+    def get_agent(self, node: Node) -> str:
+        return self._truth(node).agent
 
     @extend_schema_field(serializers.BooleanField())
     def get_inUse(self, node: Node) -> bool:

@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from domains.computedomains import services
+from domains.computedomains.failover import domain_tray_replace
 from domains.computedomains.models import ComputeDomain, DomainSource, Phase
 from domains.computedomains.selectors import (
     approvals_visible_to,
@@ -23,7 +24,7 @@ from domains.computedomains.selectors import (
 )
 from domains.errors import InvalidInput
 from domains.kube.manifests import parse_replicas, workload_manifests
-from domains.tenancy.selectors import Viewer, can_request_in
+from domains.tenancy.selectors import Viewer, can_request_in, is_operator
 from portal.api import examples
 from portal.api.base import NamespacedViewSet, ScopedViewSet, call_service, refreshed
 from portal.api.permissions import IsPortalAdmin
@@ -37,6 +38,7 @@ from portal.api.serializers.domains import (
     ManifestsSerializer,
 )
 from portal.api.serializers.dryrun import DryRunSerializer
+from portal.api.serializers.replace import ReplaceInput
 from portal.api.serializers.tenancy import EventSerializer
 
 DRY_RUN = OpenApiParameter(
@@ -196,6 +198,27 @@ class ComputeDomainViewSet(
         replicas = parse_replicas(request.query_params.getlist("replicas"))
         manifests = workload_manifests(self.get_object(), replicas=replicas)
         return Response(ManifestsSerializer(manifests).data)
+
+    @extend_schema(
+        request=ReplaceInput,
+        responses={200: ComputeDomainSerializer, **errors(*WRITE)},
+        summary="Operators: replace a tray of a placed domain with a free one of its clique.",
+        examples=examples.REPLACE,
+    )
+    @action(detail=True, methods=["post"], serializer_class=ReplaceInput)
+    def replace(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        domain = self._target()
+        if not is_operator(request.user):
+            raise PermissionDenied("only operators replace a domain's trays")
+        body = ReplaceInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        domain_tray_replace(
+            actor=self.actor,
+            domain=domain,
+            tray=body.validated_data["tray"],
+            with_=body.validated_data["with"],
+        )
+        return self._render(domain)
 
     @extend_schema(
         responses={200: EventSerializer(many=True), **errors(*READ)},

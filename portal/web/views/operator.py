@@ -4,6 +4,7 @@ what losing a part would hit (its blast radius)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -39,7 +40,8 @@ from domains.computedomains.trays import (
     tray_actions_for,
     trays_act,
 )
-from domains.computedomains.trends import fleet_trends
+from domains.computedomains.traytruth import node_truth
+from domains.computedomains.trends import RANGES, fleet_trends
 from domains.errors import DomainError
 from domains.foresight.blast import (
     blast_radius,
@@ -71,6 +73,7 @@ from portal.web.forms import (
     ReasonForm,
     apply_error,
 )
+from portal.web.sparkline import span_words
 from portal.web.views.health import health_context
 from portal.web.views.tenant import with_queue_positions
 from portal.web.views.trays import accept_racks
@@ -123,12 +126,28 @@ def fabric(request: SignedInRequest) -> HttpResponse:
         "matches": the_fleet.matches[:SEARCH_RESULTS] if filters.active else [],
         "bulk_ok": filters.active and 0 < len(the_fleet.matches) <= BULK_LIMIT,
         "unracked": unracked_trays(),
-        "trends": fleet_trends(now=now),
+        **_trend_context(request, now),
         "now": now,
     }
     if request.GET.get("partial"):
         return render(request, "operator/_fabric.html", context)
     return render(request, "operator/fabric.html", context | health_context())
+
+
+def _trend_context(request: SignedInRequest, now: datetime) -> dict[str, object]:
+    """The trends over the range asked for (`?range=6h|24h|7d`; default 24 h)."""
+    chosen = request.GET.get("range", "")
+    chosen = chosen if chosen in RANGES else next(iter(RANGES))
+    query = request.GET.copy()
+    for key in ("range", "page", "partial"):
+        query.pop(key, None)
+    return {
+        "trends": fleet_trends(now=now, window=RANGES[chosen]),
+        "trends_range": chosen,
+        "trends_range_words": span_words(RANGES[chosen]),
+        "trend_ranges": [(key, span_words(span)) for key, span in RANGES.items()],
+        "query_without_range": query.urlencode(),
+    }
 
 
 @operator_required
@@ -179,6 +198,7 @@ def node(request: SignedInRequest, hostname: str) -> HttpResponse:
     tray = get_object_or_404(Node.objects.select_related("rack", "clique"), hostname=hostname)
     context = {
         "node": tray,
+        "truth": node_truth(tray),
         "gpus": list(tray.gpus.all()),
         "conditions": list(tray.conditions.all()),
         "member": desired_member(tray),

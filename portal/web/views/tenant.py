@@ -18,7 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from domains.audit.events import Actor
 from domains.computedomains import services
 from domains.computedomains.fabric import placement_targets
-from domains.computedomains.incidents import domain_incident_notes
+from domains.computedomains.incidents import domain_incident_notes, replaced_down_trays
 from domains.computedomains.models import LIVE_PHASES, ComputeDomain, DomainMember, Phase
 from domains.computedomains.selectors import (
     domain_peers,
@@ -31,7 +31,7 @@ from domains.foresight.maintenance import windows_for_domain
 from domains.inventory.models import Clique, Rack
 from domains.kube.manifests import follow_replicas, parse_replicas, workload_manifests
 from domains.tenancy.models import Namespace, Quota
-from domains.tenancy.selectors import can_request_in
+from domains.tenancy.selectors import can_request_in, is_operator
 from portal.web.access import (
     SignedInRequest,
     requestable_namespace,
@@ -47,6 +47,7 @@ from portal.web.forms import (
     ReasonForm,
     apply_error,
 )
+from portal.web.views.trays import replacement_choices
 
 MANIFEST_KINDS = ("deployment", "job", "mpijob")
 MANIFEST_TITLES = {"deployment": "Deployment", "job": "Job", "mpijob": "MPIJob"}
@@ -226,9 +227,10 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "clique": _clique_of(members) if not ended else None,
         "active_members": sum(1 for m in members if m.active),
         "down_members": down,
+        "silent_members": [] if ended else [m for m in members if m.active and m.state == "silent"],
         "others_up": sum(1 for m in members if m.active) - len(down),
         "again_now": _request_again_url(namespace, domain) if down else "",
-        "incident_notes": list(domain_incident_notes(domain)[:5]) if down else [],
+        "replaced_down": [] if ended or down else replaced_down_trays(domain),
         "timeline": [member_timeline(m, domain) for m in members],
         "matrix": peer_matrix(members),
         "channels": channel_text(domain),
@@ -247,11 +249,25 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "maintenance": list(windows_for_domain(domain)) if domain.is_live else [],
         "extend_form": ExtendLeaseForm(),
     }
+    context |= _replace_context(request, domain, members, ended)
+    shown = context["down_members"] or context["replaced_down"]
+    context["incident_notes"] = list(domain_incident_notes(domain)[:5]) if shown else []
     partial = request.GET.get("partial")
     template = {"1": "tenant/_domain.html", "manifests": "tenant/_manifests.html"}.get(
         partial or "", "tenant/domain.html"
     )
     return render(request, template, context)
+
+
+def _replace_context(request: SignedInRequest, domain: ComputeDomain, members, ended: bool) -> dict:
+    """Operators: the trays of a placed domain that are not ready, and the free trays of its
+    clique one of them may be replaced with (the pick of `replace: manual`)."""
+    if ended or domain.follows_workload or not is_operator(request.user):
+        return {}
+    lost = [m.node.hostname for m in members if m.active and m.state != "ready"]
+    if not lost:
+        return {}
+    return {"replace_lost": lost, "replace_choices": replacement_choices(domain)}
 
 
 def _manifests(
@@ -377,6 +393,7 @@ def _request_again_url(namespace, domain: ComputeDomain) -> str:
         "allocation_mode": domain.allocation_mode,
         "placement_constraint": domain.placement_constraint,
         "placement_target": domain.placement_target,
+        "replace_policy": domain.replace_policy,
     }
     if domain.follows_workload:
         query["size"] = "workload"

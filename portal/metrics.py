@@ -53,6 +53,7 @@ from domains.computedomains.selectors import usage_by_namespace
 from domains.inventory.models import Clique, Node, NodeState
 from domains.tenancy.models import Namespace, Quota
 from domains.tenancy.selectors import is_operator
+from portal.metrics_gpu import GpuHealthCollector
 from portal.metrics_info import InfoCollector
 
 QUOTA_RESOURCES = (("gpus", "max_gpus"), ("nodes", "max_nodes"), ("domains", "max_domains"))
@@ -303,6 +304,7 @@ def registry() -> CollectorRegistry:
         QuotaCollector(),
         FleetCollector(),
         InfoCollector(),
+        GpuHealthCollector(),
         QueueCollector([settings.CELERY_TASK_DEFAULT_QUEUE]),
     ):
         reg.register(collector)

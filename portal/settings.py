@@ -317,6 +317,10 @@ PORTAL: PortalSettings = {
     "RELEASE_DEADLINE": timedelta(seconds=env_int("PORTAL_RELEASE_DEADLINE_S", 300)),
     "HEARTBEAT_INTERVAL_S": env_int("PORTAL_HEARTBEAT_INTERVAL_S", 10),
     "HEARTBEAT_STALE_AFTER": timedelta(seconds=env_int("PORTAL_HEARTBEAT_STALE_S", 30)),
+    # A GPU needs attention this long after an XID or a rise of its NVLink error counters,
+    # and while it runs at or above GPU_HOT_C (domains/inventory/gpuhealth.py).
+    "GPU_ALERT_S": env_int("PORTAL_GPU_ALERT_S", 3600),
+    "GPU_HOT_C": env_int("PORTAL_GPU_HOT_C", 85),
     "AGENT_JOIN_TOKEN": os.environ.get("PORTAL_AGENT_JOIN_TOKEN", ""),
     # Kubernetes: agents join with their pod's projected service-account token, verified by
     # TokenReview and bound to the node the pod runs on (domains/kube/tokenreview.py).

@@ -15,6 +15,8 @@ class PortalSettings(TypedDict):
     RELEASE_DEADLINE: timedelta  # a release slower than this names the trays it waits for
     HEARTBEAT_INTERVAL_S: int
     HEARTBEAT_STALE_AFTER: timedelta  # agent silence after which a tray counts as lost
+    GPU_ALERT_S: int  # a GPU needs attention this long after an XID or NVLink errors rising
+    GPU_HOT_C: int  # … and while at or above this temperature
     AGENT_JOIN_TOKEN: str
     # Kubernetes: the agents' ServiceAccounts ("<namespace>:<name>") whose projected tokens,
     # verified by TokenReview, join a tray instead of a join token; empty: not accepted.

@@ -58,6 +58,7 @@ from domains.foresight.maintenance import (
     windows_visible_to,
 )
 from domains.inventory import services as inventory
+from domains.inventory.gpuhealth import gpu_readings
 from domains.inventory.models import Node, NodeState, PowerShelf, Rack, SwitchTray
 from portal.web.access import SignedInRequest, operator_required
 from portal.web.fabric import Visibility, draw_racks, fabric_view
@@ -179,7 +180,7 @@ def node(request: SignedInRequest, hostname: str) -> HttpResponse:
     tray = get_object_or_404(Node.objects.select_related("rack", "clique"), hostname=hostname)
     context = {
         "node": tray,
-        "gpus": list(tray.gpus.all()),
+        "gpus": gpu_readings(tray.gpus.all(), now=timezone.now()),
         "conditions": list(tray.conditions.all()),
         "member": desired_member(tray),
         "report": tray.agent_report or {},

@@ -321,6 +321,8 @@ PORTAL: PortalSettings = {
     # and while it runs at or above GPU_HOT_C (domains/inventory/gpuhealth.py).
     "GPU_ALERT_S": env_int("PORTAL_GPU_ALERT_S", 3600),
     "GPU_HOT_C": env_int("PORTAL_GPU_HOT_C", 85),
+    # A tray draining longer than this shows in the operators' needs-attention list.
+    "DRAIN_TOO_LONG_S": env_int("PORTAL_DRAIN_TOO_LONG_S", 4 * 3600),
     "AGENT_JOIN_TOKEN": os.environ.get("PORTAL_AGENT_JOIN_TOKEN", ""),
     # Kubernetes: agents join with their pod's projected service-account token, verified by
     # TokenReview and bound to the node the pod runs on (domains/kube/tokenreview.py).

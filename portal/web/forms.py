@@ -10,6 +10,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
+from domains.attention.selectors import KINDS
 from domains.computedomains.models import AllocationMode, Phase, PlacementConstraint
 from domains.computedomains.specs import DomainSpec
 from domains.errors import DomainError
@@ -392,3 +393,23 @@ class TokenCreateForm(forms.Form):
     def expires_in(self) -> timedelta | None:
         days = self.cleaned_data.get("expires_in_days")
         return timedelta(days=days) if days else None
+
+
+class AttentionFilterForm(forms.Form):
+    """The needs-attention list's filter (one reason, a name) and its order."""
+
+    SORTS = {"kind": "Reason", "subject": "Tray or domain", "rack": "Rack", "since": "Since"}
+
+    kind = forms.ChoiceField(label="Reason", required=False)
+    q = forms.CharField(label="Tray, domain or rack", required=False, max_length=200)
+    sort = forms.ChoiceField(
+        required=False,
+        choices=[("", "")] + [(f"{d}{k}", k) for k in SORTS for d in ("", "-")],
+        widget=forms.HiddenInput,
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["kind"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [("", "Any reason"), *KINDS.items()]

@@ -123,4 +123,22 @@
     box.form.querySelectorAll('input[type="checkbox"][name="' + box.dataset.checkAll + '"]')
       .forEach(function (other) { other.checked = box.checked; });
   });
+
+  // The top bar's menus close on a click elsewhere and on Escape.
+  function closeMenus(except) {
+    document.querySelectorAll(".topbar details.menu[open]").forEach(function (menu) {
+      if (menu !== except) menu.open = false;
+    });
+  }
+  document.addEventListener("click", function (event) {
+    closeMenus(event.target.closest && event.target.closest(".topbar details.menu"));
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape") return;
+    var open = document.querySelector(".topbar details.menu[open]");
+    if (open) {
+      open.open = false;
+      open.querySelector("summary").focus();
+    }
+  });
 })();

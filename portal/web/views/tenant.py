@@ -218,6 +218,7 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
     manifests, manifests_note, replicas = _manifests(request, domain)
     ended = not domain.is_live
     down = [] if ended else [m for m in members if m.active and m.node.state == "down"]
+    racks = _racks_of(request, members) if not ended else []
     context = {
         "namespace": namespace,
         "domain": domain,
@@ -233,7 +234,9 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "matrix": peer_matrix(members),
         "channels": channel_text(domain),
         "teardown": teardown_summary(domain, members) if ended else None,
-        "racks": _racks_of(request, members) if not ended else [],
+        "racks": racks,
+        # Its trays whose GPUs need attention (XIDs, NVLink errors rising, heat).
+        "gpu_trouble": [t for r in racks for t in r.trays.values() if t.highlight and t.gpu_alerts],
         "again": _request_again_url(namespace, domain) if ended else "",
         "events": domain.events.all()[:50],
         "manifests": [

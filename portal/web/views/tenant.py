@@ -29,7 +29,10 @@ from domains.computedomains.selectors import (
 from domains.errors import DomainError, InvalidInput, InvalidTransition
 from domains.foresight.maintenance import windows_for_domain
 from domains.inventory.models import Clique, Rack
+from domains.kube.client import kube_enabled
 from domains.kube.manifests import follow_replicas, parse_replicas, workload_manifests
+from domains.kube.models import TrayPod
+from domains.kube.workloads import tray_pods
 from domains.tenancy.models import Namespace, Quota
 from domains.tenancy.selectors import can_request_in
 from portal.web.access import (
@@ -237,6 +240,7 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "racks": racks,
         # Its trays whose GPUs need attention (XIDs, NVLink errors rising, heat).
         "gpu_trouble": [t for r in racks for t in r.trays.values() if t.highlight and t.gpu_alerts],
+        "pods": _pods(request, members) if not ended else [],
         "again": _request_again_url(namespace, domain) if ended else "",
         "events": domain.events.all()[:50],
         "manifests": [
@@ -255,6 +259,14 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         partial or "", "tenant/domain.html"
     )
     return render(request, template, context)
+
+
+def _pods(request: SignedInRequest, members: list[DomainMember]) -> list[TrayPod]:
+    """With Kubernetes on: the pods on the domain's trays, of the viewer's own namespaces
+    (an operator sees all of them)."""
+    if not kube_enabled():
+        return []
+    return tray_pods(request.user, [m.node_id for m in members if m.active])
 
 
 def _manifests(

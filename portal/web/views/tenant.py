@@ -209,6 +209,7 @@ def preview(request: SignedInRequest, ns: str) -> HttpResponse:
             "problem": problem,
             "missing": missing,
             "namespace": namespace,
+            "headroom": headroom(namespace),  # the form's first line, kept current with it
         },
     )
 

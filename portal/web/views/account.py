@@ -1,7 +1,9 @@
 """The signed-in user's own things: personal API tokens for scripts and kubectl-style clients.
 
-A token's secret is shown once, in the response to the POST that created it, and never
-again (only its hash is stored); the list shows each token's prefix to tell them apart.
+A token's secret is shown once and never again (only its hash is stored); the list shows
+each token's prefix to tell them apart. The POST that creates one redirects (reloading the
+page must not mint a second token): the secret waits in the session for that one GET,
+which takes it out and answers `Cache-Control: no-store`.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from domains.tenancy.tokens import token_create, token_revoke
 from portal.web.access import SignedInRequest
 from portal.web.forms import TokenCreateForm, apply_error
 
+# The session key under which the secret of the token just created waits to be shown.
+NEW_TOKEN = "new_api_token"  # noqa: S105 - a key, not a secret
+
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def tokens(request: SignedInRequest) -> HttpResponse:
     form = TokenCreateForm(request.POST or None)
-    created = None
     if request.method == "POST" and form.is_valid():
         try:
             token, raw = token_create(
@@ -38,8 +42,9 @@ def tokens(request: SignedInRequest) -> HttpResponse:
         except DomainError as exc:
             apply_error(form, exc)
         else:
-            created = {"token": token, "raw": raw}
-            form = TokenCreateForm()
+            request.session[NEW_TOKEN] = {"id": token.pk, "raw": raw}
+            return redirect("tokens")
+    created = _created(request)
     context = {
         "form": form,
         "created": created,
@@ -50,6 +55,15 @@ def tokens(request: SignedInRequest) -> HttpResponse:
     if created:
         response["Cache-Control"] = "no-store"  # the secret must not sit in a cache
     return response
+
+
+def _created(request: SignedInRequest) -> dict[str, object] | None:
+    """The token just created and its secret, taken out of the session (shown once)."""
+    new = request.session.pop(NEW_TOKEN, None) if request.method == "GET" else None
+    if not new:
+        return None
+    token = ApiToken.objects.filter(pk=new["id"], user=request.user).first()
+    return {"token": token, "raw": new["raw"]} if token is not None else None
 
 
 @login_required

@@ -256,10 +256,10 @@ def _word(tray: TrayView, kind: str, maint: dict[int, str], mode: Mode) -> str:
     if extra and len(" · ".join([*words, extra])) <= mode.word_chars:
         words.append(extra)
     word = " · ".join(words) or "in use"
-    word = word if len(word) <= mode.word_chars else word[: mode.word_chars - 1] + "…"
     if mode.tenant and tray.highlight:
         word = "▶ lands here" if tray.preview and tray.domain is None else f"▶ {word}"
-    return word
+    # Cut last, marker included: what is written must end inside the tray's box.
+    return word if len(word) <= mode.word_chars else word[: mode.word_chars - 1] + "…"
 
 
 def _gpus(tray: TrayView, y: int, mode: Mode) -> list[str]:

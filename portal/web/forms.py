@@ -104,6 +104,12 @@ class DomainRequestForm(forms.Form):
         data = self.cleaned_data
         trays, gpus = data.get("num_nodes"), data.get("gpus")
         size = data.get("size") or ("gpus" if gpus is not None and trays is None else "trays")
+        if size == "trays" and trays == 0:
+            # 0 trays follows the workload: the form shown again must say so, radio included.
+            size = "workload"
+            shown = dict(self.data.items())
+            shown["size"], shown["num_nodes"] = "workload", ""
+            self.data = shown
         data["size"] = size
         if size == "workload":
             if trays:
@@ -371,6 +377,18 @@ class AuditFilterForm(forms.Form):
     until = forms.DateTimeField(
         required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            # No event is both after `since` and before `until`: say so, not "no match".
+            self.add_error(
+                "until",
+                f"Until ({until:%Y-%m-%d %H:%M}) is before since ({since:%Y-%m-%d %H:%M}): "
+                "swap them, or move one.",
+            )
+        return data
 
 
 class TokenCreateForm(forms.Form):

@@ -130,6 +130,11 @@ class RackView:
         return sorted(held.values(), key=lambda pair: pair[0].label)
 
     @property
+    def gpu_alert_trays(self) -> list[TrayView]:
+        """Its trays whose GPUs need attention, by slot."""
+        return [self.trays[s] for s in sorted(self.trays) if self.trays[s].alert_kinds]
+
+    @property
     def parts_down(self) -> list[Part]:
         return [p for p in self.parts if p.state == "down"]
 

@@ -127,3 +127,15 @@ def test_the_list_costs_the_same_queries_however_much_needs_attention(client, op
     with CaptureQueriesContext(connection) as many:
         assert client.get(url).status_code == 200
     assert len(many) == len(few)
+
+
+def test_a_whole_fleet_gone_silent_is_listed_a_page_at_a_time_with_counts(client, operator):
+    factories.make_racks(*["18"] * 6, ip_prefix=factories.tray_ip_prefix(14))
+    Node.objects.update(last_heartbeat=timezone.now() - timedelta(minutes=30))
+    client.force_login(operator)
+    url = reverse("operator:attention")
+    first = client.get(url).content.decode()
+    assert first.count('<tr data-kind="silent"') == 100 and "Page 1 of 2" in first
+    assert "108 things need attention." in first
+    second = client.get(url, {"page": 2}).content.decode()
+    assert second.count('<tr data-kind="silent"') == 8

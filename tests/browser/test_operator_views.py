@@ -1,7 +1,7 @@
 """In Chromium, against real agents on emulated trays: a GPU made sick shows on its tray's
 page, on the Fleet's elevation and in the needs-attention list within a report interval;
 trays on another driver are highlighted on the versions page; a maintenance window
-scheduled on the maintenance page is on the calendar."""
+scheduled on the maintenance page is on the calendar; the top bar and the request form."""
 
 from __future__ import annotations
 
@@ -106,3 +106,27 @@ def test_a_window_scheduled_on_the_maintenance_page_is_on_the_calendar(login, op
     expect(day).to_contain_text("busbar inspection")
     expect(day).to_contain_text(f"({rack.name})")
     screenshot(page, "maintenance-calendar-month")
+
+
+def test_the_top_bar_keeps_to_one_line_at_1440_px_for_an_admin(login, admin, ns_a, portal_url):
+    page = login(admin).page("/fabric/")
+    page.set_viewport_size({"width": 1440, "height": 900})
+    tops = page.eval_on_selector_all(
+        ".topbar nav > a, .topbar nav > details > summary",
+        "items => items.map(i => Math.round(i.getBoundingClientRect().top))",
+    )
+    assert len(tops) >= 7 and len(set(tops)) == 1, tops  # every link on one line
+    page.click("#nav-admin summary")
+    expect(page.locator("#nav-admin a", has_text="Quotas")).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(page.locator("#nav-admin a", has_text="Quotas")).to_be_hidden()
+
+
+def test_zero_trays_turns_the_size_to_follow_the_workload(login, tenant_a, ns_a, portal_url):
+    factories.make_racks("2", ip_prefix=IP_PREFIX)
+    page = login(tenant_a).page("/ns/team-a/request/")
+    page.fill("#id_name", "follow")
+    page.fill("#id_num_nodes", "0")
+    expect(page.locator('input[name="size"][value="workload"]')).to_be_checked()
+    expect(page.locator("#id_num_nodes")).to_be_disabled()
+    expect(page.locator("[data-preview]")).to_contain_text("follows the workload")

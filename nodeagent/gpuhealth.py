@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pynvml
 
@@ -55,7 +55,7 @@ def sample(index: int, uuid: str, **values: Any) -> GpuHealthSample:
         "ecc_uncorrected": None,
     }
     doc.update(values)
-    return doc  # type: ignore[return-value]
+    return cast(GpuHealthSample, doc)
 
 
 def _maybe(read: Callable[..., Any], *args: Any) -> Any:

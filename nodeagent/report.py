@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from typing import cast
 
 from agentwire.messages import PeerStatus, StatusReport, Step
 from nodeagent.client import PortalClient, PortalError
@@ -72,7 +73,7 @@ class Reporter:
         """
         now = time.monotonic()
         # The GPUs' health rides along now and then; it is not a change of the tray's state.
-        core: StatusReport = {k: v for k, v in report.items() if k != "gpu_health"}  # type: ignore[assignment]
+        core = cast(StatusReport, {k: v for k, v in report.items() if k != "gpu_health"})
         sampled = "gpu_health" in report
         if core == self.last_sent and not sampled and now < self.next_heartbeat:
             return False

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
+from agentwire.gpuhealth import GpuHealthSample
 from agentwire.schema import json_schema, object_schema, wire, with_defaults
 
 
@@ -109,6 +110,11 @@ class GpuFacts(TypedDict):
             enum=list(FABRIC_STATES),
             description="Its NVLink fabric registration, as NVML reports it.",
         ),
+    ]
+    vbios_version: NotRequired[
+        Annotated[
+            str, wire("", maxLength=40, description="Its VBIOS (firmware) version, from NVML.")
+        ]
     ]
 
 
@@ -322,6 +328,19 @@ class StatusReport(TypedDict):
                 'Error"; "" once that call succeeds again.'
             ),
         ),
+    ]
+    gpu_health: NotRequired[
+        Annotated[
+            list[GpuHealthSample],
+            wire(
+                maxItems=64,
+                description=(
+                    "Each GPU's temperature, power, XIDs, NVLink and ECC error counters, in "
+                    "one report every GPU-health interval (about a minute), not in every "
+                    "heartbeat; left out by agents that do not read them."
+                ),
+            ),
+        ]
     ]
 
 

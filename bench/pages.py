@@ -39,13 +39,19 @@ from bench.common import banner, setup_django
 
 def targets() -> list[tuple[str, str, str]]:
     """(label, who, path) for every page and list endpoint measured."""
-    from domains.inventory.models import Rack
+    from domains.inventory.models import Node, Rack
 
     rack = Rack.objects.order_by("position").first().name
+    tray = Node.objects.filter(rack__name=rack).order_by("slot").first().hostname
     return [
         ("fleet (fabric) page", "ops", "/fabric/"),
         ("fleet, filtered by tenant", "ops", "/fabric/?tenant=tenant-01"),
         ("rack page", "ops", f"/fabric/racks/{rack}/"),
+        ("tray page", "ops", f"/fabric/nodes/{tray}/"),
+        ("needs attention", "ops", "/fabric/attention/"),
+        ("versions", "ops", "/fabric/versions/"),
+        ("maintenance calendar, week", "ops", "/fabric/maintenance/calendar/"),
+        ("maintenance calendar, month", "ops", "/fabric/maintenance/calendar/?view=month"),
         ("all domains (operator)", "ops", "/fabric/domains/"),
         ("channel ledger", "ops", "/fabric/channels/"),
         ("tenant dashboard", "tenant00", "/ns/tenant-00/"),
@@ -125,6 +131,30 @@ def add_history(seed: int = 11) -> None:
             ends_at=now + timedelta(hours=4),
         )
         window.nodes.set(Node.objects.filter(rack=rack))
+    add_gpu_health(now)
+
+
+def add_gpu_health(now) -> None:
+    """Every GPU with the readings its agent sends (one statement), and on every tenth rack
+    one tray whose GPU had an XID and one whose agent went silent: the Fleet's overlay and
+    the needs-attention list read and draw real rows."""
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    from domains.inventory.models import Gpu, Node, Rack
+
+    sample = {"temperature_c": 45, "power_mw": 612000, "xid_count": 0, "last_xid": 0,
+              "nvlink_crc_flit_errors": 0, "nvlink_crc_data_errors": 0,
+              "nvlink_replay_errors": 0, "nvlink_recovery_errors": 0, "ecc_corrected": 0,
+              "ecc_uncorrected": 0}  # fmt: skip
+    Gpu.objects.update(telemetry=sample, telemetry_at=now, temperature_c=45 + F("index"))
+    for rack in Rack.objects.order_by("position")[5::10]:
+        sick, silent = Node.objects.filter(rack=rack).order_by("slot")[:2]
+        Gpu.objects.filter(node=sick, index=1).update(
+            xid_since=now, xid_at=now, telemetry={**sample, "xid_count": 1, "last_xid": 79}
+        )
+        Node.objects.filter(pk=silent.pk).update(last_heartbeat=now - timedelta(minutes=10))
 
 
 def chromium_fleet(

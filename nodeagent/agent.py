@@ -30,6 +30,7 @@ from nodeagent.client import MalformedDocument, PortalError, Unauthorized
 from nodeagent.config import AgentConfig
 from nodeagent.driver import DriverRoot
 from nodeagent.facts import FactsKeeper
+from nodeagent.gpuhealth import GpuHealth
 from nodeagent.imex.ctl import Ctl, CtlError
 from nodeagent.imex.supervisor import Daemon, Supervisor
 from nodeagent.link import MAX_BACKOFF_S, PortalLink
@@ -64,6 +65,7 @@ class Agent:
         ctl_bin = driver.command("nvidia-imex-ctl", config.imex_ctl_bin)
         ctl = Ctl(ctl_bin, self.paths, config.ctl_timeout, env=env)
         self.facts = FactsKeeper(config, driver, imex_bin, self.log)
+        self.gpu_health = GpuHealth(driver, config.fabric_facts, config.gpu_health_interval)
         self.link = PortalLink(config, self.facts, self.log, stop=self.stop_event, wake=self.wake)
         self.reporter = Reporter(config, self.link.client, self.log)
         self.keeper = DaemonKeeper(
@@ -124,7 +126,11 @@ class Agent:
         self.serving.publish_slice(desired, fetched=fetched)
         report, delay = self.apply(want) if want else self.release()
         metrics.observed(report)
-        self.send_report(report)
+        health = self.gpu_health.due(now)
+        if health is not None:
+            report["gpu_health"] = health
+        if self.send_report(report) and health is not None:
+            self.gpu_health.sent(now)
         return self.link.paced(delay)
 
     def startup(self) -> None:
@@ -201,11 +207,13 @@ class Agent:
         self.files.remove_all()
         self.keeper.daemon.set_hosts({})
 
-    def send_report(self, report: StatusReport) -> None:
-        if self.reporter.send(report) and report["clean"] and report["domain_uid"]:
+    def send_report(self, report: StatusReport) -> bool:
+        sent = self.reporter.send(report)
+        if sent and report["clean"] and report["domain_uid"]:
             # The portal has heard that this domain is gone from the tray; forget it.
             self.files.forget()
             self.log.request_id = ""
+        return sent
 
     # --- stop -------------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -213,6 +221,7 @@ class Agent:
         the next agent process to re-adopt (the emulator's fleet alone may ask otherwise)."""
         self.stop_event.set()
         self.serving.stop()
+        self.gpu_health.close()
         if self.cfg.stop_daemon_on_exit:
             with contextlib.suppress(Exception):
                 self.keeper.daemon.stop(self.cfg.stop_timeout)

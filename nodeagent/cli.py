@@ -184,6 +184,13 @@ def _loop_arguments(p: argparse.ArgumentParser) -> None:
     """The loop's cadence and logging."""
     p.add_argument("--poll-interval", type=float, default=5.0, help="Fallback poll (s)")
     p.add_argument("--heartbeat-interval", type=float, default=10.0)
+    p.add_argument(
+        "--gpu-health-interval",
+        type=float,
+        default=60.0,
+        help="Send the GPUs' temperature, power, XIDs, NVLink and ECC errors this often (s); "
+        "0: never",
+    )
     p.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
 
 
@@ -206,6 +213,7 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         fabric_facts=args.fabric_facts,
         poll_interval=args.poll_interval,
         heartbeat_interval=args.heartbeat_interval,
+        gpu_health_interval=args.gpu_health_interval,
         emulated_channel_files=args.emulated_channel_files,
         kubelet_dir=args.kubelet_dir,
         kubeconfig=args.kubeconfig,

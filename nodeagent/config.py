@@ -159,6 +159,7 @@ class AgentConfig:
     channel_gid: int | None = None  # their group (None: root's)
     poll_interval: float = 5.0  # fallback desired-state poll (the websocket nudges first)
     heartbeat_interval: float = 10.0
+    gpu_health_interval: float = 60.0  # one report a minute carries the GPUs' health; 0: off
     ready_poll_interval: float = 2.0  # local health check once the domain is up, …
     ready_poll_max: float = 5.0  # … doubling to this while it stays up
     start_poll_interval: float = 0.05  # `-q` polling while the daemon starts

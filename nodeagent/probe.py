@@ -47,6 +47,7 @@ class Gpu:
     cluster_uuid: str = ""
     clique_id: int = 0
     fabric_error: str = ""  # NVML's message when the registration FAILED
+    vbios_version: str = ""  # the GPU's firmware; "" where NVML does not say
 
     def document(self) -> GpuFacts:
         return {
@@ -54,6 +55,7 @@ class Gpu:
             "uuid": self.uuid,
             "product": self.product,
             "fabric_state": self.fabric_state,
+            "vbios_version": self.vbios_version,
         }
 
 
@@ -187,7 +189,15 @@ def _gpu(index: int) -> Gpu:
         cluster_uuid=cluster,
         clique_id=clique,
         fabric_error=error,
+        vbios_version=_vbios(handle),
     )
+
+
+def _vbios(handle: Any) -> str:
+    try:
+        return _text(pynvml.nvmlDeviceGetVbiosVersion(handle))[:40]
+    except pynvml.NVMLError:  # not supported, or a stand-in without it
+        return ""
 
 
 def _fabric_info(nvml: Any, handle: Any) -> tuple[str, int, str, str]:
@@ -224,7 +234,8 @@ def probe_facts_file(path: Path) -> tuple[list[Gpu], str]:
     """The same facts from a JSON file (`run/nvidia-emu/fabric.json` of an emulated tray).
 
     `{"cluster_uuid", "clique_id", "driver_version", "gpus": [{"index", "uuid", "product",
-    "fabric_state", "fabric_error"?, "cluster_uuid"?, "clique_id"?}], "nvml_error"?}`: a
+    "fabric_state", "fabric_error"?, "cluster_uuid"?, "clique_id"?, "vbios_version"?,
+    "health"?}], "nvml_error"?}` (`health`: `nodeagent.gpuhealth.FileHealth`): a
     GPU's own cluster/clique overrides the tray's; `nvml_error` makes NVML fail with it.
     """
     try:
@@ -242,6 +253,7 @@ def probe_facts_file(path: Path) -> tuple[list[Gpu], str]:
             cluster_uuid=str(g.get("cluster_uuid", doc.get("cluster_uuid", ""))),
             clique_id=int(g.get("clique_id", doc.get("clique_id") or 0)),
             fabric_error=str(g.get("fabric_error", "")),
+            vbios_version=str(g.get("vbios_version", "")),
         )
         for g in doc.get("gpus", [])
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from typing import cast
 
 from agentwire.messages import PeerStatus, StatusReport, Step
 from nodeagent.client import PortalClient, PortalError
@@ -71,7 +72,10 @@ class Reporter:
         step by step. Errors, readiness and release are reported at once.
         """
         now = time.monotonic()
-        if report == self.last_sent and now < self.next_heartbeat:
+        # The GPUs' health rides along now and then; it is not a change of the tray's state.
+        core = cast(StatusReport, {k: v for k, v in report.items() if k != "gpu_health"})
+        sampled = "gpu_health" in report
+        if core == self.last_sent and not sampled and now < self.next_heartbeat:
             return False
         if report["step"] != self.pending_step:
             self.pending_step, self.pending_since = report["step"], now
@@ -85,7 +89,7 @@ class Reporter:
         except PortalError:
             self.last_report_ok = False
             raise
-        if report != self.last_sent:
+        if core != self.last_sent:
             self.log.info(
                 "reported %s daemon=%s domain=%s%s",
                 report["step"],
@@ -93,7 +97,7 @@ class Reporter:
                 report["domain_state"] or "-",
                 f" error={report['error']}" if report["error"] else "",
             )
-        self.last_sent = report
+        self.last_sent = core
         self.last_report_ok = True
         self.next_heartbeat = now + self.cfg.heartbeat_interval * random.uniform(0.8, 1.2)
         return True

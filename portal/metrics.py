@@ -55,6 +55,7 @@ from domains.computedomains.traytruth import STATUS_WORDS, tray_truth
 from domains.inventory.models import Clique, Node, NodeCondition, NodeState
 from domains.tenancy.models import Namespace, Quota
 from domains.tenancy.selectors import is_operator
+from portal.metrics_gpu import GpuHealthCollector
 from portal.metrics_info import InfoCollector
 
 QUOTA_RESOURCES = (("gpus", "max_gpus"), ("nodes", "max_nodes"), ("domains", "max_domains"))
@@ -332,6 +333,7 @@ def registry() -> CollectorRegistry:
         QuotaCollector(),
         FleetCollector(),
         InfoCollector(),
+        GpuHealthCollector(),
         QueueCollector([settings.CELERY_TASK_DEFAULT_QUEUE]),
     ):
         reg.register(collector)

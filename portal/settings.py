@@ -297,6 +297,12 @@ PORTAL: PortalSettings = {
     # A tray marked down is replaced in its placed domain at once; one whose agent is silent
     # this long is too (a restarted agent is back long before). docs/configuration.md.
     "FAILOVER_GRACE": timedelta(seconds=env_int("PORTAL_FAILOVER_GRACE_S", 60)),
+    # A GPU needs attention this long after an XID or a rise of its NVLink error counters,
+    # and while it runs at or above GPU_HOT_C (domains/inventory/gpuhealth.py).
+    "GPU_ALERT_S": env_int("PORTAL_GPU_ALERT_S", 3600),
+    "GPU_HOT_C": env_int("PORTAL_GPU_HOT_C", 85),
+    # A tray draining longer than this shows in the operators' needs-attention list.
+    "DRAIN_TOO_LONG_S": env_int("PORTAL_DRAIN_TOO_LONG_S", 4 * 3600),
     "AGENT_JOIN_TOKEN": os.environ.get("PORTAL_AGENT_JOIN_TOKEN", ""),
     # Kubernetes: agents join with their pod's projected service-account token, verified by
     # TokenReview and bound to the node the pod runs on (domains/kube/tokenreview.py).

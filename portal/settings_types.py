@@ -16,6 +16,9 @@ class PortalSettings(TypedDict):
     HEARTBEAT_STALE_AFTER: timedelta  # agent silence after which a tray counts as silent
     # Agent silence after which a placed domain's tray is replaced and its claims released.
     FAILOVER_GRACE: timedelta
+    GPU_ALERT_S: int  # a GPU needs attention this long after an XID or NVLink errors rising
+    GPU_HOT_C: int  # … and while at or above this temperature
+    DRAIN_TOO_LONG_S: int  # a tray draining longer needs attention
     AGENT_JOIN_TOKEN: str
     # Kubernetes: the agents' ServiceAccounts ("<namespace>:<name>") whose projected tokens,
     # verified by TokenReview, join a tray instead of a join token; empty: not accepted.

@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agentwire.messages import StatusReport
+from domains.agents.gpuhealth import gpu_health_record
 from domains.audit.events import Actor, record_event
 from domains.computedomains.members import (
     REPORTED_FIELDS,
@@ -68,6 +69,8 @@ def agent_heartbeat(*, node_id: int, token: str, report: StatusReport) -> bool:
         row = cursor.fetchone()
     if row is None:
         return False
+    if "gpu_health" in report:
+        gpu_health_record(node_id=node_id, samples=report["gpu_health"], now=now)
     old_daemon, heard, tray_state, domain_id, uid, phase, generation, *fields = row
     if heard is None or heard < now - settings.PORTAL["HEARTBEAT_STALE_AFTER"]:
         _agent_back(node_id, heard)
@@ -139,8 +142,10 @@ def _agent_back(node_id: int, heard: datetime | None) -> None:
 
 def stored_report(report: StatusReport, received_at: datetime) -> dict[str, Any]:
     """The report as the tray keeps it (`Node.agent_report`): the agent's document, and when
-    it was received."""
-    return {**report, "received_at": received_at.isoformat()}
+    it was received. The GPUs' health, which only some reports carry, is kept on the GPUs
+    (`gpu_health_record`)."""
+    kept = {k: v for k, v in report.items() if k != "gpu_health"}
+    return {**kept, "received_at": received_at.isoformat()}
 
 
 def agent_report(*, node: Node, report: StatusReport) -> None:
@@ -170,6 +175,8 @@ def agent_report(*, node: Node, report: StatusReport) -> None:
         Node.objects.filter(pk=node.pk).update(**updates)
     for key, value in updates.items():
         setattr(node, key, value)
+    if "gpu_health" in report:
+        gpu_health_record(node_id=node.pk, samples=report["gpu_health"], now=now)
     if changed:
         announce_nodes([node.pk])
     domain_member_report(node_id=node.pk, report=report)

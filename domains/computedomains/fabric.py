@@ -30,6 +30,7 @@ from django.utils import timezone
 from domains.computedomains.admission import smallest_request
 from domains.computedomains.models import DomainMember
 from domains.computedomains.traytruth import tray_status
+from domains.inventory.gpuhealth import ALERT_FIELDS, GpuAlert, gpu_alerts
 from domains.inventory.models import (
     Clique,
     Gpu,
@@ -222,6 +223,8 @@ class GpuCell:
     index: int
     health: str
     fabric_state: str
+    alerts: tuple[GpuAlert, ...] = ()  # its health readings' alerts (XID, NVLink, hot)
+    temperature_c: int | None = None
 
 
 @dataclass(frozen=True)
@@ -286,10 +289,13 @@ def _gpus(rack_ids: list[int]) -> dict[int, list[GpuCell]]:
     rows = (
         Gpu.objects.filter(node__rack_id__in=rack_ids)
         .order_by("node_id", "index")
-        .values_list("node_id", "index", "health", "fabric_state")
+        .values_list("node_id", "index", "health", "fabric_state", *ALERT_FIELDS)
     )
-    for node_id, index, health, fabric_state in rows:
-        cells[node_id].append(GpuCell(index, health, fabric_state))
+    now = timezone.now()
+    for node_id, index, health, fabric_state, *alerting in rows:
+        alerts = tuple(gpu_alerts(*alerting, now=now))
+        temperature = alerting[ALERT_FIELDS.index("temperature_c")]
+        cells[node_id].append(GpuCell(index, health, fabric_state, alerts, temperature))
     return cells
 
 

@@ -50,6 +50,7 @@ from domains.errors import (
     QuotaExceeded,
 )
 from domains.inventory.models import MaintenanceWindow, NodeState
+from domains.inventory.versions import driver_mix
 from domains.placement.algorithm import place
 from domains.placement.model import Rejection
 from domains.signals import (
@@ -212,6 +213,7 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
         rack=result.rack,
         nodes=result.hostnames,
         node_ids=result.node_ids,
+        mixed_drivers=driver_mix(result.node_ids),
     )
 
 

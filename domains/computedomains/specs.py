@@ -49,3 +49,6 @@ class DryRunResult:
     estimated_placement_at: datetime | None = None
     estimate_reason: str = ""
     estimate_message: str = ""
+    # The NVIDIA drivers of the trays it would get, when they differ ("580.82.07 on 3
+    # trays"): IMEX refuses peers of another driver version, so it would not form.
+    mixed_drivers: list[str] = field(default_factory=list)

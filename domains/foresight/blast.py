@@ -252,13 +252,17 @@ def _down(scope: Scope, node_ids: Iterable[int], *, why: str = "") -> BlastRadiu
 
 
 def _down_summary(scope: Scope, trays: int, domains: tuple[DomainHit, ...]) -> str:
-    what = f"{trays} tray{'s' if trays != 1 else ''} stop"
+    """In words, e.g. "2 trays stop; 1 live domain, in 1 namespace, loses trays and turns
+    Degraded"."""
+    what = "1 tray stops" if trays == 1 else f"{trays} trays stop"
     if not domains:
         return f"{what}; no live domain runs there"
     tenants = len(_tenants(domains))
+    one = len(domains) == 1
     return (
-        f"{what}; {len(domains)} live domain{'s' if len(domains) != 1 else ''} of "
-        f"{tenants} namespace{'s' if tenants != 1 else ''} lose trays and turn Degraded"
+        f"{what}; {len(domains)} live domain{'' if one else 's'}, in {tenants} "
+        f"namespace{'' if tenants == 1 else 's'}, {'loses' if one else 'lose'} trays and "
+        f"turn{'s' if one else ''} Degraded"
     )
 
 

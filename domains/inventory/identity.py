@@ -260,10 +260,12 @@ def gpus_sync(node: Node, gpus: list[Any]) -> None:
     Gpu.objects.filter(node=node).exclude(index__in=[g["index"] for g in gpus]).delete()
     for fact in gpus:
         gpu = current.get(fact["index"])
-        if gpu and (gpu.uuid, gpu.product, gpu.fabric_state) == (
+        vbios = fact.get("vbios_version", "")  # an older agent does not send it
+        if gpu and (gpu.uuid, gpu.product, gpu.fabric_state, gpu.vbios_version) == (
             fact["uuid"],
             fact["product"] or gpu.product,
             fact["fabric_state"],
+            vbios or gpu.vbios_version,
         ):
             continue
         Gpu.objects.update_or_create(
@@ -273,5 +275,6 @@ def gpus_sync(node: Node, gpus: list[Any]) -> None:
                 "uuid": fact["uuid"],
                 "product": fact["product"],
                 "fabric_state": fact["fabric_state"],
+                **({"vbios_version": vbios} if vbios else {}),
             },
         )

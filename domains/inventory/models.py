@@ -179,6 +179,18 @@ class Gpu(models.Model):
         max_length=16, choices=FabricState.choices, default=FabricState.COMPLETED
     )
     health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.HEALTHY)
+    vbios_version = models.CharField(max_length=40, blank=True)
+    # What its agent last read through NVML (agentwire's GpuHealthSample), when, and what
+    # the portal made of it (`domains.inventory.gpuhealth`): the XIDs and NVLink errors
+    # seen rising (since when, and the last time), and how long it has run hot.
+    telemetry = models.JSONField(default=dict, blank=True)
+    telemetry_at = models.DateTimeField(null=True, blank=True)
+    temperature_c = models.SmallIntegerField(null=True, blank=True)
+    xid_since = models.DateTimeField(null=True, blank=True)
+    xid_at = models.DateTimeField(null=True, blank=True)
+    nvlink_since = models.DateTimeField(null=True, blank=True)
+    nvlink_at = models.DateTimeField(null=True, blank=True)
+    hot_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["node", "index"]

@@ -71,3 +71,23 @@ class SyncState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.resource}@{self.resource_version}"
+
+
+class TrayPod(models.Model):
+    """A pod Kubernetes runs on a tray, with the ResourceClaims it uses: the kube sync's pod
+    watch keeps one row per pod bound to a known tray and not finished."""
+
+    uid = models.CharField(max_length=64, unique=True)
+    node = models.ForeignKey("inventory.Node", on_delete=models.CASCADE, related_name="pods")
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    phase = models.CharField(max_length=16, blank=True)
+    claims = models.JSONField(default=list, blank=True)  # ResourceClaim names, its namespace's
+    started_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        indexes = [models.Index(fields=["node", "namespace"], name="traypod_node_namespace")]
+
+    def __str__(self) -> str:
+        return f"pod {self.namespace}/{self.name} on {self.node_id}"

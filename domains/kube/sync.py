@@ -1,4 +1,5 @@
-"""Watches that bring Nodes, Namespaces and ComputeDomains into the portal.
+"""Watches that bring Nodes, Namespaces, ComputeDomains and the pods on trays into the
+portal.
 
 Each resource runs the informer pattern by hand: LIST (remember `resourceVersion`, replay
 every object through the services, and treat what is missing as deleted), then WATCH from
@@ -30,7 +31,7 @@ from django.utils import timezone
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from domains.kube import services, tasks
+from domains.kube import services, tasks, workloads
 from domains.kube.client import KubeRejected, KubeUnavailable, call, is_not_found
 from domains.kube.crd import API_GROUP, API_VERSION, PLURAL, computedomain_status
 from domains.kube.models import SyncState
@@ -97,6 +98,16 @@ def resources(api: client.ApiClient, enqueue: Enqueue | None = None) -> list[Res
             on_resync=lambda uids, at: services.kube_computedomains_resynced(
                 present=uids, listed_at=at
             ),
+            key=lambda o: o["metadata"]["uid"],
+        ),
+        # What runs on each tray (its page's workloads): pods, with their ResourceClaims.
+        Resource(
+            name="pods",
+            list_fn=core.list_pod_for_all_namespaces,
+            list_args=(),
+            on_object=lambda o, _: workloads.kube_pod_observed(pod=o),
+            on_deleted=lambda o: workloads.kube_pod_deleted(uid=o["metadata"]["uid"]),
+            on_resync=lambda uids, at: workloads.kube_pods_resynced(present=uids, listed_at=at),
             key=lambda o: o["metadata"]["uid"],
         ),
     ]

@@ -230,6 +230,7 @@ DRY_RUN_FITS = {
     "estimatedPlacementAt": None,
     "estimateReason": "",
     "estimateMessage": "",
+    "mixedDrivers": [],
 }
 _FULL = "needs 2 free trays in one clique; best is rack gb-r01 clique gb-r01-c0 with 1 free"
 DRY_RUN_WAITS = {

@@ -28,6 +28,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
+from domains.inventory.gpuhealth import MARKS
 from domains.inventory.parts import POWER, SWITCH, Part, WindowMark
 from domains.placement.model import TrayStatus
 from portal.web.fabric import RackView, TrayView, daemon_word
@@ -207,6 +208,7 @@ def _compute(rack: RackView, slot: int, y: int, maint: dict[int, str], mode: Mod
     classes = f"{css['tray']} k-{kind.replace(' ', '-')}{' dim' if dim else ''}"
     classes += f" status-{tray.status} state-{tray.state}"
     classes += " highlight" if tray.highlight else ""
+    classes += " has-gpu-alert" if tray.alert_kinds else ""
     fill = {"free": "st-free", "in use": "st-used"}.get(kind, f"st-{kind}")
     out = [
         f'<g class="{classes}" data-hostname="{escape(tray.hostname)}" {_data(tray, kind, mode)}>'
@@ -237,9 +239,10 @@ def _compute(rack: RackView, slot: int, y: int, maint: dict[int, str], mode: Mod
 def _data(tray: TrayView, kind: str, mode: Mode) -> str:
     """The attributes pages and tests find a tray by (a tenant's page has its members'
     `data-state` rows: the drawing names the kind it shows instead)."""
+    alerts = f' data-gpu-alerts="{" ".join(tray.alert_kinds)}"' if tray.alert_kinds else ""
     if mode.tenant:
-        return f'data-status="{tray.status}" data-kind="{kind}"'
-    return f'data-slot="{tray.slot}" data-status="{tray.status}" data-state="{tray.state}"'
+        return f'data-status="{tray.status}" data-kind="{kind}"{alerts}'
+    return f'data-slot="{tray.slot}" data-status="{tray.status}" data-state="{tray.state}"{alerts}'
 
 
 def _word(tray: TrayView, kind: str, maint: dict[int, str], mode: Mode) -> str:
@@ -257,16 +260,18 @@ def _word(tray: TrayView, kind: str, maint: dict[int, str], mode: Mode) -> str:
     if extra and len(" · ".join([*words, extra])) <= mode.word_chars:
         words.append(extra)
     word = " · ".join(words) or "in use"
-    word = word if len(word) <= mode.word_chars else word[: mode.word_chars - 1] + "…"
     if mode.tenant and tray.highlight:
         word = "▶ lands here" if tray.preview and tray.domain is None else f"▶ {word}"
-    return word
+    # Cut last, marker included: what is written must end inside the tray's box.
+    return word if len(word) <= mode.word_chars else word[: mode.word_chars - 1] + "…"
 
 
 def _gpus(tray: TrayView, y: int, mode: Mode) -> list[str]:
     out, cls = [], mode.css["gpu"]
     for i, gpu in enumerate(tray.gpus[:4]):
         health, mark = GPU_MARK.get(gpu.health, ("unknown", "?"))
+        if gpu.alerts:  # the health readings' overlay: the most serious alert's letter
+            health, mark = "alert", MARKS[gpu.alerts[0].kind]
         x = mode.gpu_x + i * (mode.gpu_w + 2)
         out.append(
             f'<rect x="{x}" y="{y + 3}" width="{mode.gpu_w}" height="10" '
@@ -293,6 +298,7 @@ def _hover(tray: TrayView, maint: dict[int, str]) -> str:
         lines.append(f"clique: {tray.clique_name}")
     bad = [f"GPU{g.index} {g.health}" for g in tray.gpus if g.health != "healthy"]
     lines.append("GPUs: " + (", ".join(bad) if bad else f"{len(tray.gpus)} healthy"))
+    lines.extend(tray.gpu_alerts)
     if tray.daemon_state:  # operators only: a tenant is not told other trays' daemons
         lines.append(f"IMEX daemon: {daemon_word(tray.daemon_state, tray.state)}")
     if tray.node_id in maint:

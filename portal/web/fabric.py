@@ -11,13 +11,14 @@ everyone else's trays only as an anonymous "in use".
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.urls import reverse
 
 from domains.computedomains.fabric import FabricRead, GpuCell, Holder, fabric_read
 from domains.computedomains.traytruth import STATUS_WORDS
+from domains.inventory.gpuhealth import alert_words
 from domains.inventory.models import Node, NodeState, Rack
 from domains.inventory.parts import Part, WindowMark
 from domains.placement.model import CliqueSummary
@@ -75,6 +76,15 @@ class TrayView:
     def unhealthy_gpus(self) -> int:
         return sum(1 for g in self.gpus if g.health != "healthy")
 
+    @property
+    def gpu_alerts(self) -> list[str]:
+        """Each GPU with alerts, in words: "GPU2 XID 79, NVLink errors rising"."""
+        return [f"GPU{g.index} {alert_words(list(g.alerts))}" for g in self.gpus if g.alerts]
+
+    @property
+    def alert_kinds(self) -> list[str]:
+        return sorted({a.kind for g in self.gpus for a in g.alerts})
+
 
 @dataclass
 class RackView:
@@ -106,6 +116,11 @@ class RackView:
                 tag, count = held.get(key, (tray.domain, 0))
                 held[key] = (tag, count + 1)
         return sorted(held.values(), key=lambda pair: pair[0].label)
+
+    @property
+    def gpu_alert_trays(self) -> list[TrayView]:
+        """Its trays whose GPUs need attention, by slot."""
+        return [self.trays[s] for s in sorted(self.trays) if self.trays[s].alert_kinds]
 
     @property
     def parts_down(self) -> list[Part]:
@@ -220,11 +235,19 @@ def _tray_view(
         last_heartbeat=node.last_heartbeat,
         # A tenant learns nothing of other tenants' trays beyond "in use".
         daemon_state=node.daemon_state if operator else "",
-        gpus=read.gpus.get(node.pk, []),
+        gpus=_gpus(read.gpus.get(node.pk, []), visibility, holder),
         domain=_tag(holder, visibility, links) if holder is not None else None,
         url=reverse("operator:node", args=[node.hostname]) if operator and links else "",
         highlight=node.pk in marked,
     )
+
+
+def _gpus(cells: list[GpuCell], visibility: Visibility, holder: Holder | None) -> list[GpuCell]:
+    """The GPUs as this viewer sees them: a tenant learns the health readings (XIDs,
+    NVLink errors, heat) of their own domains' trays only."""
+    if visibility.operator or (holder is not None and visibility.sees(holder)):
+        return cells
+    return [replace(c, alerts=(), temperature_c=None) for c in cells]
 
 
 def _tag(holder: Holder, visibility: Visibility, links: bool) -> DomainTag:

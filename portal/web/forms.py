@@ -10,6 +10,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
+from domains.attention.selectors import KINDS
 from domains.computedomains.models import (
     AllocationMode,
     Phase,
@@ -116,6 +117,12 @@ class DomainRequestForm(forms.Form):
         data = self.cleaned_data
         trays, gpus = data.get("num_nodes"), data.get("gpus")
         size = data.get("size") or ("gpus" if gpus is not None and trays is None else "trays")
+        if size == "trays" and trays == 0:
+            # 0 trays follows the workload: the form shown again must say so, radio included.
+            size = "workload"
+            shown = dict(self.data.items())
+            shown["size"], shown["num_nodes"] = "workload", ""
+            self.data = shown
         data["size"] = size
         if size == "workload":
             if trays:
@@ -385,6 +392,18 @@ class AuditFilterForm(forms.Form):
         required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
 
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            # No event is both after `since` and before `until`: say so, not "no match".
+            self.add_error(
+                "until",
+                f"Until ({until:%Y-%m-%d %H:%M}) is before since ({since:%Y-%m-%d %H:%M}): "
+                "swap them, or move one.",
+            )
+        return data
+
 
 class TokenCreateForm(forms.Form):
     name = forms.CharField(
@@ -406,3 +425,23 @@ class TokenCreateForm(forms.Form):
     def expires_in(self) -> timedelta | None:
         days = self.cleaned_data.get("expires_in_days")
         return timedelta(days=days) if days else None
+
+
+class AttentionFilterForm(forms.Form):
+    """The needs-attention list's filter (one reason, a name) and its order."""
+
+    SORTS = {"kind": "Reason", "subject": "Tray or domain", "rack": "Rack", "since": "Since"}
+
+    kind = forms.ChoiceField(label="Reason", required=False)
+    q = forms.CharField(label="Tray, domain or rack", required=False, max_length=200)
+    sort = forms.ChoiceField(
+        required=False,
+        choices=[("", "")] + [(f"{d}{k}", k) for k in SORTS for d in ("", "-")],
+        widget=forms.HiddenInput,
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["kind"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [("", "Any reason"), *KINDS.items()]

@@ -8,17 +8,21 @@ from portal.web import views
 from portal.web.views import (
     account,
     admin,
+    attention,
+    calendar,
     health,
     incidents,
     notifications,
     operator,
     tenant,
     trays,
+    versions,
 )
 
 operator_patterns = (
     [
         path("", operator.fabric, name="fabric"),
+        path("attention/", attention.attention, name="attention"),
         path("health/", health.banner, name="health"),
         path("racks/<str:name>/", operator.rack, name="rack"),
         path("cliques/<str:label>/", operator.clique, name="clique"),
@@ -31,6 +35,8 @@ operator_patterns = (
         path("channels/", operator.channels, name="channels"),
         path("impact/<str:kind>/<str:name>/", operator.impact, name="impact"),
         path("maintenance/", operator.maintenance, name="maintenance"),
+        path("maintenance/calendar/", calendar.calendar, name="calendar"),
+        path("versions/", versions.versions, name="versions"),
         path("incidents/", incidents.incidents, name="incidents"),
         path("incidents/<int:pk>/", incidents.incident, name="incident"),
         path(

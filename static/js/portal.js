@@ -50,6 +50,21 @@
     }
   }, true);
   document.querySelectorAll("form").forEach(applySize);
+  // 0 trays means "follow the workload": say so with the radio, not silently on the server.
+  document.addEventListener("input", function (event) {
+    var field = event.target;
+    if (!field.matches || !field.matches('[data-size="trays"]') || field.value.trim() !== "0") {
+      return;
+    }
+    var follow = field.form && field.form.querySelector(
+      'input[name="size"][data-size-choice][value="workload"]');
+    if (!follow) return;
+    field.value = "";
+    follow.checked = true;
+    applySize(field.form);
+    follow.dispatchEvent(new Event("change", { bubbles: true }));
+    follow.focus();
+  }, true);
 
   // What a person asked for with a form (a preview, the manifests for another number of
   // pods) is marked busy until its answer is in: dimmed on the page, announced as busy to
@@ -122,5 +137,23 @@
     if (!box || !box.form) return;
     box.form.querySelectorAll('input[type="checkbox"][name="' + box.dataset.checkAll + '"]')
       .forEach(function (other) { other.checked = box.checked; });
+  });
+
+  // The top bar's menus close on a click elsewhere and on Escape.
+  function closeMenus(except) {
+    document.querySelectorAll(".topbar details.menu[open]").forEach(function (menu) {
+      if (menu !== except) menu.open = false;
+    });
+  }
+  document.addEventListener("click", function (event) {
+    closeMenus(event.target.closest && event.target.closest(".topbar details.menu"));
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape") return;
+    var open = document.querySelector(".topbar details.menu[open]");
+    if (open) {
+      open.open = false;
+      open.querySelector("summary").focus();
+    }
   });
 })();

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """An emulated tray's world under its root: /proc/devices, the loaded driver's version, NVML
-fabric facts, fault knobs, and what its emulated IMEX daemon leaves for tests to read.
+fabric facts and GPU health, fault knobs (a sick GPU among them), and what its emulated
+IMEX daemon leaves for tests to read.
 
 The agent reads `<root>/proc/devices` exactly as on a real tray and, with `--fabric-facts`,
 takes the GPUs and clique from `run/nvidia-emu/fabric.json` instead of NVML. The emulated
@@ -15,8 +16,10 @@ import json
 import os
 import shutil
 import signal
+import time
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,12 +48,29 @@ _CHAR_DEVICES = [
 _BLOCK_DEVICES = [(7, "loop"), (8, "sd"), (259, "blkext")]
 
 
+VBIOS_VERSION = "97.00.B9.00.12"  # a GB200's, as nvidia-smi prints it
+
+
+def healthy_gpu(index: int = 0) -> dict[str, Any]:
+    """What NVML says of a healthy GB200 at work (`nodeagent.gpuhealth.FileHealth`)."""
+    return {
+        "temperature_c": 41 + index,
+        "power_mw": 612_000 + 1_000 * index,
+        "xids": [],
+        "nvlink_errors": {"crc_flit": 0, "crc_data": 0, "replay": 0, "recovery": 0},
+        "ecc_corrected": 0,
+        "ecc_uncorrected": 0,
+    }
+
+
 @dataclass(frozen=True)
 class GpuFacts:
     index: int
     uuid: str
     product: str = "NVIDIA GB200"
     fabric_state: str = "COMPLETED"
+    vbios_version: str = VBIOS_VERSION
+    health: dict[str, Any] = field(default_factory=dict)  # {}: healthy_gpu(index)
 
 
 @dataclass(frozen=True)
@@ -88,6 +108,8 @@ def prepare_tray(root: Path, facts: TrayFacts, faults: dict[str, Any] | None = N
     emu = root / EMU_DIR
     emu.mkdir(parents=True, exist_ok=True)
     document = asdict(facts) | {"channel_major": major}
+    for gpu in document["gpus"]:
+        gpu["health"] = gpu["health"] or healthy_gpu(gpu["index"])
     write_atomic(emu / "fabric.json", json.dumps(document, indent=2) + "\n")
     write_driver_version(root, facts.driver_version)
     if facts.imex_mgmt_minor is not None:
@@ -146,6 +168,62 @@ def read_faults(root: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return faults if isinstance(faults, dict) else {}
+
+
+def sicken_gpu(
+    root: Path,
+    index: int,
+    *,
+    xids: tuple[int, ...] = (79,),
+    nvlink_errors_per_s: float = 40.0,
+    temperature_c: int | None = 93,
+) -> None:
+    """Make one GPU of the tray sick, as its NVML would tell: `xids` happen now (79: the
+    GPU fell off the bus), its NVLink CRC errors start rising at `nvlink_errors_per_s`, and
+    it runs hot. The agent reads it at its next GPU-health sample."""
+
+    def change(gpu: dict[str, Any]) -> None:
+        health = gpu.setdefault("health", healthy_gpu(index))
+        health["xids"] = [*health.get("xids", []), *xids]
+        if nvlink_errors_per_s:
+            health["nvlink_errors_per_s"] = nvlink_errors_per_s
+            health["since"] = time.time()
+        if temperature_c is not None:
+            health["temperature_c"] = temperature_c
+
+    _change_gpu(root, index, change)
+
+
+def heal_gpu(root: Path, index: int) -> None:
+    """The GPU healthy again (its XIDs are history: NVML's counters do not go back)."""
+
+    def change(gpu: dict[str, Any]) -> None:
+        old = gpu.get("health") or {}
+        gpu["health"] = healthy_gpu(index) | {"xids": old.get("xids", [])}
+
+    _change_gpu(root, index, change)
+
+
+def set_gpu_facts(root: Path, **facts: Any) -> None:
+    """Change what NVML says of every GPU of the tray (e.g. `vbios_version`) and, with
+    `driver_version`, the loaded driver's version: the agent re-sends its facts when it
+    probes again (a restart)."""
+    path = Path(root) / EMU_DIR / "fabric.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if "driver_version" in facts:
+        doc["driver_version"] = facts.pop("driver_version")
+        write_driver_version(root, doc["driver_version"])
+    for gpu in doc.get("gpus", []):
+        gpu.update(facts)
+    write_atomic(path, json.dumps(doc, indent=2) + "\n")
+
+
+def _change_gpu(root: Path, index: int, change: Callable[[dict[str, Any]], None]) -> None:
+    path = Path(root) / EMU_DIR / "fabric.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    (gpu,) = [g for g in doc["gpus"] if g["index"] == index]
+    change(gpu)
+    write_atomic(path, json.dumps(doc, indent=2) + "\n")
 
 
 def set_faults(root: Path, faults: dict[str, Any]) -> None:

@@ -123,6 +123,11 @@ def _pages(world: dict) -> dict[str, list[str]]:
         "/fabric/maintenance/",
         "/fabric/incidents/",
         f"/fabric/incidents/{world['incident'].pk}/",
+        "/fabric/attention/",
+        "/fabric/attention/?sort=-since",
+        "/fabric/versions/",
+        "/fabric/maintenance/calendar/",
+        "/fabric/maintenance/calendar/?view=month",
         f"/fabric/impact/switch_tray/{rack.name}-s01/",
         f"/fabric/impact/power_shelf/{rack.name}-p1/",
         "/tokens/",
@@ -261,5 +266,46 @@ def test_forms_answering_with_errors_and_warnings_have_no_serious_axe_violation(
     page.wait_for_selector(".msg-warning")
     found += [("admin", "quota saved below use", v) for v in _axe(page)]
 
+    failing = [item for item in found if item[2]["impact"] in FAILING]
+    assert not failing, f"axe found serious or critical violations:\n{_readable(failing)}"
+
+
+def _admin_pages() -> list[str]:
+    """The Django admin's index and every model's list (and one change page, read-only)."""
+    from django.contrib import admin as django_admin
+
+    lists = sorted(
+        f"/django-admin/{m._meta.app_label}/{m._meta.model_name}/"
+        for m in django_admin.site._registry
+    )
+    return ["/django-admin/", *lists]
+
+
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_the_api_docs_and_the_django_admin_have_no_serious_axe_violation(
+    viewport, axe_source, login, admin, tenant_a, ns_a
+):
+    """Swagger UI (the API's docs, third-party markup) and the Django admin are pages of
+    the portal too."""
+    world_rack = factories.make_racks("18", ip_prefix=IP_PREFIX)[0]
+    form(request_domain(ns_a, tenant_a, "train", num_nodes=2))
+    node = world_rack.nodes.order_by("slot").first()
+    size = dict(zip(("width", "height"), VIEWPORTS[viewport], strict=True))
+    found: list[tuple[str, str, dict]] = []
+    for who, user, paths in (
+        ("tenant", tenant_a, ["/api/v1/docs/"]),
+        ("admin", admin, [*_admin_pages(), f"/django-admin/inventory/node/{node.pk}/change/"]),
+    ):
+        page = login(user).context.new_page()
+        page.set_viewport_size(size)
+        page.add_init_script(path=str(axe_source))
+        for path in paths:
+            page.goto(path)
+            if path.startswith("/api/"):
+                page.wait_for_selector(".swagger-ui .opblock-tag", timeout=30_000)
+            found += [(who, path, v) for v in _axe(page)]
+    others = [item for item in found if item[2]["impact"] not in FAILING]
+    if others:
+        print(_readable(others))
     failing = [item for item in found if item[2]["impact"] in FAILING]
     assert not failing, f"axe found serious or critical violations:\n{_readable(failing)}"

@@ -39,7 +39,7 @@ def test_a_tray_takes_down_the_domain_holding_it_and_names_the_tenant(topology, 
     assert hit.trays == (hosts(domain)[1],) and hit.trays_total == 3 and hit.gpus == 4
     assert hit.effect == "loses 1 of 3 trays (4 GPUs)"
     assert radius.tenants == ("team-a",)
-    assert "1 live domain of 1 namespace" in radius.summary
+    assert "1 live domain, in 1 namespace," in radius.summary
 
 
 def test_a_free_tray_hits_nobody(topology, ns_a, tenant_a):
@@ -47,7 +47,7 @@ def test_a_free_tray_hits_nobody(topology, ns_a, tenant_a):
     free = Node.objects.filter(memberships__isnull=True).order_by("slot").first()
     radius = blast_radius(scope_named("tray", free.hostname))
     assert radius.harmless and radius.gpus_down == 4
-    assert radius.summary == "1 tray stop; no live domain runs there"
+    assert radius.summary == "1 tray stops; no live domain runs there"
 
 
 def test_a_set_of_trays_adds_up_per_domain(topology, ns_a, tenant_a, ns_b, tenant_b):

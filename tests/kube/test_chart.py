@@ -273,6 +273,7 @@ def test_rbac_allows_only_what_the_portal_does(objects):
     assert rules == {
         ("", "nodes"): {"get", "list", "watch"},
         ("", "namespaces"): {"get", "list", "watch"},
+        ("", "pods"): {"list", "watch"},  # what runs on each tray
         ("resource.nvidia.com", "computedomains"): {
             "get",
             "list",

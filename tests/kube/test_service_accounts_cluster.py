@@ -102,7 +102,7 @@ def test_the_portal_does_its_kubernetes_job_with_only_the_charts_rbac(
     token = token_for(cluster, PORTAL)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig_as(cluster, token, tmp_path / "portal")))
     sync = Sync(django_capture_on_commit_callbacks, watch_timeout_s=1)  # as the portal
-    assert sync.step() == [True, True, True]  # list nodes, namespaces, computedomains
+    assert sync.step() == [True] * 4  # list nodes, namespaces, computedomains, pods
     with django_capture_on_commit_callbacks(execute=True):
         domain = request_and_place(ns_a, tenant_a, num_nodes=2)
         all_ready(domain)
@@ -110,7 +110,7 @@ def test_the_portal_does_its_kubernetes_job_with_only_the_charts_rbac(
     obj = real_kube.get("computedomains", "train", "team-a")
     assert obj["status"]["status"] == "Ready"  # computedomains/status, patched
     assert real_kube.get("resourceclaimtemplates", "train-channel", "team-a") is not None
-    assert sync.step() == [True, True, True]  # and watch them
+    assert sync.step() == [True] * 4  # and watch them
 
     with django_capture_on_commit_callbacks(execute=True):
         domain_release(actor=Actor.for_user(tenant_a), domain=domain)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -24,7 +23,6 @@ from nodeagent.probe import Gpu, fabric_verdict, probe
 from testbed.emulator.tray import GpuFacts, TrayFacts, prepare_tray
 
 CLUSTER = "5b7e6a9c-0d8b-4f55-9d3e-3f1f3c4f0a11"
-STANDIN_SOURCE = Path(__file__).resolve().parents[2] / "testbed/nvml_standin.c"
 
 
 @pytest.fixture
@@ -91,33 +89,6 @@ def test_the_probe_never_raises_nvml_failures_are_conditions(tray: Path):
 
 
 # --- NVML from the driver root -----------------------------------------------------------------
-@pytest.fixture(scope="module")
-def nvml_standin(tmp_path_factory) -> Path:
-    """A driver root whose libnvidia-ml.so.1 is the test stand-in (built with the C compiler)."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler to build the NVML stand-in")
-    root = tmp_path_factory.mktemp("driver-root")
-    libdir = root / "usr/lib/x86_64-linux-gnu"
-    libdir.mkdir(parents=True)
-    target = libdir / "libnvidia-ml.so.580.82.07"
-    subprocess.run(
-        [
-            compiler,
-            "-shared",
-            "-fPIC",
-            "-Wl,-soname,libnvidia-ml.so.1",
-            "-o",
-            target,
-            STANDIN_SOURCE,
-        ],
-        check=True,
-    )
-    (libdir / "libnvidia-ml.so.1").symlink_to(target.name)
-    (libdir / "libc.so.6").write_text("the driver root's own libc: never on our loader path")
-    return root
-
-
 def probe_in_a_process(driver_root: Path, conf: str, tmp_path: Path) -> dict:
     """The agent's real NVML path, in a fresh process (the library stays loaded once in)."""
     (tmp_path / "nvml.conf").write_text(conf)

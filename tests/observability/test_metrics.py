@@ -120,6 +120,16 @@ def test_every_family_is_one_group_with_help_and_a_type(staff, ns_a, ns_b, topol
         "portal_channels_capacity",
         "portal_celery_queue_depth",
         "portal_redis_up",
+        "portal_gpu_alert",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     }
     for family in found.values():
         assert family.documentation, f"{family.name} has no HELP"

@@ -15,9 +15,11 @@ pytestmark = pytest.mark.django_db
 
 def test_a_user_creates_a_token_sees_it_once_and_it_works_on_the_api(client, tenant_a):
     client.force_login(tenant_a)
-    page = client.post(
+    created = client.post(
         reverse("tokens"), {"name": "ci-pipeline", "read_only": "on", "expires_in_days": "30"}
     )
+    assert created.status_code == 302 and created["Location"] == reverse("tokens")
+    page = client.get(created["Location"])  # reloading it would not mint a second token
     assert page.status_code == 200 and page["Cache-Control"] == "no-store"
     raw = page.context["created"]["raw"]
     assert raw.startswith("dpt_") and raw in page.content.decode()
@@ -26,6 +28,7 @@ def test_a_user_creates_a_token_sees_it_once_and_it_works_on_the_api(client, ten
 
     listing = client.get(reverse("tokens")).content.decode()
     assert "ci-pipeline" in listing and token.prefix in listing and raw not in listing
+    assert ApiToken.objects.filter(user=tenant_a).count() == 1  # shown once, minted once
 
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
@@ -45,7 +48,7 @@ def test_bad_input_names_the_field_and_creates_nothing(client, tenant_a, data, f
 
 def test_revoking_stops_the_token_and_is_audited(client, tenant_a):
     client.force_login(tenant_a)
-    raw = client.post(reverse("tokens"), {"name": "old"}).context["created"]["raw"]
+    raw = client.post(reverse("tokens"), {"name": "old"}, follow=True).context["created"]["raw"]
     token = ApiToken.objects.get(user=tenant_a)
     response = client.post(reverse("token_revoke", args=[token.pk]))
     assert response.status_code == 302

@@ -54,6 +54,8 @@ def _field(annotation: Any) -> serializers.Field:
     optional: dict[str, Any] = {}
     if default is not MISSING:
         optional = {"required": False, "default": list if default == [] else default}
+    elif _may_be_left_out(annotation):  # and then stays out
+        optional = {"required": False}
     described = value_schema(annotation).get("description")
     if described:
         optional["help_text"] = described
@@ -69,6 +71,12 @@ def _field(annotation: Any) -> serializers.Field:
         }
         return serializer_for(get_args(base)[0])(many=True, **bounds, **optional)
     return _from_schema(value_schema(annotation), optional)
+
+
+def _may_be_left_out(annotation: Any) -> bool:
+    """A `NotRequired` field without a default: left out, it is not there."""
+    spec = field_wire(annotation)
+    return get_origin(annotation) is NotRequired and (spec is None or spec.default is MISSING)
 
 
 def _bare(annotation: Any) -> Any:
@@ -146,8 +154,11 @@ _NOT_IN_TEXT = re.compile(r"[\x00\ud800-\udfff]")  # refused by DRF's CharField
 
 def canonical_check(message: type) -> Check:
     """A test that a document is the message in the agent's own form (see the module's
-    docstring): what it passes, `serializer_for(message)` accepts and reads unchanged."""
-    return _check(object_schema(message))
+    docstring): what it passes, `serializer_for(message)` accepts and reads unchanged. A
+    `NotRequired` field without a default may be left out: the serializer leaves it out
+    too."""
+    optional = frozenset(name for name, a in hints(message).items() if _may_be_left_out(a))
+    return _object_check(object_schema(message), optional)
 
 
 def _check(schema: Mapping[str, Any]) -> Check:
@@ -183,15 +194,16 @@ def _check(schema: Mapping[str, Any]) -> Check:
     return lambda v: False  # left to the serializer
 
 
-def _object_check(schema: Mapping[str, Any]) -> Check:
+def _object_check(schema: Mapping[str, Any], optional: frozenset[str] = frozenset()) -> Check:
     checks = {name: _check(value) for name, value in schema["properties"].items()}
     keys = checks.keys()
+    always = keys - optional
 
     def check(value: Any) -> bool:
         return (
             type(value) is dict
-            and value.keys() == keys
-            and all(test(value[name]) for name, test in checks.items())
+            and always <= value.keys() <= keys
+            and all(test(value[name]) for name, test in checks.items() if name in value)
         )
 
     return check

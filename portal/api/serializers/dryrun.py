@@ -74,6 +74,13 @@ class DryRunSerializer(serializers.Serializer):
     estimateMessage = serializers.CharField(
         source="estimate_message", help_text="As a domain's `status.estimateMessage`."
     )
+    mixedDrivers = serializers.ListField(
+        source="mixed_drivers",
+        child=serializers.CharField(),
+        help_text="The NVIDIA drivers of the trays it would get when they differ (e.g. "
+        "`580.82.07 on 3 trays`): IMEX refuses peers of another driver version, so the "
+        "domain would not form. Empty when they run one driver.",
+    )
 
     @extend_schema_field(serializers.ChoiceField(choices=["All"]))
     def get_dryRun(self, result: DryRunResult) -> str:

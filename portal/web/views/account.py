@@ -1,8 +1,10 @@
 """Signing in, and the signed-in user's own things: personal API tokens for scripts and
 kubectl-style clients.
 
-A token's secret is shown once, in the response to the POST that created it, and never
-again (only its hash is stored); the list shows each token's prefix to tell them apart.
+A token's secret is shown once and never again (only its hash is stored); the list shows
+each token's prefix to tell them apart. The POST that creates one redirects (reloading the
+page must not mint a second token): the secret waits in the session for that one GET,
+which takes it out and answers `Cache-Control: no-store`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from portal.signin import RateLimitedLoginView
 from portal.web.access import SignedInRequest
 from portal.web.forms import TokenCreateForm, apply_error
 
+# The session key under which the secret of the token just created waits to be shown.
+NEW_TOKEN = "new_api_token"  # noqa: S105 - a key, not a secret
+
 
 class SignInView(RateLimitedLoginView):
     """The sign-in page. With DEBUG on it lists the demo's logins, the only time they work
@@ -46,7 +51,6 @@ class SignInView(RateLimitedLoginView):
 @require_http_methods(["GET", "POST"])
 def tokens(request: SignedInRequest) -> HttpResponse:
     form = TokenCreateForm(request.POST or None)
-    created = None
     wait = over_rate(TOKEN_MINTS, request.user.pk) if request.method == "POST" else 0
     if wait:
         form.add_error(None, f"Too many tokens made in a minute; try again in {wait} s.")
@@ -62,8 +66,9 @@ def tokens(request: SignedInRequest) -> HttpResponse:
         except DomainError as exc:
             apply_error(form, exc)
         else:
-            created = {"token": token, "raw": raw}
-            form = TokenCreateForm()
+            request.session[NEW_TOKEN] = {"id": token.pk, "raw": raw}
+            return redirect("tokens")
+    created = _created(request)
     context = {
         "form": form,
         "created": created,
@@ -76,6 +81,15 @@ def tokens(request: SignedInRequest) -> HttpResponse:
     if created:
         response["Cache-Control"] = "no-store"  # the secret must not sit in a cache
     return response
+
+
+def _created(request: SignedInRequest) -> dict[str, object] | None:
+    """The token just created and its secret, taken out of the session (shown once)."""
+    new = request.session.pop(NEW_TOKEN, None) if request.method == "GET" else None
+    if not new:
+        return None
+    token = ApiToken.objects.filter(pk=new["id"], user=request.user).first()
+    return {"token": token, "raw": new["raw"]} if token is not None else None
 
 
 @login_required

@@ -12,6 +12,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -54,15 +55,19 @@ ZERO_USAGE = {"gpus": 0, "nodes": 0, "domains": 0}
 def quotas(request: SignedInRequest) -> HttpResponse:
     """Every namespace's limits beside what it uses now."""
     usage = usage_by_namespace()
-    rows = [
-        {
-            "namespace": ns,
-            "quota": getattr(ns, "quota", None),
-            "usage": usage.get(ns.pk, ZERO_USAGE),
-        }
-        for ns in namespaces_with_quotas()
-    ]
+    rows = []
+    for ns in namespaces_with_quotas():
+        quota, used = getattr(ns, "quota", None), usage.get(ns.pk, ZERO_USAGE)
+        rows.append({"namespace": ns, "quota": quota, "usage": used, "over": _over(quota, used)})
     return render(request, "admin/quotas.html", {"rows": rows})
+
+
+def _over(quota: Quota | None, used: dict[str, int]) -> list[str]:
+    """The resources a namespace holds more of than its quota allows (saved below use)."""
+    if quota is None:
+        return []
+    limits = {"gpus": quota.max_gpus, "nodes": quota.max_nodes, "domains": quota.max_domains}
+    return [key for key, limit in limits.items() if limit is not None and used[key] > limit]
 
 
 @admin_required
@@ -89,7 +94,7 @@ def quota_edit(request: SignedInRequest, ns: str) -> HttpResponse:
                     "Nothing running is stopped; its new requests are refused until it is "
                     "back under.",
                 )
-            return redirect("admin_ui:quotas")
+            return redirect(reverse("admin_ui:quotas") + f"#quota-{namespace.name}")
     return render(request, "admin/quota_edit.html", {"namespace": namespace, "form": form})
 
 

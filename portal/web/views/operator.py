@@ -60,7 +60,10 @@ from domains.foresight.maintenance import (
     windows_visible_to,
 )
 from domains.inventory import services as inventory
+from domains.inventory.gpuhealth import gpu_readings
 from domains.inventory.models import Node, NodeState, PowerShelf, Rack, SwitchTray
+from domains.kube.client import kube_enabled
+from domains.kube.workloads import tray_pods
 from portal.web.access import SignedInRequest, operator_required
 from portal.web.fabric import Visibility, draw_racks, fabric_view
 from portal.web.fleet import Filters, clique_options, dress_racks, fleet, heatmap_html
@@ -199,7 +202,9 @@ def node(request: SignedInRequest, hostname: str) -> HttpResponse:
     context = {
         "node": tray,
         "truth": node_truth(tray),
-        "gpus": list(tray.gpus.all()),
+        "gpus": gpu_readings(tray.gpus.all(), now=timezone.now()),
+        "kube": kube_enabled(),
+        "pods": tray_pods(request.user, [tray.pk]) if kube_enabled() else [],
         "conditions": list(tray.conditions.all()),
         "member": desired_member(tray),
         "report": tray.agent_report or {},

@@ -29,7 +29,10 @@ from domains.computedomains.selectors import (
 from domains.errors import DomainError, InvalidInput, InvalidTransition
 from domains.foresight.maintenance import windows_for_domain
 from domains.inventory.models import Clique, Rack
+from domains.kube.client import kube_enabled
 from domains.kube.manifests import follow_replicas, parse_replicas, workload_manifests
+from domains.kube.models import TrayPod
+from domains.kube.workloads import tray_pods
 from domains.tenancy.models import Namespace, Quota
 from domains.tenancy.selectors import can_request_in, is_operator
 from portal.web.access import (
@@ -207,6 +210,7 @@ def preview(request: SignedInRequest, ns: str) -> HttpResponse:
             "problem": problem,
             "missing": missing,
             "namespace": namespace,
+            "headroom": headroom(namespace),  # the form's first line, kept current with it
         },
     )
 
@@ -219,6 +223,7 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
     manifests, manifests_note, replicas = _manifests(request, domain)
     ended = not domain.is_live
     down = [] if ended else [m for m in members if m.active and m.node.state == "down"]
+    racks = _racks_of(request, members) if not ended else []
     context = {
         "namespace": namespace,
         "domain": domain,
@@ -235,7 +240,10 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "matrix": peer_matrix(members),
         "channels": channel_text(domain),
         "teardown": teardown_summary(domain, members) if ended else None,
-        "racks": _racks_of(request, members) if not ended else [],
+        "racks": racks,
+        # Its trays whose GPUs need attention (XIDs, NVLink errors rising, heat).
+        "gpu_trouble": [t for r in racks for t in r.trays.values() if t.highlight and t.gpu_alerts],
+        "pods": _pods(request, members) if not ended else [],
         "again": _request_again_url(namespace, domain) if ended else "",
         "events": domain.events.all()[:50],
         "manifests": [
@@ -268,6 +276,14 @@ def _replace_context(request: SignedInRequest, domain: ComputeDomain, members, e
     if not lost:
         return {}
     return {"replace_lost": lost, "replace_choices": replacement_choices(domain)}
+
+
+def _pods(request: SignedInRequest, members: list[DomainMember]) -> list[TrayPod]:
+    """With Kubernetes on: the pods on the domain's trays, of the viewer's own namespaces
+    (an operator sees all of them)."""
+    if not kube_enabled():
+        return []
+    return tray_pods(request.user, [m.node_id for m in members if m.active])
 
 
 def _manifests(

@@ -7,8 +7,10 @@ own clique; release gives every clique's channel back."""
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from agentwire.messages import Step
 from domains.agents.desired import desired_state
@@ -16,6 +18,7 @@ from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.failover import domains_replace_lost
 from domains.computedomains.models import ChannelAllocation, DomainMember, Phase
+from domains.computedomains.reconcile import reconcile
 from domains.computedomains.services import domain_dry_run, domain_release
 from domains.computedomains.specs import DomainSpec
 from domains.computedomains.trays import tray_act
@@ -117,6 +120,20 @@ def test_ready_needs_every_clique_and_a_failure_names_its_clique(two_racks, ns_a
     assert domain.message == (
         f"clique {clique.name} (rack {clique.rack.name}): {victim.node.hostname} failed: "
         "nvidia-imex exited with status 1 (step failed); the other clique is up"
+    )
+
+
+def test_the_formation_deadline_names_the_clique_that_did_not_form(two_racks, ns_a, tenant_a):
+    domain = request_and_place(ns_a, tenant_a, num_nodes=27)
+    for member in DomainMember.objects.filter(domain=domain).select_related("node"):
+        if member.clique.name != "gb-r02-c0":
+            report(member.node, domain, Step.READY)
+    reconcile(now=timezone.now() + timedelta(minutes=10))
+    domain.refresh_from_db()
+    stuck = DomainMember.objects.get(domain=domain, clique__name="gb-r02-c0", index=0)
+    assert domain.phase == Phase.FAILED
+    assert domain.message.startswith(
+        f"formation deadline passed: clique gb-r02-c0 (rack gb-r02): {stuck.node.hostname} (#0)"
     )
 
 

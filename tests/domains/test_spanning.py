@@ -10,6 +10,7 @@ from collections import defaultdict
 from datetime import timedelta
 
 import pytest
+import yaml
 from django.utils import timezone
 
 from agentwire.messages import Step
@@ -24,6 +25,7 @@ from domains.computedomains.specs import DomainSpec
 from domains.computedomains.trays import tray_act
 from domains.errors import InvalidInput
 from domains.inventory.models import Clique, Node
+from domains.kube.manifests import workload_manifests
 from testbed import factories
 from tests.support.lifecycle import all_clean, all_ready, report, request_and_place
 
@@ -193,3 +195,24 @@ def test_a_span_that_cannot_be_is_refused_naming_the_field(
         request_and_place(ns_a, tenant_a, **spec)
     assert refused.value.field == field and words in str(refused.value)
     assert not Clique.objects.filter(channels__isnull=False).exists()
+
+
+def test_the_workload_manifests_pin_each_pod_to_a_placed_tray_of_any_of_its_cliques(
+    two_racks, ns_a, tenant_a
+):
+    domain = request_and_place(ns_a, tenant_a, num_nodes=27)
+    hosts = sorted(host for members in ensembles(domain).values() for _, host in members)
+    for kind, text in workload_manifests(domain).items():
+        assert "27 pod(s), one per placed tray, over 2 NVLink cliques" in text, kind
+        doc = yaml.safe_load(text)
+        spec = doc["spec"]["mpiReplicaSpecs"]["Worker"] if kind == "mpijob" else doc["spec"]
+        affinity = spec["template"]["spec"]["affinity"]
+        assert "podAffinity" not in affinity  # no one-clique rule: its pods are in two
+        ((expression,),) = [
+            term["matchExpressions"]
+            for term in affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                "nodeSelectorTerms"
+            ]
+        ]
+        assert expression["key"] == "kubernetes.io/hostname"
+        assert sorted(expression["values"]) == hosts

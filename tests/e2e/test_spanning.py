@@ -71,9 +71,7 @@ def test_27_trays_over_two_cliques_form_two_ensembles_and_release_tears_both_dow
         assert verbs(domain)[-1] == "domain.released"
 
 
-def test_a_daemon_failure_in_one_clique_degrades_the_domain_naming_that_clique(
-    portal, tenant_api
-):
+def test_a_daemon_failure_in_one_clique_degrades_the_domain_naming_that_clique(portal, tenant_api):
     racks = factories.make_racks("4", "4", ip_prefix=IP_PREFIX)
     with AgentFleet(portal, Node.objects.filter(rack__in=racks)) as fleet:
         fleet.wait_joined()

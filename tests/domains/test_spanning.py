@@ -216,3 +216,12 @@ def test_the_workload_manifests_pin_each_pod_to_a_placed_tray_of_any_of_its_cliq
         ]
         assert expression["key"] == "kubernetes.io/hostname"
         assert sorted(expression["values"]) == hosts
+
+
+def test_a_queued_domain_over_two_cliques_is_estimated_not_never_fits(two_racks, ns_a, tenant_a):
+    first = request_and_place(ns_a, tenant_a, name="first", num_nodes=18)
+    assert first.phase == Phase.FORMING
+    verdict = domain_dry_run(namespace=ns_a, spec=DomainSpec(name="big", num_nodes=27))
+    # 18 of 36 trays are held (for a day): 27 fit over two cliques once the lease ends.
+    assert not verdict.placeable
+    assert verdict.estimate_reason == "Estimated", verdict.estimate_message

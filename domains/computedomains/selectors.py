@@ -124,8 +124,10 @@ def member_should_run(member: DomainMember) -> bool:
 
 
 def domain_peers(domain: ComputeDomain) -> list[DomainMember]:
-    """Every member in index order: line i of each member's IMEX nodes file is peer i."""
-    return list(domain.members.select_related("node").defer(NODE_REPORT).order_by("index"))
+    """Every member, clique by clique, in index order inside each: line i of the IMEX nodes
+    file of each member of a clique is that clique's peer i."""
+    members = domain.members.select_related("node").defer(NODE_REPORT)
+    return list(members.order_by("clique_id", "index"))
 
 
 def domain_peer_addresses(

@@ -1,8 +1,10 @@
 """The desired-state document an agent fetches: what its tray should look like now.
 
 Built from the lifecycle's rows (DomainMember, ChannelAllocation) in one read: fetching it
-twice changes nothing. The peer list is the domain's members in index order, identical on
-every member (line i of every nodes file is member i).
+twice changes nothing. The peer list is the domain's members **of the tray's own NVLink
+clique** in index order, identical on every member of that clique (line i of every nodes
+file of the clique is its member i): a domain over several cliques runs one IMEX ensemble
+in each, as NVIDIA's driver does, and no nodes file ever lists a tray of another clique.
 Its shape is the contract's `DesiredState` (agentwire/messages.py, which both sides
 import), and the agent checks every document against that contract's JSON Schema.
 
@@ -109,9 +111,10 @@ def _channels(mode: str, ledger: list[int]) -> ChannelSpec:
 
 # The tray, whether a claim may make it a new member (following.py's `join_refusal`), the
 # membership that holds it (one at most: member_one_live_domain_per_node) and
-# its domain; while the domain runs, its peers (active members in index order, with their
-# trays' hostnames), its open channels and, for a domain that follows its workload, how many
-# trays its clique has. Column and table names come from the models (`statement`).
+# its domain; while the domain runs, its peers (the active members of the tray's clique in
+# index order, with their trays' hostnames), the clique's open channels and, for a domain
+# that follows its workload, how many trays its clique has. Column and table names come
+# from the models (`statement`).
 _DESIRED_SQL = """
 SELECT n.{node.id}, n.{node.hostname},
        n.{node.state} = %s AND NOT n.{node.gone} AND n.{node.clique} IS NOT NULL
@@ -136,10 +139,12 @@ SELECT n.{node.id}, n.{node.hostname},
                                             pn.{node.hostname})
                            ORDER BY p.{member.index})
            FROM {member} p JOIN {node} pn ON pn.{node.id} = p.{member.node}
-           WHERE p.{member.domain} = d.{domain.id} AND p.{member.active}) END,
+           WHERE p.{member.domain} = d.{domain.id} AND p.{member.active}
+             AND p.{member.clique} = m.{member.clique}) END,
        CASE WHEN d.{domain.phase} IN ({running}) THEN (
            SELECT array_agg(c.{channel.channel} ORDER BY c.{channel.channel}) FROM {channel} c
-           WHERE c.{channel.domain} = d.{domain.id} AND c.{channel.released_at} IS NULL) END,
+           WHERE c.{channel.domain} = d.{domain.id} AND c.{channel.clique} = m.{member.clique}
+             AND c.{channel.released_at} IS NULL) END,
        CASE WHEN d.{domain.num_nodes} = 0 THEN (
            SELECT count(*) FROM {node} s WHERE s.{node.clique} = m.{member.clique}) END
 FROM {node} n

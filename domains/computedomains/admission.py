@@ -55,6 +55,8 @@ class CleanSpec:
     lifetime: timedelta
     labels: dict[str, str]
     replace_policy: str = ReplacePolicy.AUTO
+    span_cliques: int = 0
+    span_racks: int = 0
 
     @property
     def gpus(self) -> int:
@@ -70,6 +72,8 @@ class CleanSpec:
             target=self.placement_target,
             at=at.timestamp(),
             until=lease_end(at, self.lifetime),
+            cliques=self.span_cliques,
+            racks=self.span_racks,
         )
 
 
@@ -99,16 +103,11 @@ def clean_spec(*, namespace: Namespace, spec: DomainSpec, quota: Quota | None = 
     if not namespace.active:
         raise InvalidInput(f"namespace {namespace.name} is no longer active", field="namespace")
     name = _clean_name(namespace, spec.name)
-    constraint, target, largest, max_gpus = _clean_placement(spec)
+    constraint, target, fabric = _clean_placement(spec)
     num_nodes = _clean_int(spec.num_nodes, "num_nodes")
-    smallest = min(smallest_request(), largest)
-    # 0: the domain follows its workload (NVIDIA's default): nothing is placed up front.
-    if num_nodes != 0 and not smallest <= num_nodes <= largest:
-        raise InvalidInput(
-            f"must be 0 (follow the workload) or between {smallest} and {largest} (the largest "
-            f"clique{' allowed by the placement constraint' if constraint != 'any' else ''})",
-            field="num_nodes",
-        )
+    _check_size(num_nodes, constraint, fabric)
+    span_cliques, span_racks = _clean_span(spec, num_nodes, constraint, fabric)
+    max_gpus = fabric.max_gpus
     gpus = max_gpus
     if spec.gpus_per_node is not None:
         gpus = _clean_int(spec.gpus_per_node, "gpus_per_node")
@@ -135,6 +134,8 @@ def clean_spec(*, namespace: Namespace, spec: DomainSpec, quota: Quota | None = 
         lifetime=_clean_lifetime(spec.lifetime, quota_of(namespace) if quota is None else quota),
         labels=_clean_labels(spec.labels),
         replace_policy=spec.replace_policy,
+        span_cliques=span_cliques,
+        span_racks=span_racks,
     )
 
 
@@ -282,8 +283,74 @@ def _clean_int(value: Any, field: str) -> int:
     return value
 
 
-def _clean_placement(spec: DomainSpec) -> tuple[str, str, int, int]:
-    """(constraint, target, largest clique it allows, most GPUs per tray) — one query each."""
+@dataclass(frozen=True)
+class _Allowed:
+    """The cliques a placement constraint allows: their sizes, racks and largest tray."""
+
+    sizes: list[int]
+    racks: int  # racks with at least one of them
+    max_gpus: int
+
+    @property
+    def largest(self) -> int:
+        return max(self.sizes, default=0)
+
+
+def _check_size(num_nodes: int, constraint: str, fabric: _Allowed) -> None:
+    """0 (the domain follows its workload, NVIDIA's default: nothing is placed up front),
+    or what the allowed cliques hold: one clique's trays for a domain kept to one clique,
+    every allowed clique's together for one that may span them."""
+    largest = fabric.largest
+    smallest = min(smallest_request(), largest)
+    most = largest if constraint == PlacementConstraint.CLIQUE else sum(fabric.sizes)
+    if num_nodes == 0 or smallest <= num_nodes <= most:
+        return
+    allowed = " allowed by the placement constraint" if constraint != "any" else ""
+    held = (
+        f"the largest clique{allowed}"
+        if most == largest
+        else f"the trays of every clique{allowed} together"
+    )
+    raise InvalidInput(
+        f"must be 0 (follow the workload) or between {smallest} and {most} ({held})",
+        field="num_nodes",
+    )
+
+
+def _clean_span(
+    spec: DomainSpec, num_nodes: int, constraint: str, fabric: _Allowed
+) -> tuple[int, int]:
+    """(span_cliques, span_racks): at most one of them, 0 or up to what the constraint
+    allows, and only for a placed domain (one that follows its workload places nothing)."""
+    cliques = _clean_int(spec.span_cliques, "span_cliques")
+    racks = _clean_int(spec.span_racks, "span_racks")
+    for field, count, have, unit in (
+        ("span_cliques", cliques, len(fabric.sizes), "cliques"),
+        ("span_racks", racks, fabric.racks, "racks"),
+    ):
+        if not count:
+            continue
+        if count < 0:
+            raise InvalidInput("must be 0 (placement decides) or more", field=field)
+        if cliques and racks:
+            raise InvalidInput("ask for a number of racks or of cliques, not both", field=field)
+        if num_nodes == 0:
+            raise InvalidInput(
+                "only a placed domain (numNodes above 0) spans a number of " + unit, field=field
+            )
+        if count > 1 and constraint == PlacementConstraint.CLIQUE:
+            raise InvalidInput("a domain kept to one clique spans no more", field=field)
+        if count > min(have, num_nodes):
+            raise InvalidInput(
+                f"must be at most {min(have, num_nodes)} (the {unit} allowed, and one tray "
+                "in each at least)",
+                field=field,
+            )
+    return cliques, racks
+
+
+def _clean_placement(spec: DomainSpec) -> tuple[str, str, _Allowed]:
+    """(constraint, target, the cliques it allows) — one query each."""
     constraint, target = spec.placement_constraint or "any", (spec.placement_target or "").strip()
     if constraint not in PlacementConstraint.values:
         raise InvalidInput("must be one of any, clique, rack", field="placement_constraint")
@@ -296,14 +363,19 @@ def _clean_placement(spec: DomainSpec) -> tuple[str, str, int, int]:
         trays = trays.filter(clique__in=Clique.objects.filter(_clique_q(target)))
     else:
         trays = trays.filter(clique__rack__name=target)
-    sizes = trays.values("clique_id").annotate(n=Count("id"), g=Max("gpu_count"))
-    largest = max((row["n"] for row in sizes), default=0)
-    max_gpus = max((row["g"] for row in sizes), default=0)
-    if not largest:
+    rows = list(
+        trays.values("clique_id", "clique__rack_id").annotate(n=Count("id"), g=Max("gpu_count"))
+    )
+    fabric = _Allowed(
+        sizes=[row["n"] for row in rows],
+        racks=len({row["clique__rack_id"] for row in rows if row["clique__rack_id"]}),
+        max_gpus=max((row["g"] for row in rows), default=0),
+    )
+    if not fabric.largest:
         if constraint == PlacementConstraint.ANY:
             raise InvalidInput("the fabric has no NVLink clique with trays yet", field="num_nodes")
         raise InvalidInput(f"no {constraint} named {target!r} with trays", field="placement_target")
-    return constraint, target, largest, max_gpus
+    return constraint, target, fabric
 
 
 def cliques_named(target: str) -> QuerySet[Clique]:

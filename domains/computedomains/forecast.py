@@ -4,7 +4,7 @@
 admin (Pending, as if approved now), when it would be placed; `spec_forecast()` answers it
 for a request not made yet (the dry run). Each reads the fabric and the queue in a constant
 number of queries (the topology snapshot's three, the holdings and the queue), then runs
-the pure simulation with the same `place()` the controller uses.
+the pure simulation with the same `plan()` the controller uses.
 
 What a domain holds and until when: Ready or Degraded, its lease end; Forming, placement
 plus the formation deadline plus its lifetime; Releasing, now; no lifetime, never.
@@ -57,6 +57,8 @@ def spec_forecast(
             gpus_per_node=clean.gpus_per_node,
             constraint=clean.placement_constraint,
             target=clean.placement_target,
+            cliques=clean.span_cliques,
+            racks=clean.span_racks,
         ),
         hold=_hold(clean.lifetime),
         constrained=clean.placement_constraint != PlacementConstraint.ANY,
@@ -104,15 +106,15 @@ def _queue() -> list[Waiting]:
         .order_by("admitted_at", "created_at", "id")
         .values_list(
             "id", "phase", "num_nodes", "gpus_per_node", "placement_constraint",
-            "placement_target", "lifetime",
+            "placement_target", "lifetime", "span_cliques", "span_racks",
         )
     )  # fmt: skip
     admitted: list[Waiting] = []
     pending: list[Waiting] = []
-    for pk, phase, nodes, gpus, constraint, target, lifetime in rows:
+    for pk, phase, nodes, gpus, constraint, target, lifetime, cliques, racks in rows:
         waiting = Waiting(
             key=pk if phase == Phase.ADMITTED else -pk,
-            request=PlacementRequest(nodes, gpus, constraint, target),
+            request=PlacementRequest(nodes, gpus, constraint, target, cliques=cliques, racks=racks),
             hold=_hold(lifetime),
             constrained=constraint != PlacementConstraint.ANY,
         )

@@ -65,8 +65,8 @@ REPORTED_FIELDS = ("state", "step", "message", "daemon_state", "connections", "g
 # What folding reads of each member: the reported fields, and what aggregation and the
 # events say.
 _FOLD_FIELDS = (
-    *REPORTED_FIELDS, "domain_id", "node_id", "index", "active", "ready_at", "node__hostname",
-    "node__state",
+    *REPORTED_FIELDS, "domain_id", "node_id", "index", "clique_id", "active", "ready_at",
+    "node__hostname", "node__state",
 )  # fmt: skip
 _FOLD_STORED_FIELDS = (*_FOLD_FIELDS, "assigned_at", "node__agent_report")
 

@@ -72,7 +72,7 @@ class DomainSource(models.TextChoices):
 
 
 class ComputeDomain(models.Model):
-    """A set of trays in one clique sharing one IMEX domain for one workload."""
+    """Trays sharing IMEX for one workload: one ensemble in each NVLink clique it spans."""
 
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="domains")
@@ -96,6 +96,10 @@ class ComputeDomain(models.Model):
     replace_policy = models.CharField(
         max_length=8, choices=ReplacePolicy.choices, default=ReplacePolicy.AUTO
     )
+    # How many NVLink cliques (or racks, one clique in each) a placed domain asks to span;
+    # 0: placement decides (one clique when it fits the largest allowed, else the fewest).
+    span_cliques = models.PositiveSmallIntegerField(default=0)
+    span_racks = models.PositiveSmallIntegerField(default=0)
 
     # status
     phase = models.CharField(max_length=12, choices=Phase.choices, default=Phase.PENDING)
@@ -205,7 +209,8 @@ class MemberState(models.TextChoices):
 
 
 class DomainMember(models.Model):
-    """One tray of a domain; `index` is its line in every member's IMEX nodes file."""
+    """One tray of a domain; `index` is its line in the IMEX nodes file of every member of
+    its clique (a domain over several cliques runs one IMEX ensemble per clique)."""
 
     domain = models.ForeignKey(ComputeDomain, on_delete=models.CASCADE, related_name="members")
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="memberships")
@@ -230,17 +235,21 @@ class DomainMember(models.Model):
     released_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["domain", "index"]
+        ordering = ["domain", "clique", "index"]
         constraints = [
             # The invariant NVIDIA's daemon enforces with NV_ERR_IN_USE: one domain per tray.
             models.UniqueConstraint(
                 fields=["node"], condition=Q(active=True), name="member_one_live_domain_per_node"
             ),
-            # Among the members that hold their trays: a domain that follows its workload
-            # gives a leaving tray's index to the next one that joins (its name in the nodes
-            # file is stable), and a tray may leave and join again.
+            # Among the members that hold their trays, per clique (each clique of a domain is
+            # its own IMEX ensemble, indexes counted inside it, as NVIDIA's driver does): a
+            # domain that follows its workload gives a leaving tray's index to the next one
+            # that joins (its name in the nodes file is stable), and a tray may leave and
+            # join again.
             models.UniqueConstraint(
-                fields=["domain", "index"], condition=Q(active=True), name="member_unique_index"
+                fields=["domain", "clique", "index"],
+                condition=Q(active=True),
+                name="member_unique_index_per_clique",
             ),
             models.UniqueConstraint(
                 fields=["domain", "node"], condition=Q(active=True), name="member_unique_node"

@@ -19,7 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from domains.audit.events import CONTROLLER, Actor, record_event
-from domains.computedomains import tallies
+from domains.computedomains import ensembles, tallies
 from domains.computedomains.models import (
     TERMINAL_PHASES,
     ChannelAllocation,
@@ -199,7 +199,8 @@ def set_reason(
 # What aggregation and its messages and events read of each member (it runs on every
 # member's change, and whole rows with their trays cost more than the rest of a report).
 _AGGREGATE_FIELDS = (
-    "domain_id", "index", "active", "state", "message", "step", "ready_at", "node__hostname",
+    "domain_id", "index", "clique_id", "active", "state", "message", "step", "ready_at",
+    "node__hostname",
 )  # fmt: skip
 
 
@@ -220,7 +221,7 @@ def aggregate(domain: ComputeDomain, *, members: list[DomainMember] | None = Non
     if domain.phase == Phase.FORMING:
         return _aggregate_forming(domain, members, not_ready)
     if domain.phase == Phase.READY and not_ready:
-        message = _not_ready_message(not_ready)
+        message = _not_ready_message(not_ready, members)
         return _phase_change(
             domain,
             Phase.READY,
@@ -241,6 +242,8 @@ def _aggregate_forming(
     if members and not not_ready:
         now = timezone.now()
         message = f"all {sum(m.active for m in members)} members ready"
+        if (cliques := ensembles.spanned(members)) > 1:
+            message += f", in {cliques} cliques"
         expires = now + domain.lifetime if domain.lifetime else None
         return transition(
             domain,
@@ -257,7 +260,7 @@ def _aggregate_forming(
         )
     failed = [m for m in not_ready if m.state == MemberState.FAILED]
     if failed:
-        return set_reason(domain, "MemberFailed", _not_ready_message(failed))
+        return set_reason(domain, "MemberFailed", _not_ready_message(failed, members))
     active = sum(m.active for m in members)
     return set_reason(domain, "Forming", f"{active - len(not_ready)} of {active} members ready")
 
@@ -285,7 +288,8 @@ def _aggregate_degraded(
     if not_ready:
         if domain.reason == WAITING_FOR_TRAY:  # the failover pass says what it waits for
             return False
-        return set_reason(domain, not_ready_reason(not_ready), _not_ready_message(not_ready))
+        message = _not_ready_message(not_ready, members)
+        return set_reason(domain, not_ready_reason(not_ready), message)
     message = f"recovered: all {sum(m.active for m in members)} members ready"
     return _phase_change(domain, Phase.DEGRADED, Phase.READY, "domain.recovered", message, [])
 
@@ -298,8 +302,10 @@ def not_ready_reason(members: list[DomainMember]) -> str:
     return "MemberNotReady"
 
 
-def _not_ready_message(members: list[DomainMember]) -> str:
-    """'gb-r01-t03 failed: peer 2 refused (step waiting_peers)' for the first few."""
+def _not_ready_message(members: list[DomainMember], everyone: list[DomainMember]) -> str:
+    """'gb-r01-t03 failed: peer 2 refused (step waiting_peers)' for the first few; in a
+    domain over several cliques, after the clique they are in ('clique r002-c0 (rack
+    r002): …; the other clique is up')."""
     parts = []
     for m in members[:3]:
         text = f"{m.node.hostname} {MemberState(m.state).label.lower()}"
@@ -311,7 +317,9 @@ def _not_ready_message(members: list[DomainMember]) -> str:
             text += f" (step {m.step})"
         parts.append(text)
     more = f" and {len(members) - 3} more" if len(members) > 3 else ""
-    return "; ".join(parts) + more
+    where = ensembles.where_not_ready(members, everyone)
+    said = "; ".join(parts) + more
+    return f"{where}: {said}{ensembles.others_up(members, everyone)}" if where else said
 
 
 def _phase_change(

@@ -17,7 +17,8 @@ seven domains already forming; the later tasks find their domains placed and sto
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from django.conf import settings
@@ -38,9 +39,9 @@ from domains.computedomains.models import (
 from domains.computedomains.phases import request_id_from, set_reason, transition
 from domains.computedomains.selectors import queued_domains
 from domains.errors import TransientError
-from domains.placement.algorithm import place
-from domains.placement.model import Placement, PlacementRequest, Rejection
+from domains.placement.model import Placement, PlacementRequest, Rejection, SpanningPlacement
 from domains.placement.simulation import Fabric
+from domains.placement.spanning import plan
 from domains.signals import announce_desired_state, announce_nodes
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ def placement_request(domain: ComputeDomain, *, at: datetime | None = None) -> P
         target=domain.placement_target,
         at=at.timestamp(),
         until=lease_end(at, domain.lifetime),
+        cliques=domain.span_cliques,
+        racks=domain.span_racks,
     )
 
 
@@ -137,17 +140,18 @@ def _place(domain_id: int, *, burst: bool) -> list[ComputeDomain]:
     fabric = Fabric(topology_snapshot())
     for domain in domains:
         with request_id_from(domain):
-            result = place(placement_request(domain), fabric.topology)
+            result = plan(placement_request(domain), fabric.topology)
             if isinstance(result, Rejection):
                 _mark_unschedulable(domain, result.reasons)
                 continue
-            channels = _allocate_channels(domain, result)
-            if channels is None:
-                reason = f"no free IMEX channel left in clique {result.clique_name}"
-                _mark_unschedulable(domain, (reason,))
+            parts = result.parts if isinstance(result, SpanningPlacement) else (result,)
+            channels, short = _allocate_channels(domain, parts)
+            if short:
+                _mark_unschedulable(domain, (f"no free IMEX channel left in clique {short}",))
                 continue
-            _form(domain, result, channels)
-            fabric.take(result)
+            _form(domain, result, parts, channels)
+            for part in parts:
+                fabric.take(part)
     return domains
 
 
@@ -157,35 +161,52 @@ def lock_placement() -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PLACEMENT_LOCK_KEY])
 
 
-def _allocate_channels(domain: ComputeDomain, placement: Placement) -> list[int] | None:
-    """Single: the first free channel ≥ 1 of the clique (Slurm's pool rule). All: no rows."""
+def _allocate_channels(
+    domain: ComputeDomain, parts: Sequence[Placement]
+) -> tuple[dict[int, list[int]], str]:
+    """Per clique of the domain, its channels: `Single`, the first free channel ≥ 1 of that
+    clique's ledger (Slurm's pool rule; each clique's IMEX ensemble has its own number);
+    `All`, no rows. Returns ({clique id: channels}, "") or ({}, the name of a clique with
+    no channel left), writing nothing then."""
     if domain.allocation_mode == AllocationMode.ALL:
-        return []
-    taken = set(
-        ChannelAllocation.objects.filter(
-            clique_id=placement.clique_id, released_at__isnull=True
-        ).values_list("channel", flat=True)
+        return {part.clique_id: [] for part in parts}, ""
+    taken: dict[int, set[int]] = defaultdict(set)
+    for clique_id, channel in ChannelAllocation.objects.filter(
+        clique_id__in=[part.clique_id for part in parts], released_at__isnull=True
+    ).values_list("clique_id", "channel"):
+        taken[clique_id].add(channel)
+    chosen: dict[int, list[int]] = {}
+    numbers = range(1, settings.PORTAL["IMEX_CHANNEL_COUNT"])
+    for part in parts:
+        first = next((c for c in numbers if c not in taken[part.clique_id]), None)
+        if first is None:
+            return {}, part.clique_name
+        chosen[part.clique_id] = [first]
+    ChannelAllocation.objects.bulk_create(
+        ChannelAllocation(clique_id=clique_id, channel=number, domain=domain)
+        for clique_id, (number,) in chosen.items()
     )
-    for channel in range(1, settings.PORTAL["IMEX_CHANNEL_COUNT"]):
-        if channel not in taken:
-            ChannelAllocation.objects.create(
-                clique_id=placement.clique_id, channel=channel, domain=domain
-            )
-            return [channel]
-    return None
+    return chosen, ""
 
 
-def _form(domain: ComputeDomain, placement: Placement, channels: list[int]) -> None:
-    """Members with indexes 0..n-1 in slot order, phase Forming, agents told to fetch."""
+def _form(
+    domain: ComputeDomain,
+    placement: Placement | SpanningPlacement,
+    parts: Sequence[Placement],
+    channels: dict[int, list[int]],
+) -> None:
+    """Members with indexes 0..k-1 in slot order in each clique (one IMEX ensemble per
+    clique), phase Forming, agents told to fetch."""
     DomainMember.objects.bulk_create(
         DomainMember(
             domain=domain,
             node_id=tray.node_id,
             index=index,
-            clique_id=placement.clique_id,
+            clique_id=part.clique_id,
             ip_address=tray.ip,
         )
-        for index, tray in enumerate(placement.trays)
+        for part in parts
+        for index, tray in enumerate(part.trays)
     )
     now = timezone.now()
     message = f"placed on {placement.describe()}; waiting for the agents to form IMEX"
@@ -196,10 +217,8 @@ def _form(domain: ComputeDomain, placement: Placement, channels: list[int]) -> N
         verb="domain.placed",
         says=message,
         details=lambda domain: {
-            "clique": placement.clique_label,
-            "rack": placement.rack,
+            **_where(parts, channels, domain.allocation_mode),
             "nodes": placement.hostnames,
-            "channels": channels if domain.allocation_mode == AllocationMode.SINGLE else "All",
             "generation": domain.generation,
         },
         bump=True,
@@ -210,6 +229,26 @@ def _form(domain: ComputeDomain, placement: Placement, channels: list[int]) -> N
     )
     announce_nodes(placement.node_ids)
     announce_desired_state(placement.node_ids)
+
+
+def _where(
+    parts: Sequence[Placement], channels: dict[int, list[int]], mode: str
+) -> dict[str, object]:
+    """The placed event's clique, rack and channels; one entry per clique when it spans."""
+
+    def held(part: Placement) -> list[int] | str:
+        return channels[part.clique_id] if mode == AllocationMode.SINGLE else "All"
+
+    if len(parts) == 1:
+        (part,) = parts
+        return {"clique": part.clique_label, "rack": part.rack, "channels": held(part)}
+    return {
+        "cliques": [
+            {"clique": p.clique_label, "rack": p.rack, "trays": len(p.trays), "channels": held(p)}
+            for p in parts
+        ],
+        "racks": list(dict.fromkeys(p.rack for p in parts)),
+    }
 
 
 def _mark_unschedulable(domain: ComputeDomain, reasons: Iterable[str]) -> None:

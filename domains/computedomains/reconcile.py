@@ -17,6 +17,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from domains.audit.events import CONTROLLER, record_event
+from domains.computedomains import ensembles
 from domains.computedomains.claimsweep import claims_release_lost
 from domains.computedomains.dropping import drop_stuck_joiners
 from domains.computedomains.failover import domains_replace_lost
@@ -122,6 +123,8 @@ def fail_formation(*, domain_id: int) -> bool:
         .order_by("index")
     )
     stuck = members[0] if members else None
+    # In a domain over several cliques, which clique's ensemble did not form.
+    where = _clique_of(stuck, domain_id) if stuck else ""
     # An agent that reports but cannot fetch its desired state says why (its link_error).
     link = str((stuck.node.agent_report or {}).get("link_error") or "") if stuck else ""
     says = f"; its agent says: {link}" if link else ""
@@ -129,14 +132,14 @@ def fail_formation(*, domain_id: int) -> bool:
         message = "formation deadline passed"
     elif not stuck.step and not stuck.generation_applied:
         message = (
-            f"formation deadline passed: {stuck.node.hostname} (#{stuck.index}) never "
+            f"formation deadline passed: {where}{stuck.node.hostname} (#{stuck.index}) never "
             "reported" + (says or "; its agent may be down")
         )
     else:
         said = f"; agent said: {stuck.message}" if stuck.message else ""
         message = (
-            f"formation deadline passed: {stuck.node.hostname} (#{stuck.index}) stuck at step "
-            f"{stuck.step or stuck.state}{said}{says}"
+            f"formation deadline passed: {where}{stuck.node.hostname} (#{stuck.index}) stuck at "
+            f"step {stuck.step or stuck.state}{said}{says}"
         )
     details = {
         "stuck": [
@@ -148,6 +151,13 @@ def fail_formation(*, domain_id: int) -> bool:
         domain_id=domain_id, reason="FormationTimeout", message=message, details=details
     )
     return domain is not None
+
+
+def _clique_of(stuck: DomainMember, domain_id: int) -> str:
+    """'clique r002-c0 (rack r002): ' when the domain spans several cliques, else ""."""
+    everyone = list(DomainMember.objects.filter(domain_id=domain_id, active=True).only("clique_id"))
+    where = ensembles.where_not_ready([stuck], everyone)
+    return f"{where}: " if where else ""
 
 
 def silent_words(member: DomainMember) -> str:

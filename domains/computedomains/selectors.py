@@ -124,34 +124,37 @@ def member_should_run(member: DomainMember) -> bool:
 
 
 def domain_peers(domain: ComputeDomain) -> list[DomainMember]:
-    """Every member in index order: line i of each member's IMEX nodes file is peer i."""
-    return list(domain.members.select_related("node").defer(NODE_REPORT).order_by("index"))
+    """Every member, clique by clique, in index order inside each: line i of the IMEX nodes
+    file of each member of a clique is that clique's peer i."""
+    members = domain.members.select_related("node").defer(NODE_REPORT)
+    return list(members.order_by("clique_id", "index"))
 
 
-def domain_peer_addresses(domain: ComputeDomain) -> list[tuple[int, str, str]]:
-    """(index, IP, hostname) of every member in index order: what the agents' nodes files
-    need, without loading 18 members and their trays as models on every desired-state read."""
-    return list(
-        domain.members.filter(active=True)
-        .order_by("index")
-        .values_list("index", "ip_address", "node__hostname")
-    )
+def domain_peer_addresses(
+    domain: ComputeDomain, *, clique_id: int | None = None
+) -> list[tuple[int, str, str]]:
+    """(index, IP, hostname) of every active member (of one clique: what that clique's
+    nodes files list) in index order, without loading the members and trays as models."""
+    members = domain.members.filter(active=True)
+    if clique_id is not None:
+        members = members.filter(clique_id=clique_id)
+    return list(members.order_by("index").values_list("index", "ip_address", "node__hostname"))
 
 
-def domain_channels(domain: ComputeDomain) -> list[int]:
-    """The IMEX channel numbers the domain's workload may open.
+def domain_channels(domain: ComputeDomain, *, clique_id: int | None = None) -> list[int]:
+    """The IMEX channel numbers the domain's workload may open (in one clique, given one).
 
-    `Single`: the one channel the ledger holds for it. `All`: every channel, 0 included,
-    as NVIDIA's driver gives them — safe without ledger rows because a tray serves one
-    domain at a time, and channel numbers mean something only inside one IMEX domain.
+    `Single`: the one channel the ledger holds for it in each clique it spans. `All`: every
+    channel, 0 included, as NVIDIA's driver gives them — safe without ledger rows because a
+    tray serves one domain at a time, and channel numbers mean something only inside one
+    IMEX domain.
     """
     if domain.allocation_mode == AllocationMode.ALL:
         return list(range(settings.PORTAL["IMEX_CHANNEL_COUNT"]))
-    return list(
-        ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True)
-        .order_by("channel")
-        .values_list("channel", flat=True)
-    )
+    held = ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True)
+    if clique_id is not None:
+        held = held.filter(clique_id=clique_id)
+    return list(held.order_by("channel").values_list("channel", flat=True))
 
 
 def queued_domains() -> QuerySet[ComputeDomain]:

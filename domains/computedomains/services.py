@@ -51,8 +51,8 @@ from domains.errors import (
 )
 from domains.inventory.models import MaintenanceWindow, NodeState
 from domains.inventory.versions import driver_mix
-from domains.placement.algorithm import place
-from domains.placement.model import Rejection
+from domains.placement.model import Rejection, SpanningPlacement
+from domains.placement.spanning import plan
 from domains.signals import (
     announce_desired_state,
     announce_domain,
@@ -136,6 +136,8 @@ def _create(
                 placement_target=clean.placement_target,
                 lifetime=clean.lifetime,
                 replace_policy=clean.replace_policy,
+                span_cliques=clean.span_cliques,
+                span_racks=clean.span_racks,
                 phase=Phase.PENDING if approval else Phase.ADMITTED,
                 approval_state=ApprovalState.PENDING if approval else ApprovalState.NOT_REQUIRED,
                 reason=_admitted_reason(clean, approval),
@@ -194,7 +196,7 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
         if problems:
             message = f"over quota: {problems[0]}"
         return replace(verdict, placeable=not problems, message=message)
-    result = place(clean.placement_request(at=now), topology_snapshot(now=now))
+    result = plan(clean.placement_request(at=now), topology_snapshot(now=now))
     if isinstance(result, Rejection) or approval:
         verdict = _with_estimate(verdict, clean, approval, now)
     if isinstance(result, Rejection):
@@ -204,16 +206,18 @@ def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
         message = f"fits the fabric, but is over quota: {problems[0]}"
     elif approval:
         message += "; needs an admin's approval first"
-    return replace(
+    verdict = replace(
         verdict,
         placeable=True,
         message=message,
-        clique=result.clique_label,
-        clique_name=result.clique_name,
-        rack=result.rack,
         nodes=result.hostnames,
         node_ids=result.node_ids,
         mixed_drivers=driver_mix(result.node_ids),
+    )
+    if isinstance(result, SpanningPlacement):  # one IMEX ensemble per clique: say which
+        return replace(verdict, reasons=list(result.reasons))
+    return replace(
+        verdict, clique=result.clique_label, clique_name=result.clique_name, rack=result.rack
     )
 
 

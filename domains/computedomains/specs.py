@@ -23,6 +23,10 @@ class DomainSpec:
     # A placed domain's lost tray: "auto" (a free tray of its clique takes its place) or
     # "manual" (an operator picks the tray, or none).
     replace_policy: str = "auto"
+    # A placed domain over several NVLink cliques: how many cliques, or racks (one clique
+    # in each); 0: placement decides (one clique when it fits, else the fewest that hold it).
+    span_cliques: int = 0
+    span_racks: int = 0
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class DryRunResult:
     message: str  # one human sentence: where it lands, or why it can't
     reasons: list[str] = field(default_factory=list)
     quota_problems: list[str] = field(default_factory=list)
-    clique: str = ""  # label of the chosen clique
+    clique: str = ""  # label of the chosen clique ("" when it spans several)
     clique_name: str = ""
     rack: str = ""
     nodes: list[str] = field(default_factory=list)  # hostnames in index order

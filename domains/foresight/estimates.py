@@ -1,7 +1,7 @@
 """Placement estimates for the domains waiting in the queue, kept fresh.
 
 `estimates_refresh()` runs the forecast (`domains.computedomains.forecast`, the queue
-simulated forward with the controller's own `place()`) and stores one `PlacementEstimate`
+simulated forward with the controller's own `plan()`) and stores one `PlacementEstimate`
 per waiting domain: a few queries and one simulation for the whole queue, however long,
 so pages and the API only read a row. It runs on beat (PORTAL_ESTIMATE_SECONDS) and after
 every change that moves the queue (a domain queued or approved, capacity freed, a

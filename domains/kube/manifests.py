@@ -90,6 +90,7 @@ class _Context:
         self.hostnames = hostnames  # the placed trays; [] when it follows the workload
         self.clique = clique  # the label; `where` says the short name beside it
         self.clique_name = ""
+        self.spans = 1  # the cliques a placed domain's trays are in (one IMEX ensemble each)
         self.replicas = replicas
         self.gpus = domain.gpus_per_node
         self.follows = domain.num_nodes == 0
@@ -119,6 +120,11 @@ class _Context:
                 "(Forming, Ready or Degraded)"
             )
         hostnames = [m.node.hostname for m in members]
+        cliques = {m.clique.label: m.clique.name for m in members}
+        if len(cliques) > 1:  # one IMEX ensemble per clique: the hostnames pin each pod
+            ctx = cls(domain, hostnames, "", len(hostnames))
+            ctx.spans = len(cliques)
+            return ctx
         ctx = cls(domain, hostnames, members[0].clique.label, len(hostnames))
         ctx.clique_name = members[0].clique.name
         return ctx
@@ -202,6 +208,11 @@ def _dump(ctx: _Context, obj: dict[str, Any]) -> str:
             "# the workload: each tray joins it when its pod's claim is prepared (ask for\n"
             "# another number of pods with `replicas` on the portal's page or API)"
         )
+    elif ctx.spans > 1:
+        where = (
+            f"{ctx.replicas} pod(s), one per placed tray, over {ctx.spans} NVLink cliques\n"
+            "# (one IMEX ensemble each; a pod's channel is its own clique's)"
+        )
     else:
         where = f"{ctx.replicas} pod(s), one per placed tray, in clique {clique}"
     header = (
@@ -221,21 +232,24 @@ class _PlainDumper(yaml.SafeDumper):
 
 
 def _affinity(ctx: _Context, role: str) -> dict[str, Any]:
-    """Placed: only the placed trays. Always: all pods in one clique, one pod per tray."""
+    """Placed: only the placed trays. Always: one pod per tray, and all pods in one clique
+    but for a placed domain over several (its trays' hostnames say where each pod goes)."""
     same_workload = {"matchLabels": {DOMAIN_UID_LABEL: str(ctx.domain.uid), ROLE_LABEL: role}}
-    affinity: dict[str, Any] = {
-        "podAffinity": {
+    affinity: dict[str, Any] = {}
+    if ctx.spans == 1:
+        affinity["podAffinity"] = {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {"labelSelector": same_workload, "topologyKey": CLIQUE_LABEL}
             ]
-        },
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": same_workload, "topologyKey": HOSTNAME_LABEL}
-            ]
-        },
+        }
+    affinity["podAntiAffinity"] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": same_workload, "topologyKey": HOSTNAME_LABEL}
+        ]
     }
-    if ctx.hostnames:
+    if ctx.hostnames and not ctx.clique:
+        expressions = [{"key": HOSTNAME_LABEL, "operator": "In", "values": ctx.hostnames}]
+    elif ctx.hostnames:
         expressions = [
             {"key": HOSTNAME_LABEL, "operator": "In", "values": ctx.hostnames},
             {"key": CLIQUE_LABEL, "operator": "In", "values": [ctx.clique]},

@@ -1,4 +1,4 @@
-"""When would each queued request be placed? The queue simulated forward with `place()`.
+"""When would each queued request be placed? The queue simulated forward with `plan()`.
 
 Given the fabric now, the trays held by live domains with the time each lets go (its lease
 end), and the queue in the order the controller serves it, `forecast` replays what the
@@ -6,7 +6,8 @@ controller would do: at each moment trays come free (a lease ends, a maintenance
 over) it runs one queue pass exactly as `domains_place_queued` does (first come, first
 served; a later, smaller request may take trays an earlier, larger one cannot use yet; once
 an unconstrained request did not fit, larger unconstrained ones are skipped for that pass),
-with the same `place()` that places domains for real. A request placed in the simulation
+with the same `plan()` that places domains for real (one clique, or several for a domain
+larger than a clique or asking to span some). A request placed in the simulation
 holds its trays for its own lease, so those behind it wait for that too.
 
 It assumes no new request arrives, nobody releases early, leases are not extended and
@@ -24,16 +25,18 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from domains.placement.algorithm import place
 from domains.placement.model import (
     Placement,
     PlacementRequest,
     Rejection,
+    SpanningPlacement,
     Topology,
     TrayStatus,
 )
+from domains.placement.spanning import plan
 
-Policy = Callable[[PlacementRequest, Topology], Placement | Rejection]
+Placed = Placement | SpanningPlacement
+Policy = Callable[[PlacementRequest, Topology], Placed | Rejection]
 
 NEVER_FITS = "NeverFits"  # not even with every lease ended
 NO_LEASE_ENDS = "NoLeaseEnds"  # it needs trays held by domains that never let go
@@ -101,7 +104,7 @@ def forecast(
     queue: Sequence[Waiting],
     *,
     now: float,
-    policy: Policy = place,
+    policy: Policy = plan,
     max_steps: int = 10_000,
 ) -> dict[int, Forecast]:
     """Each queued request's placement time, simulated forward from `now`."""
@@ -142,9 +145,9 @@ def forecast(
 
 def queue_pass(
     fabric: SimulatedFabric, waiting: Sequence[Waiting], clock: float, policy: Policy
-) -> list[tuple[Waiting, Placement]]:
+) -> list[tuple[Waiting, Placed]]:
     """One pass over the queue at `clock`, as the controller makes it."""
-    placed: list[tuple[Waiting, Placement]] = []
+    placed: list[tuple[Waiting, Placed]] = []
     rejected: list[tuple[int, int]] = []
     topology = fabric.topology()
     for item in waiting:
@@ -155,7 +158,7 @@ def queue_pass(
             continue
         timed = replace(request, at=clock, until=clock + item.hold)
         outcome = policy(timed, topology)
-        if isinstance(outcome, Placement):
+        if not isinstance(outcome, Rejection):
             fabric.set(outcome.node_ids, TrayStatus.IN_USE)
             topology = fabric.topology()
             placed.append((item, outcome))

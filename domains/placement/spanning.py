@@ -54,7 +54,9 @@ def plan(
     candidates, problem = _candidates(request, topology)
     if problem:
         return Rejection((problem,))
-    if request.constraint == "clique" or request.num_nodes <= max(c.size for c in candidates):
+    if request.constraint == "clique" or len(candidates) == 1:
+        return place(request, topology)  # nothing to span: one clique's words
+    if request.num_nodes <= max(c.size for c in candidates):
         return _one_clique(request, topology)
     return place_across(request, topology)
 

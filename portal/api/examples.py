@@ -96,6 +96,8 @@ def domain(
             "placement": {"constraint": "rack", "target": "gb-r01"},
             "lifetime": "24h",
             "replace": "auto",
+            "spanCliques": 0,
+            "spanRacks": 0,
         },
         "status": {
             "status": "Ready" if phase == "Ready" else "NotReady",

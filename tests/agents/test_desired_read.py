@@ -51,7 +51,7 @@ def as_the_selectors_say(node: Node) -> dict:
     if not member_should_run(member):
         doc["release"] = {"uid": str(domain.uid), "request_id": domain.request_id}
         return doc
-    numbers = domain_channels(domain)
+    numbers = domain_channels(domain, clique_id=member.clique_id)
     if domain.allocation_mode == AllocationMode.ALL and numbers:
         channels: dict = {"mode": "All", "first": min(numbers), "last": max(numbers)}
     else:
@@ -64,7 +64,7 @@ def as_the_selectors_say(node: Node) -> dict:
         "index": member.index,
         "peers": [
             {"index": i, "ip": ip, "hostname": host}
-            for i, ip, host in domain_peer_addresses(domain)
+            for i, ip, host in domain_peer_addresses(domain, clique_id=member.clique_id)
         ],
         "imex": {
             "server_port": settings.PORTAL["IMEX_SERVER_PORT"],

@@ -235,6 +235,18 @@ def test_the_approval_queue_previews_placement_and_approves(client, admin, topol
     assert domain.phase == "Admitted"
 
 
+def test_the_approval_queue_previews_a_domain_over_two_racks(client, admin, tenant_a):
+    factories.make_racks("18", "18")
+    namespace = factories.make_namespace("team-big", approval_above_nodes=4)
+    factories.add_member(tenant_a, namespace, "member")
+    domain = request_domain(namespace, tenant_a, "two-racks", num_nodes=27)
+    assert domain.phase == "Pending"
+    client.force_login(admin)
+    body = client.get(reverse("admin_ui:approvals")).content.decode()
+    assert "Would land on 27 trays in 2 cliques over 2 racks" in body
+    assert body.count(' highlight"') == 27  # both racks drawn, its trays picked out
+
+
 def test_the_approval_queue_costs_the_same_queries_for_one_pending_request_and_three(
     client, admin, tenant_a, ns_a
 ):

@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
-from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -29,13 +28,8 @@ from domains.computedomains.models import (
 )
 from domains.computedomains.specs import DomainSpec
 from domains.foresight.models import EstimateReason, PlacementEstimate
-from domains.validators import DNS1123_LABEL_MAX, validate_dns1123_label
-from portal.api.serializers.common import (
-    DurationField,
-    LabelsField,
-    StrictCharField,
-    StrictSerializer,
-)
+from portal.api.serializers.common import DurationField, StrictSerializer
+from portal.api.serializers.specinput import ChannelInput, MetadataInput, PlacementInput
 
 API_VERSION = "resource.nvidia.com/v1beta1"
 KIND = "ComputeDomain"
@@ -44,6 +38,12 @@ NOT_READY = "NotReady"
 MAX_NODES = 1024
 MAX_GPUS_PER_NODE = 64
 
+SPAN_HELP = (
+    "A placed domain over this many {}, an even share of its trays in each (one IMEX "
+    "ensemble per clique); 0: placement decides (one clique if it fits, else the fewest)."
+)
+SPAN_CLIQUES_HELP = SPAN_HELP.format("NVLink cliques")
+SPAN_RACKS_HELP = SPAN_HELP.format("racks, one clique in each,") + " Not with `spanCliques`."
 REPLACE_HELP = (
     "A placed domain's tray lost (down, or its agent silent past the failover grace): `auto`, "
     "a free tray of its clique takes its place; `manual`, an operator picks the tray, or none."
@@ -61,6 +61,8 @@ SPEC_FIELD_PATHS = {
     "placement_target": "spec.placement.target",
     "lifetime": "spec.lifetime",
     "replace_policy": "spec.replace",
+    "span_cliques": "spec.spanCliques",
+    "span_racks": "spec.spanRacks",
 }
 
 
@@ -116,7 +118,7 @@ class PlacementSerializer(serializers.Serializer):
 class SpecSerializer(serializers.Serializer):
     numNodes = serializers.IntegerField(
         source="num_nodes",
-        help_text="Trays, all in one NVLink clique; 0: the domain follows its workload.",
+        help_text="Trays, in one NVLink clique or several; 0: the domain follows its workload.",
     )
     gpusPerNode = serializers.IntegerField(
         source="gpus_per_node", help_text="GPUs it uses on each tray."
@@ -125,6 +127,8 @@ class SpecSerializer(serializers.Serializer):
     placement = PlacementSerializer(source="*", help_text="Where its trays may come from.")
     lifetime = DurationField(allow_null=True, help_text="The lease, e.g. `24h`; null: none.")
     replace = serializers.CharField(source="replace_policy", help_text=REPLACE_HELP)
+    spanCliques = serializers.IntegerField(source="span_cliques", help_text=SPAN_CLIQUES_HELP)
+    spanRacks = serializers.IntegerField(source="span_racks", help_text=SPAN_RACKS_HELP)
 
 
 class ConditionSerializer(serializers.Serializer):
@@ -152,7 +156,7 @@ class MemberSerializer(serializers.Serializer):
     cliqueName = serializers.CharField(
         source="clique.name", help_text="The clique's short name, as the web UI shows it."
     )
-    index = serializers.IntegerField(help_text="Its place in the domain, from 0.")
+    index = serializers.IntegerField(help_text="Its place in its clique's ensemble, from 0.")
     status = serializers.SerializerMethodField(
         help_text="NVIDIA's: `Ready` when `state` is `ready`."
     )
@@ -313,75 +317,13 @@ class ComputeDomainSerializer(serializers.Serializer):
 # --- input ----------------------------------------------------------------------------------
 
 
-def _dns1123(value: str) -> None:
-    try:
-        validate_dns1123_label(value)
-    except DjangoValidationError as exc:
-        raise serializers.ValidationError(exc.messages[0])
-
-
-class MetadataInput(StrictSerializer):
-    name = StrictCharField(
-        max_length=DNS1123_LABEL_MAX,
-        validators=[_dns1123],
-        help_text="A DNS-1123 label, not taken by a live domain of the namespace.",
-    )
-    namespace = StrictCharField(
-        required=False, max_length=DNS1123_LABEL_MAX, help_text="Must match the URL's."
-    )
-    labels = LabelsField(required=False, help_text="Kubernetes-style labels, 64 at most.")
-
-
-class ResourceClaimTemplateInput(StrictSerializer):
-    name = StrictCharField(
-        max_length=253, help_text="A DNS-1123 subdomain; the ResourceClaimTemplate to generate."
-    )
-
-
-class ChannelInput(StrictSerializer):
-    resourceClaimTemplate = ResourceClaimTemplateInput(
-        required=False, help_text="Defaults to `<metadata.name>-channel`."
-    )
-    allocationMode = serializers.ChoiceField(
-        choices=AllocationMode.choices,
-        required=False,
-        default=AllocationMode.SINGLE,
-        help_text="`Single` (default): one IMEX channel; `All`: every channel on its trays.",
-    )
-
-
-class PlacementInput(StrictSerializer):
-    constraint = serializers.ChoiceField(
-        choices=PlacementConstraint.choices,
-        required=False,
-        default=PlacementConstraint.ANY,
-        help_text="`any` clique (default), or the `clique` or `rack` that `target` names.",
-    )
-    target = StrictCharField(
-        required=False,
-        allow_blank=True,
-        max_length=120,
-        default="",
-        help_text="A clique label or name (constraint `clique`) or a rack name (`rack`).",
-    )
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        constraint, target = attrs.get("constraint"), attrs.get("target", "")
-        if constraint == PlacementConstraint.ANY and target:
-            raise serializers.ValidationError({"target": ["must be empty for constraint 'any'"]})
-        if constraint != PlacementConstraint.ANY and not target:
-            raise serializers.ValidationError(
-                {"target": [f"name the {constraint} for constraint {constraint!r}"]}
-            )
-        return attrs
-
-
 class SpecInput(StrictSerializer):
     numNodes = serializers.IntegerField(
         min_value=0,
         max_value=MAX_NODES,
-        help_text="Trays to place, all in one clique; 0: the domain follows its workload "
-        "(nothing reserved; trays join as its pods' claims are prepared on them).",
+        help_text="Trays to place (in one clique when they fit, else the fewest that hold "
+        "them); 0: the domain follows its workload (nothing reserved; trays join as its pods' "
+        "claims are prepared on them).",
     )
     gpusPerNode = serializers.IntegerField(
         required=False, min_value=1, max_value=MAX_GPUS_PER_NODE, help_text="Default: all."
@@ -392,6 +334,8 @@ class SpecInput(StrictSerializer):
     replace = serializers.ChoiceField(
         choices=ReplacePolicy.values, required=False, help_text=REPLACE_HELP + " Default: auto."
     )
+    spanCliques = serializers.IntegerField(required=False, min_value=0, help_text=SPAN_CLIQUES_HELP)
+    spanRacks = serializers.IntegerField(required=False, min_value=0, help_text=SPAN_RACKS_HELP)
 
 
 class ComputeDomainInput(StrictSerializer):
@@ -430,6 +374,8 @@ class ComputeDomainInput(StrictSerializer):
             placement_target=placement.get("target", ""),
             lifetime=spec.get("lifetime"),
             replace_policy=spec.get("replace", ReplacePolicy.AUTO),
+            span_cliques=spec.get("spanCliques", 0),
+            span_racks=spec.get("spanRacks", 0),
         )
 
 

@@ -30,8 +30,8 @@ from domains.computedomains.selectors import (
     usage_by_namespace,
 )
 from domains.errors import DomainError
-from domains.placement.algorithm import place
-from domains.placement.model import Placement, Rejection, Topology
+from domains.placement.model import Placement, Rejection, SpanningPlacement, Topology
+from domains.placement.spanning import plan
 from domains.tenancy import services as tenancy
 from domains.tenancy.models import ApiToken, Namespace, Quota
 from domains.tenancy.selectors import members_of, namespaces_with_members, namespaces_with_quotas
@@ -107,8 +107,8 @@ def approvals(request: SignedInRequest) -> HttpResponse:
     """
     pending = list(approvals_visible_to(request.user).filter(phase=Phase.PENDING))
     topology = topology_snapshot() if pending else Topology(())
-    outcomes = [place(placement_request(domain), topology) for domain in pending]
-    racks = {o.rack for o in outcomes if isinstance(o, Placement)}
+    outcomes = [plan(placement_request(domain), topology) for domain in pending]
+    racks = {rack for o in outcomes for rack in _racks_of(o)}
     read = fabric_read(rack_names=racks, topology=topology) if racks else None
     visibility = Visibility.of(request.user)
     usage = usage_by_namespace()
@@ -120,9 +120,16 @@ def approvals(request: SignedInRequest) -> HttpResponse:
     return render(request, template, {"items": items})
 
 
+def _racks_of(outcome: Placement | SpanningPlacement | Rejection) -> list[str]:
+    """The racks a preview lands on (every rack of a domain over several cliques)."""
+    if isinstance(outcome, Rejection):
+        return []
+    return [outcome.rack] if isinstance(outcome, Placement) else outcome.racks
+
+
 def _approval(
     domain: ComputeDomain,
-    outcome: Placement | Rejection,
+    outcome: Placement | SpanningPlacement | Rejection,
     read: FabricRead | None,
     visibility: Visibility,
     usage: dict[int, dict[str, int]],
@@ -130,9 +137,10 @@ def _approval(
     quota = getattr(domain.namespace, "quota", None)
     used = usage.get(domain.namespace_id, ZERO_USAGE)  # already includes this request
     racks = []
-    if isinstance(outcome, Placement) and read is not None:
+    if not isinstance(outcome, Rejection) and read is not None:
+        names = _racks_of(outcome)
         racks = draw_racks(
-            read, visibility, rack_names=[outcome.rack], highlight=outcome.node_ids, links=False
+            read, visibility, rack_names=names, highlight=outcome.node_ids, links=False
         )
     threshold = quota.approval_above_nodes if quota else None
     why = (
@@ -144,7 +152,7 @@ def _approval(
     return {
         "domain": domain,
         "why": why,
-        "placement": outcome if isinstance(outcome, Placement) else None,
+        "placement": None if isinstance(outcome, Rejection) else outcome,
         "rejection": outcome if isinstance(outcome, Rejection) else None,
         "racks": racks,
         "impact": [

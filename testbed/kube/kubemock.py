@@ -235,6 +235,25 @@ class KubeMock:
         }
         return self.apply(obj)
 
+    def put_claim(self, namespace: str, name: str, *, uid: str, pod: str) -> dict[str, Any]:
+        """A ResourceClaim as the scheduler leaves it for a running pod: allocated and
+        reserved for `pod`, with the `uid` its tray's DRA plugin prepared (kept as given)."""
+        obj = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {},
+            "status": {
+                "allocation": {"devices": {"results": []}},
+                "reservedFor": [{"resource": "pods", "name": pod, "uid": str(uuid.uuid4())}],
+            },
+        }
+        self.apply(obj)
+        with self.cond:
+            stored = self.objects[("resourceclaims", namespace, name)]
+            stored["metadata"]["uid"] = uid
+            return copy.deepcopy(stored)
+
     def issue_token(
         self,
         namespace: str,

@@ -137,7 +137,8 @@ def test_api_errors_while_publishing_are_retried_and_reconcile_catches_up(
     kube.fail_next("*", CDS, status=503, times=100)
     with django_capture_on_commit_callbacks(execute=True):
         all_ready(domain)
-        run_pods(domain)
+        for claim in run_pods(domain):  # each pod's claim, as the cluster holds it
+            kube.put_claim(claim["namespace"], claim["name"], uid=claim["uid"], pod="w")
     assert cd(kube, "train")["status"]["status"] == "NotReady"
     still_away = {"domains": 0, "refusals": 0, "claims": 0, "stopped": 1}
     assert tasks.reconcile() == still_away

@@ -14,6 +14,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -173,13 +174,16 @@ def _create(
     return domain
 
 
-def domain_dry_run(*, namespace: Namespace, spec: DomainSpec) -> DryRunResult:
+def domain_dry_run(
+    *, namespace: Namespace, spec: DomainSpec, requested_by: User | None = None
+) -> DryRunResult:
     """Validate and say where it would land (or why not) without creating anything.
 
     Invalid input raises InvalidInput like `domain_request`; quota and capacity problems
-    are answered in the result, so the form can show them before submitting.
+    are answered in the result, so the form can show them before submitting. Whether it
+    needs an admin's approval is said for `requested_by` (a portal admin's own never does).
     """
-    checked = admission.check(namespace=namespace, spec=spec)
+    checked = admission.check(namespace=namespace, spec=spec, requested_by=requested_by)
     clean, problems, approval = checked.clean, checked.quota_problems, checked.needs_approval
     now = timezone.now()
     verdict = DryRunResult(

@@ -173,5 +173,7 @@ def test_a_dry_run_reports_quota_problems(topology, ns_b, tenant_b):
 
 def test_a_portal_admins_own_large_request_needs_no_approval(topology, ns_a, admin):
     quota_set(actor=Actor.for_user(admin), namespace=ns_a, approval_above_nodes=4)
+    dry = domain_dry_run(namespace=ns_a, spec=DomainSpec(name="x", num_nodes=8), requested_by=admin)
+    assert dry.placeable and not dry.needs_approval and "approval" not in dry.message
     domain = request(ns_a, admin, num_nodes=8)
     assert (domain.phase, domain.approval_state) == (Phase.ADMITTED, ApprovalState.NOT_REQUIRED)

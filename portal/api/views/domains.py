@@ -136,6 +136,7 @@ class ComputeDomainViewSet(
                 in_message=True,  # `spec.numNodes: must be …`
                 namespace=self.namespace,
                 spec=spec,
+                requested_by=self.actor.user,
             )
             return Response(DryRunSerializer(result).data)
         domain = call_service(

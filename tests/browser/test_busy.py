@@ -25,6 +25,7 @@ def test_asking_for_other_manifests_marks_them_busy_until_they_come(login, tenan
     factories.make_racks("18", ip_prefix=IP_PREFIX)
     domain = request_domain(ns_a, tenant_a, "wl", num_nodes=0)
     page = login(tenant_a).page(f"/ns/team-a/domains/{domain.uid}/")
+    page.wait_for_load_state("networkidle")  # htmx is listening before the form is used
     page.evaluate(WATCH)
     page.fill("#id_replicas", "5")
     page.click("#manifests button[type=submit]")

@@ -102,7 +102,8 @@ def peer_matrix(members) -> list[dict]:
 
 
 def channel_text(domain: ComputeDomain) -> str:
-    channels = domain_channels(domain) if domain.is_live else []
+    # A domain over several cliques holds a channel in each, maybe the same number twice.
+    channels = sorted(set(domain_channels(domain))) if domain.is_live else []
     if not channels:
         return ""
     # Numbers, not a count: "channel 3" is /dev/nvidia-caps-imex-channels/channel3.

@@ -110,6 +110,12 @@ def test_a_domain_over_two_racks_shows_a_row_per_clique_and_draws_both_racks(
         assert f"<td>{held.clique.rack.name}</td>" in row and f"<td>{held.channel}</td>" in row
     assert "18 of 18 ready" in table and "9 of 9 ready" in table
     assert "2 NVLink cliques over 2 racks" in body
+    held = sorted({c.channel for c in channels})
+    said = body.split('id="domain-channels">', 1)[1].split("</dd>", 1)[0]
+    assert said.startswith(
+        ("channel " if len(held) == 1 else "channels ") + ", ".join(map(str, held))
+    )
+    assert "one in each clique" in said
     assert sorted(drawn_racks(body)) == sorted(r.name for r in two_racks)
 
 

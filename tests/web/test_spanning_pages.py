@@ -10,9 +10,11 @@ import re
 import pytest
 from django.urls import reverse
 
+from domains.audit.events import Actor
 from domains.computedomains.models import ChannelAllocation, Phase
+from domains.computedomains.services import domain_release
 from testbed import factories
-from tests.support.lifecycle import all_ready, request_and_place
+from tests.support.lifecycle import all_clean, all_ready, request_and_place
 
 pytestmark = pytest.mark.django_db
 
@@ -124,3 +126,15 @@ def test_a_domain_in_one_clique_has_no_clique_rows(client, two_racks, big, tenan
     client.force_login(tenant_a)
     body = client.get(reverse("tenant:domain", args=[big.name, domain.uid])).content.decode()
     assert 'id="cliques"' not in body and 'id="domain-clique"' in body
+
+
+def test_request_again_asks_for_the_same_span(client, two_racks, big, tenant_a):
+    domain = all_ready(request_and_place(big, tenant_a, name="even", num_nodes=4, span_racks=2))
+    domain_release(actor=Actor.for_user(tenant_a), domain=domain)
+    all_clean(domain)
+    client.force_login(tenant_a)
+    body = client.get(reverse("tenant:domain", args=[big.name, domain.uid])).content.decode()
+    again = body.split('id="request-again"', 1)[0].rsplit('href="', 1)[1].split('"', 1)[0]
+    assert "span_racks=2" in again and "num_nodes=4" in again
+    form = client.get(again.replace("&amp;", "&")).content.decode()
+    assert re.search(r'name="span_racks" value="2"', form)

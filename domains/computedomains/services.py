@@ -219,9 +219,16 @@ def domain_dry_run(
         mixed_drivers=driver_mix(result.node_ids),
     )
     if isinstance(result, SpanningPlacement):  # one IMEX ensemble per clique: say which
-        return replace(verdict, reasons=list(result.reasons))
+        return replace(
+            verdict, reasons=list(result.reasons), racks=result.racks, cliques=len(result.parts)
+        )
     return replace(
-        verdict, clique=result.clique_label, clique_name=result.clique_name, rack=result.rack
+        verdict,
+        clique=result.clique_label,
+        clique_name=result.clique_name,
+        rack=result.rack,
+        racks=[result.rack] if result.rack else [],
+        cliques=1,
     )
 
 

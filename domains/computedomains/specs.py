@@ -41,7 +41,9 @@ class DryRunResult:
     quota_problems: list[str] = field(default_factory=list)
     clique: str = ""  # label of the chosen clique ("" when it spans several)
     clique_name: str = ""
-    rack: str = ""
+    rack: str = ""  # the rack of one clique ("" when it spans several: see `racks`)
+    racks: list[str] = field(default_factory=list)  # every rack it would use, in order
+    cliques: int = 0  # how many cliques (IMEX ensembles) it would use
     nodes: list[str] = field(default_factory=list)  # hostnames in index order
     node_ids: list[int] = field(default_factory=list)
     quota_impact: dict[str, dict[str, int | None]] = field(default_factory=dict)

@@ -1,12 +1,15 @@
 """What the domain page shows of its members: each tray's formation timeline, the peer
-matrix, the channels and, once it ended, what the teardown took down."""
+matrix, the channels, its IMEX ensembles clique by clique when it spans several and, once it
+ended, what the teardown took down."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from domains.computedomains.ensembles import spanned
 from domains.computedomains.models import ComputeDomain
 from domains.computedomains.selectors import domain_channels
+from domains.inventory.models import Clique
 
 TIMELINE = (
     ("assigned", "Assigned"),
@@ -76,11 +79,16 @@ PEER_WORDS = {
 
 def peer_matrix(members) -> list[dict]:
     """Rows: each member; cells: how it sees every peer (its own cell is "self"). The row
-    of a member whose tray is down says so: its daemon's last report no longer holds."""
+    of a member whose tray is down says so: its daemon's last report no longer holds. A
+    daemon's peers are those of its own clique (indexes count inside a clique): a tray of
+    another clique is "other-clique", never a peer."""
     rows = []
     for m in members:
         cells = []
         for peer in members:
+            if peer.clique_id != m.clique_id:
+                cells.append(("other-clique", "x"))
+                continue
             if peer.index == m.index:
                 cells.append(("self", "-"))
                 continue
@@ -94,10 +102,38 @@ def peer_matrix(members) -> list[dict]:
 
 
 def channel_text(domain: ComputeDomain) -> str:
-    channels = domain_channels(domain) if domain.is_live else []
+    # A domain over several cliques holds a channel in each, maybe the same number twice.
+    channels = sorted(set(domain_channels(domain))) if domain.is_live else []
     if not channels:
         return ""
     # Numbers, not a count: "channel 3" is /dev/nvidia-caps-imex-channels/channel3.
     if len(channels) > 8:
         return f"channels {channels[0]} to {channels[-1]} ({len(channels)} channels)"
     return ("channel " if len(channels) == 1 else "channels ") + ", ".join(map(str, channels))
+
+
+def clique_rows(domain: ComputeDomain, members) -> list[dict]:
+    """A domain over several cliques: one row per clique (one IMEX ensemble each), in the
+    members' order: the clique, its rack, its trays, how many are ready, its channel(s).
+    Empty for a domain in one clique (the page's facts say it all). A query for the
+    cliques, and one per clique for its channel."""
+    active = [m for m in members if m.active]
+    if spanned(active) < 2:
+        return []
+    ids = list(dict.fromkeys(m.clique_id for m in active))
+    cliques = Clique.objects.select_related("rack").in_bulk(ids)
+    rows = []
+    for pk in ids:
+        held = [m for m in active if m.clique_id == pk]
+        channels = domain_channels(domain, clique_id=pk) if domain.is_live else []
+        rows.append(
+            {
+                "clique": cliques.get(pk),
+                "rack": getattr(cliques.get(pk), "rack", None),
+                "trays": [m.node.hostname for m in held],
+                "ready": sum(1 for m in held if m.state == "ready"),
+                "channels": channels if len(channels) <= 8 else [],
+                "all_channels": len(channels) > 8,
+            }
+        )
+    return rows

@@ -42,6 +42,11 @@
     form.querySelectorAll("[data-size]").forEach(function (input) {
       input.disabled = input.dataset.size !== chosen.value;
     });
+    // How many racks or cliques to span: a placed domain's only (nothing is placed when
+    // the size follows the workload).
+    form.querySelectorAll("[data-placed]").forEach(function (input) {
+      input.disabled = chosen.value === "workload";
+    });
   }
   // Capture: before htmx (listening on the form) reads the fields for its preview.
   document.addEventListener("change", function (event) {

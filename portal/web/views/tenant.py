@@ -42,14 +42,15 @@ from portal.web.access import (
     visible_namespace,
 )
 from portal.web.fabric import fabric_view
-from portal.web.formation import channel_text, member_timeline, peer_matrix, teardown_summary
-from portal.web.forms import (
-    GPUS_PER_TRAY,
-    DomainRequestForm,
-    ExtendLeaseForm,
-    ReasonForm,
-    apply_error,
+from portal.web.formation import (
+    channel_text,
+    clique_rows,
+    member_timeline,
+    peer_matrix,
+    teardown_summary,
 )
+from portal.web.forms import ExtendLeaseForm, ReasonForm, apply_error
+from portal.web.requestform import GPUS_PER_TRAY, DomainRequestForm
 from portal.web.views.trays import replacement_choices
 
 MANIFEST_KINDS = ("deployment", "job", "mpijob")
@@ -184,9 +185,9 @@ def preview(request: SignedInRequest, ns: str) -> HttpResponse:
             result = services.domain_dry_run(namespace=namespace, spec=form.to_spec())
         except DomainError as exc:  # a name already live (Conflict) as much as bad input
             apply_error(form, exc)
-    if result is not None and result.placeable and result.rack:
+    if result is not None and result.placeable and result.racks:  # every rack it would span
         racks = fabric_view(
-            viewer=request.user, rack_names=[result.rack], highlight=result.node_ids, links=False
+            viewer=request.user, rack_names=result.racks, highlight=result.node_ids, links=False
         )
     if not form.is_valid() and form.incomplete_only():
         # Nothing typed is wrong yet (the form has just opened): say what is left, calmly.
@@ -230,6 +231,7 @@ def domain_detail(request: SignedInRequest, ns: str, uid: str) -> HttpResponse:
         "ended": ended,
         "members": members,
         "clique": _clique_of(members) if not ended else None,
+        "clique_rows": clique_rows(domain, members) if not ended else [],
         "active_members": sum(1 for m in members if m.active),
         "down_members": down,
         "silent_members": [] if ended else [m for m in members if m.active and m.state == "silent"],
@@ -411,6 +413,8 @@ def _request_again_url(namespace, domain: ComputeDomain) -> str:
         "placement_target": domain.placement_target,
         "replace_policy": domain.replace_policy,
     }
+    if domain.span_racks or domain.span_cliques:
+        query |= {"span_racks": domain.span_racks or "", "span_cliques": domain.span_cliques or ""}
     if domain.follows_workload:
         query["size"] = "workload"
     if domain.lifetime:

@@ -182,7 +182,9 @@ def preview(request: SignedInRequest, ns: str) -> HttpResponse:
     result, racks, problem, missing = None, [], "", ""
     if form.is_valid():
         try:
-            result = services.domain_dry_run(namespace=namespace, spec=form.to_spec())
+            result = services.domain_dry_run(
+                namespace=namespace, spec=form.to_spec(), requested_by=request.user
+            )
         except DomainError as exc:  # a name already live (Conflict) as much as bad input
             apply_error(form, exc)
     if result is not None and result.placeable and result.racks:  # every rack it would span

@@ -253,12 +253,13 @@ def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
     )
     if not taken and domain.allocation_mode == AllocationMode.SINGLE:
         _take_channel(domain, clique_id, node, claim)
-    _joined(domain, node, claim, index)
+    _joined(domain, node, claim, member)
     return member
 
 
-def _joined(domain: ComputeDomain, node: Node, claim: ClaimRef, index: int) -> None:
+def _joined(domain: ComputeDomain, node: Node, claim: ClaimRef, member: DomainMember) -> None:
     """The domain is Forming again, until its new member reports."""
+    index = member.index
     now = timezone.now()
     deadline = now + settings.PORTAL["FORMATION_DEADLINE"]
     clique = node.clique.label if node.clique else ""
@@ -283,7 +284,7 @@ def _joined(domain: ComputeDomain, node: Node, claim: ClaimRef, index: int) -> N
         reason="Forming",
         message=message,
     )
-    announce_membership(domain, [node.pk])
+    announce_membership(domain, [node.pk], member.clique_id)
 
 
 def _check_clique(domain: ComputeDomain, node: Node, claim: ClaimRef) -> None:
@@ -359,12 +360,8 @@ def tray_leave(domain: ComputeDomain, node: Node) -> None:
     if member is None:
         return
     release_member(member, message="left: the last pod holding its claim is gone")
-    remaining = list(domain.members.filter(active=True).values_list("clique_id", flat=True))
+    remaining = release_empty_cliques(domain)
     fields: dict[str, Any] = {}
-    # Its clique's ensemble is gone with its last member: the channel goes back.
-    ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True).exclude(
-        clique_id__in=remaining
-    ).update(released_at=timezone.now())
     if not remaining:  # back to waiting for its workload
         fields = {
             "reason": WAITING_FOR_WORKLOAD,
@@ -384,13 +381,24 @@ def tray_leave(domain: ComputeDomain, node: Node) -> None:
     )
     if remaining:
         aggregate(domain)
-    announce_membership(domain, [node.pk])
+    announce_membership(domain, [node.pk], member.clique_id)
 
 
-def announce_membership(domain: ComputeDomain, changed: list[int]) -> None:
+def release_empty_cliques(domain: ComputeDomain) -> list[int]:
+    """A clique's ensemble is gone with its last member: its channel goes back to the
+    clique's ledger (the other cliques' stay). The clique of each active member."""
+    remaining = list(domain.members.filter(active=True).values_list("clique_id", flat=True))
+    ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True).exclude(
+        clique_id__in=remaining
+    ).update(released_at=timezone.now())
+    return remaining
+
+
+def announce_membership(domain: ComputeDomain, changed: list[int], clique_id: int) -> None:
     """The joining (or leaving) tray hears at once: a pod waits for it. The other members
-    learn the new peer list a moment later, once per burst (`peers_changed`). The domain
-    itself was announced by its transition."""
+    of its clique learn the new peer list a moment later, once per burst of that clique
+    (`peers_changed`); the other cliques' members are not told. The domain itself was
+    announced by its transition."""
     announce_nodes(changed)
     announce_desired_state(changed)
-    announce_peers_changed(domain.pk)
+    announce_peers_changed(domain.pk, clique_id)

@@ -241,3 +241,29 @@ def test_each_domain_that_follows_its_workload_has_peer_names_of_its_own(cliques
     # A domain from before names carried a token: none in its desired state.
     ComputeDomain.objects.filter(pk=one.pk).update(imex_name_token="")
     assert "names" not in (desired_state_for(first[0])["domain"] or {})
+
+
+def test_a_burst_of_joins_in_one_clique_holds_and_nudges_only_that_clique(
+    cliques, ns_a, tenant_a, django_capture_on_commit_callbacks
+):
+    """Each clique's ensemble has its own bursts: the trays of the other clique are neither
+    told to settle nor nudged to re-fetch their peers."""
+    from django.core.cache import cache
+
+    from domains.computedomains.selectors import peers_key
+    from domains.computedomains.tasks import nudge_peers
+
+    first, second = cliques
+    domain = follow(ns_a, tenant_a)
+    for tray in (first[0], first[1], second[0], second[1]):
+        claim_admit(node=tray, claim=claim(), domain_uid=str(domain.uid))
+    cache.delete_many([peers_key(domain.pk, t.clique_id) for t in (first[0], second[0])])
+    with django_capture_on_commit_callbacks(execute=True):  # the join's receivers run
+        claim_admit(node=second[2], claim=claim(), domain_uid=str(domain.uid))
+    assert cache.get(peers_key(domain.pk, second[0].clique_id))
+    assert not cache.get(peers_key(domain.pk, first[0].clique_id))
+    assert desired_state_for(second[0])["domain"]["settling"] is True
+    assert "settling" not in desired_state_for(first[0])["domain"]
+    told = nudge_peers(domain.pk, first=1.0, clique_id=second[0].clique_id)  # long ago
+    assert told == 3  # the second clique's three members, none of the first's
+    assert not cache.get(peers_key(domain.pk, second[0].clique_id))

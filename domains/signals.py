@@ -44,8 +44,9 @@ event_recorded = Signal()
 member_reports_pending = Signal()
 # kwargs: domain_id (int) of a domain admitted and waiting to be placed
 placement_wanted = Signal()
-# kwargs: domain_id (int) whose membership changed (a domain that follows its workload): its
-# members' agents must re-fetch their peer list, soon but not for every single join
+# kwargs: domain_id (int) whose membership in clique_id (int) changed (a domain that follows
+# its workload): the agents of its members there must re-fetch their peer list, soon but not
+# for every single join
 peers_changed = Signal()
 # no kwargs: trays or channels came free, so queued domains may fit now
 capacity_freed = Signal()
@@ -106,9 +107,10 @@ def announce_member_reports(domain_id: int) -> None:
     transaction.on_commit(lambda: member_reports_pending.send(sender=None, domain_id=domain_id))
 
 
-def announce_peers_changed(domain_id: int) -> None:
-    """This domain's members changed: its trays must learn the new peer list (batched)."""
-    after_commit(peers_changed, domain_id=domain_id)
+def announce_peers_changed(domain_id: int, clique_id: int) -> None:
+    """This domain's members in the clique changed: the trays of that clique's ensemble
+    must learn the new peer list (batched); the other cliques' are not told."""
+    after_commit(peers_changed, domain_id=domain_id, clique_id=clique_id)
 
 
 def announce_placement_wanted(domain_id: int) -> None:

@@ -58,8 +58,8 @@ def desired_state(node_id: int, *, token: str | None = None) -> DesiredState | N
         row = cursor.fetchone()
     if row is None:
         return None
-    (node_pk, hostname, eligible, index, domain_id, uid, name, namespace, generation, request_id,
-     phase, mode, num_nodes, name_token, peers, channels, slots) = row  # fmt: skip
+    (node_pk, hostname, eligible, index, clique_id, domain_id, uid, name, namespace, generation,
+     request_id, phase, mode, num_nodes, name_token, peers, channels, slots) = row  # fmt: skip
     doc: DesiredState = {
         "node": {"id": node_pk, "hostname": hostname},
         "domain": None,
@@ -94,7 +94,7 @@ def desired_state(node_id: int, *, token: str | None = None) -> DesiredState | N
         want["slots"] = max(slots, index + 1)
         if name_token:
             want["names"] = name_token
-        if peers_settling(domain_id):  # a burst of joins is under way (a Redis read)
+        if peers_settling(domain_id, clique_id):  # a burst of joins in its clique (Redis)
             want["settling"] = True
     doc["domain"] = want
     return doc
@@ -130,7 +130,7 @@ SELECT n.{node.id}, n.{node.hostname},
                            JOIN {window} w ON w.{window.id} = wt.{window_tray.maintenancewindow}
                            WHERE wt.{window_tray.node} = n.{node.id}
                              AND w.{window.cancelled_at} IS NULL AND w.{window.ends_at} > now()),
-       m.{member.index}, d.{domain.id}, d.{domain.uid},
+       m.{member.index}, m.{member.clique}, d.{domain.id}, d.{domain.uid},
        d.{domain.name}, ns.{namespace.name}, d.{domain.generation}, d.{domain.request_id},
        d.{domain.phase}, d.{domain.allocation_mode}, d.{domain.num_nodes},
        d.{domain.imex_name_token},

@@ -5,8 +5,8 @@ A pod that names a domain's ResourceClaimTemplate gets a claim; the scheduler al
 to the `channel` device of the tray it picks, and that tray's agent calls `claim_admit`
 before it hands the channel to the pod. The portal checks that the claim's namespace owns
 the domain and that the tray serves it: a *placed* domain admits only its member trays; a
-domain that *follows its workload* (`numNodes: 0`) lets a tray of its clique join, if it
-may (domains/computedomains/following.py). Every refusal says what to do, and leaves
+domain that *follows its workload* (`numNodes: 0`) lets a tray of one of its cliques join,
+if it may (domains/computedomains/following.py). Every refusal says what to do, and leaves
 nothing behind.
 
 `claim_release` is the unprepare: the claim is let go of, and for a domain that follows its
@@ -227,36 +227,43 @@ def claim_release(*, node: Node, claim_uid: str) -> ComputeDomain:
 
 
 def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
-    """The tray becomes a member with the lowest free index, if it may.
+    """The tray becomes a member with the lowest free index of its clique, if it may.
 
     The checks the portal makes before placing a tray, made now: the tray may take a new
-    member (`following.join_refusal`); it is in the clique the domain keeps to; the
-    namespace's quota has room for one more tray. The caller holds the domain's lock;
-    the namespace row is locked too, as for a request, so two joins cannot both take the
-    last unit of quota.
+    member (`following.join_refusal`); it is in a clique the domain keeps to; the
+    namespace's quota has room for one more tray. The first member of a clique creates
+    that clique's ensemble: index 0, and (Single mode) a channel from that clique's ledger.
+    The caller holds the domain's lock; the namespace row is locked too, as for a request,
+    so two joins cannot both take the last unit of quota.
     """
     _check_tray(domain, node, claim)
     namespace = Namespace.objects.select_for_update().get(pk=domain.namespace_id)
     quota = admission.quota_of(namespace)
-    members = list(domain.members.filter(active=True).select_related("clique"))
     clique_id, ip = node.clique_id, node.management_ip
     assert clique_id is not None and ip  # _check_tray refused a tray without them
-    _check_clique(domain, node, members, claim)
-    _check_quota(domain, namespace, quota, len(members), claim)
-    taken = {m.index for m in members}
-    index = next(i for i in range(len(members) + 1) if i not in taken)
-    member = DomainMember.objects.create(
-        domain=domain,
-        node=node,
-        index=index,
-        clique_id=clique_id,
-        ip_address=ip,
+    _check_clique(domain, node, claim)
+    have = domain.members.filter(active=True).count()
+    _check_quota(domain, namespace, quota, have, claim)
+    taken = set(
+        domain.members.filter(active=True, clique_id=clique_id).values_list("index", flat=True)
     )
-    if not members and domain.allocation_mode == AllocationMode.SINGLE:
+    index = next(i for i in range(len(taken) + 1) if i not in taken)
+    member = DomainMember.objects.create(
+        domain=domain, node=node, index=index, clique_id=clique_id, ip_address=ip
+    )
+    if not taken and domain.allocation_mode == AllocationMode.SINGLE:
         _take_channel(domain, clique_id, node, claim)
+    _joined(domain, node, claim, member)
+    return member
+
+
+def _joined(domain: ComputeDomain, node: Node, claim: ClaimRef, member: DomainMember) -> None:
+    """The domain is Forming again, until its new member reports."""
+    index = member.index
     now = timezone.now()
     deadline = now + settings.PORTAL["FORMATION_DEADLINE"]
-    message = f"{node.hostname} joining as #{index} for {claim_title(claim)}"
+    clique = node.clique.label if node.clique else ""
+    message = f"{node.hostname} joining as #{index} of clique {clique} for {claim_title(claim)}"
     transition(
         domain,
         (Phase.ADMITTED, *RUNNING_PHASES),
@@ -267,6 +274,7 @@ def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
         node=node,
         details=lambda domain: {
             "index": index,
+            "clique": clique,
             "claim_uid": claim["uid"],
             "generation": domain.generation,
         },
@@ -276,22 +284,19 @@ def _join(domain: ComputeDomain, node: Node, claim: ClaimRef) -> DomainMember:
         reason="Forming",
         message=message,
     )
-    announce_membership(domain, [node.pk])
-    return member
+    announce_membership(domain, [node.pk], member.clique_id)
 
 
-def _check_clique(
-    domain: ComputeDomain, node: Node, members: list[DomainMember], claim: ClaimRef
-) -> None:
-    """The tray is in the clique chosen when the domain was requested (a domain from before
-    that choice keeps to its first member's)."""
-    clique = domain.clique if domain.clique_id else (members[0].clique if members else None)
-    if clique is not None and node.clique_id != clique.pk:
+def _check_clique(domain: ComputeDomain, node: Node, claim: ClaimRef) -> None:
+    """The tray is in one of the cliques kept when the domain was requested (a domain from
+    before that set takes a tray of any clique, as its claim template does)."""
+    allowed = {c.pk: c.label for c in domain.cliques.all()}
+    if allowed and node.clique_id not in allowed:
         raise Conflict(
             f"{claim_title(claim)}: tray {node.hostname} is in clique "
-            f"{node.clique.label if node.clique else ''}, but ComputeDomain {domain} keeps to "
-            f"clique {clique.label}: keep the pods in one NVLink clique (the domain's "
-            "ResourceClaimTemplate selects only that clique's trays)"
+            f"{node.clique.label if node.clique else ''}, which ComputeDomain {domain} does not "
+            f"keep to (its cliques: {', '.join(sorted(allowed.values()))}, fixed when it was "
+            "requested; its ResourceClaimTemplate selects only their trays)"
         )
 
 
@@ -325,7 +330,8 @@ def _check_quota(
 
 
 def _take_channel(domain: ComputeDomain, clique_id: int, node: Node, claim: ClaimRef) -> None:
-    """The domain's channel, in the clique of its first member (Single mode)."""
+    """The domain's channel in the tray's clique, whose ensemble it is the first member of
+    (Single mode): from that clique's ledger."""
     taken = set(
         ChannelAllocation.objects.filter(clique_id=clique_id, released_at__isnull=True).values_list(
             "channel", flat=True
@@ -343,8 +349,9 @@ def _take_channel(domain: ComputeDomain, clique_id: int, node: Node, claim: Clai
 
 def tray_leave(domain: ComputeDomain, node: Node) -> None:
     """The tray's last claim of the domain is gone: it leaves; the others stay as they are
-    (their nodes files do not change: only the hosts mapping and a SIGUSR1). The caller
-    holds the domain's lock."""
+    (their nodes files do not change: only the hosts mapping and a SIGUSR1, and only in
+    its clique). The last member of a clique takes that clique's ensemble with it: its
+    channel goes back to the clique's ledger. The caller holds the domain's lock."""
     member = (
         DomainMember.objects.select_related("node")
         .filter(domain=domain, node=node, active=True)
@@ -353,12 +360,9 @@ def tray_leave(domain: ComputeDomain, node: Node) -> None:
     if member is None:
         return
     release_member(member, message="left: the last pod holding its claim is gone")
-    remaining = list(domain.members.filter(active=True).values_list("node_id", flat=True))
+    remaining = release_empty_cliques(domain)
     fields: dict[str, Any] = {}
     if not remaining:  # back to waiting for its workload
-        ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True).update(
-            released_at=timezone.now()
-        )
         fields = {
             "reason": WAITING_FOR_WORKLOAD,
             "message": WAITING_MESSAGE,
@@ -377,13 +381,24 @@ def tray_leave(domain: ComputeDomain, node: Node) -> None:
     )
     if remaining:
         aggregate(domain)
-    announce_membership(domain, [node.pk])
+    announce_membership(domain, [node.pk], member.clique_id)
 
 
-def announce_membership(domain: ComputeDomain, changed: list[int]) -> None:
+def release_empty_cliques(domain: ComputeDomain) -> list[int]:
+    """A clique's ensemble is gone with its last member: its channel goes back to the
+    clique's ledger (the other cliques' stay). The clique of each active member."""
+    remaining = list(domain.members.filter(active=True).values_list("clique_id", flat=True))
+    ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True).exclude(
+        clique_id__in=remaining
+    ).update(released_at=timezone.now())
+    return remaining
+
+
+def announce_membership(domain: ComputeDomain, changed: list[int], clique_id: int) -> None:
     """The joining (or leaving) tray hears at once: a pod waits for it. The other members
-    learn the new peer list a moment later, once per burst (`peers_changed`). The domain
-    itself was announced by its transition."""
+    of its clique learn the new peer list a moment later, once per burst of that clique
+    (`peers_changed`); the other cliques' members are not told. The domain itself was
+    announced by its transition."""
     announce_nodes(changed)
     announce_desired_state(changed)
-    announce_peers_changed(domain.pk)
+    announce_peers_changed(domain.pk, clique_id)

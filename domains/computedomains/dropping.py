@@ -11,7 +11,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from domains.audit.events import CONTROLLER, record_event
-from domains.computedomains.claims import DAEMON_READY, announce_membership
+from domains.computedomains.claims import (
+    DAEMON_READY,
+    announce_membership,
+    release_empty_cliques,
+)
 from domains.computedomains.models import (
     ComputeDomain,
     DomainClaim,
@@ -64,8 +68,11 @@ def drop_stuck_joiners(*, domain_id: int, now: datetime | None = None) -> int:
             message=f"dropped {', '.join(m.node.hostname for m in stuck)}: IMEX daemon not "
             "ready by the formation deadline",
         )
+        release_empty_cliques(domain)  # a clique whose every tray was stuck
         aggregate(domain)
-        announce_membership(domain, [m.node_id for m in stuck])
+        for clique_id in {m.clique_id for m in stuck}:
+            dropped = [m.node_id for m in stuck if m.clique_id == clique_id]
+            announce_membership(domain, dropped, clique_id)
     return len(stuck)
 
 

@@ -1,4 +1,4 @@
-"""A domain that follows its workload (`numNodes: 0`): the clique it keeps to, and which
+"""A domain that follows its workload (`numNodes: 0`): the cliques it keeps to, and which
 trays a claim may make its new members.
 
 Such a domain holds no trays up front; each tray joins when a pod's claim is prepared on it
@@ -6,12 +6,13 @@ Such a domain holds no trays up front; each tray joins when a pod's claim is pre
 step, so that kube-scheduler never allocates a claim the admission would refuse (a refused
 claim is never allocated again: its pod would hang):
 
-- **One clique, chosen up front.** When the domain is requested, the portal picks its
-  clique as placement would see the fabric: of the cliques its placement constraint
-  allows, the one with the most free trays. The domain's ResourceClaimTemplate selects
-  only that clique's trays (domains/kube/dra.py), so even the first two pods, scheduled at
-  the same instant, land in the same clique; waiting for the first member to name it would
-  leave that race open (and a template's spec cannot change once made).
+- **Its cliques, fixed up front.** When the domain is requested, the portal keeps the set
+  of cliques its placement constraint allows (any: every labelled clique; a rack: that
+  rack's; a clique: that one). The domain's ResourceClaimTemplate selects only those
+  cliques' trays (domains/kube/dra.py): a template's spec cannot change once made, so a
+  clique labelled later is not the domain's. Its pods may land in several of them; each
+  clique's members form an IMEX ensemble of their own (indexed per clique, with a channel
+  from that clique's ledger), as with NVIDIA's driver.
 - **Trays a new member may come from** (`join_refusal`): ready, not gone, in a clique with
   a management IP, no blocking condition, not held by any domain (a released domain's tray
   is held until its agent confirmed a clean tray) and not reserved for maintenance (a
@@ -31,28 +32,26 @@ from django.utils import timezone
 from domains.computedomains.fabric import FOREIGN_CLIQUE, topology_snapshot
 from domains.computedomains.models import DomainMember
 from domains.inventory.models import MaintenanceWindow, Node, NodeCondition, NodeState
-from domains.placement.algorithm import clique_to_follow
+from domains.placement.algorithm import cliques_to_follow
 from domains.placement.model import PlacementRequest
 
 
-def clique_to_keep(
+def cliques_to_keep(
     *, gpus_per_node: int, constraint: str, target: str, now: datetime | None = None
-) -> int | None:
-    """The id of the clique a domain that follows its workload is to keep to, chosen now;
-    None when its constraint allows no clique with trays (it cannot be requested then)."""
+) -> list[int]:
+    """The ids of the cliques a domain that follows its workload may take trays from, as
+    its constraint allows them now; empty when it allows none (it cannot be requested
+    then)."""
     now = now or timezone.now()
     request = PlacementRequest(
         num_nodes=0,
         gpus_per_node=gpus_per_node,
         constraint=constraint,
         target=target,
-        # Any window not over rules a tray out (see the module's docstring): from now on,
-        # with no end.
         at=now.timestamp(),
         until=math.inf,
     )
-    found = clique_to_follow(request, topology_snapshot(now=now))
-    return found.clique_id if found else None
+    return [c.clique_id for c in cliques_to_follow(request, topology_snapshot(now=now))]
 
 
 def join_refusal(node: Node, *, now: datetime | None = None) -> str:

@@ -140,12 +140,13 @@ class ComputeDomain(models.Model):
     failed_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     formation_deadline = models.DateTimeField(null=True, blank=True)
-    # The NVLink clique a domain that follows its workload keeps to, chosen when it is
-    # requested: its claim template selects only that clique's trays, so no two pods can
-    # land in two cliques. None for a placed domain (its members say where it is).
-    clique = models.ForeignKey(
-        Clique, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
-    )
+    # The NVLink cliques a domain that follows its workload may take trays from, fixed when
+    # it is requested: every clique its placement constraint allows (any: every labelled
+    # clique; a rack: that rack's; a clique: that one). Its claim template selects only
+    # their trays (a template cannot change). Its pods may land in several: each clique's
+    # trays form an ensemble of their own. Empty for a placed domain (its members say where
+    # it is) and for a following domain from before the set: it takes a tray of any clique.
+    cliques = models.ManyToManyField(Clique, blank=True, related_name="+")
     # The token in the IMEX peer names of a domain that follows its workload
     # (`portal-imex-<token>-<i>`), set when it is requested: IMEX takes daemons whose nodes
     # files list the same names for one domain, so no two domains share them. "" for a

@@ -61,12 +61,12 @@ def queue_failover(sender: object, domain_id: int, **kwargs: Any) -> None:
 
 
 @receiver(signals.peers_changed, dispatch_uid="computedomains.nudge_peers")
-def queue_peer_nudge(sender: object, domain_id: int, **kwargs: Any) -> None:
-    """One nudge of the members per burst; Redis away: nudge them now."""
+def queue_peer_nudge(sender: object, domain_id: int, clique_id: int, **kwargs: Any) -> None:
+    """One nudge of the clique's members per burst; Redis away: nudge them now."""
     try:
-        if cache.add(peers_key(domain_id), 1, PEERS_MAX_S + 10):
-            nudge_peers.apply_async((domain_id,), countdown=PEERS_QUIET_S)
+        if cache.add(peers_key(domain_id, clique_id), 1, PEERS_MAX_S + 10):
+            nudge_peers.apply_async((domain_id,), {"clique_id": clique_id}, countdown=PEERS_QUIET_S)
         return
     except Exception:
         log.warning("could not queue computedomains.nudge_peers for %s; nudging now", domain_id)
-    nudge_peers(domain_id)
+    nudge_peers(domain_id, clique_id=clique_id)

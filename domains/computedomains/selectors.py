@@ -331,26 +331,35 @@ PEERS_QUIET_S = 0.4
 PEERS_MAX_S = 5.0
 
 
-def peers_key(domain_id: int) -> str:
-    """The cache key that is set while a nudge of the domain's members is pending."""
-    return f"computedomains:peers-pending:{domain_id}"
+def peers_key(domain_id: int, clique_id: int | None = None) -> str:
+    """The cache key that is set while a nudge of the domain's members in the clique is
+    pending (each clique's ensemble has its own bursts; None: every member, as a nudge
+    queued before cliques had their own)."""
+    if clique_id is None:
+        return f"computedomains:peers-pending:{domain_id}"
+    return f"computedomains:peers-pending:{domain_id}:{clique_id}"
 
 
-def peers_settling(domain_id: int) -> bool:
-    """Whether a burst of membership changes is under way (a nudge is pending)."""
+def peers_settling(domain_id: int, clique_id: int | None = None) -> bool:
+    """Whether a burst of membership changes is under way in the clique (a nudge of its
+    members is pending)."""
     try:
-        return bool(cache.get(peers_key(domain_id)))
+        return bool(cache.get(peers_key(domain_id, clique_id)))
     except Exception:  # Redis away: say nothing; a daemon is re-resolved anyway
         return False
 
 
-def peers_nudge_wait(domain_id: int, *, first: float, now: float | None = None) -> float:
-    """How long to put off nudging the members (0: now): until the membership has been
-    quiet PEERS_QUIET_S, and no later than PEERS_MAX_S after `first` (epoch seconds)."""
+def peers_nudge_wait(
+    domain_id: int, *, first: float, now: float | None = None, clique_id: int | None = None
+) -> float:
+    """How long to put off nudging the members in the clique (0: now): until its membership
+    has been quiet PEERS_QUIET_S, and no later than PEERS_MAX_S after `first` (epoch
+    seconds)."""
     now = time.time() if now is None else now
-    changed = DomainMember.objects.filter(domain_id=domain_id).aggregate(
-        joined=Max("assigned_at"), left=Max("released_at")
-    )
+    members = DomainMember.objects.filter(domain_id=domain_id)
+    if clique_id is not None:
+        members = members.filter(clique_id=clique_id)
+    changed = members.aggregate(joined=Max("assigned_at"), left=Max("released_at"))
     last = max((at.timestamp() for at in changed.values() if at is not None), default=0.0)
     wait = min(PEERS_QUIET_S - (now - last), PEERS_MAX_S - (now - first))
     return max(wait, 0.05) if wait > 0 else 0.0

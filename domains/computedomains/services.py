@@ -21,7 +21,7 @@ from django.utils import timezone
 from domains.audit.events import CONTROLLER, Actor, new_event, record_event, record_events
 from domains.computedomains import admission
 from domains.computedomains.fabric import topology_snapshot
-from domains.computedomains.following import clique_to_keep
+from domains.computedomains.following import cliques_to_keep
 from domains.computedomains.forecast import spec_forecast
 from domains.computedomains.models import (
     ApprovalState,
@@ -104,11 +104,12 @@ def _admitted_message(clean: admission.CleanSpec, approval: bool) -> str:
     return "admitted; waiting for placement" if clean.num_nodes else WAITING_MESSAGE
 
 
-def _clique_to_keep(clean: admission.CleanSpec, now: datetime) -> int | None:
-    """A domain that follows its workload keeps to one clique, chosen now (following.py)."""
+def _cliques_to_keep(clean: admission.CleanSpec, now: datetime) -> list[int]:
+    """A domain that follows its workload keeps to the cliques its constraint allows now
+    (following.py)."""
     if clean.num_nodes:
-        return None
-    return clique_to_keep(
+        return []
+    return cliques_to_keep(
         gpus_per_node=clean.gpus_per_node,
         constraint=clean.placement_constraint,
         target=clean.placement_target,
@@ -147,8 +148,8 @@ def _create(
                 source=source,
                 request_id=get_request_id(),
                 admitted_at=None if approval else now,
-                clique_id=_clique_to_keep(clean, now),
             )
+            domain.cliques.set(_cliques_to_keep(clean, now))
     except IntegrityError:
         # Only a request racing us for the same name can get here (namespace is locked,
         # so it is one from before the lock was taken): say so the same way.

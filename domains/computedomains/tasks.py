@@ -69,24 +69,26 @@ def failover() -> dict[str, int]:
 
 
 @shared_task(name="computedomains.nudge_peers", acks_late=True)
-def nudge_peers(domain_id: int, first: float | None = None) -> int:
-    """Tell the members of a domain that follows its workload to re-fetch their peer list.
+def nudge_peers(domain_id: int, first: float | None = None, clique_id: int | None = None) -> int:
+    """Tell the members of a domain that follows its workload in the clique (None: all, as
+    a nudge queued before cliques had their own) to re-fetch their peer list.
 
     Queued once per burst of joins and leaves (see receivers) and put off while the burst
     goes on: 18 trays joining within a second or two would otherwise make every member fetch
     its desired state many times, and spend its daemon's one re-resolve per 5 s on a peer
-    list that is still growing. `first`: when the burst's first change was seen.
+    list that is still growing. `first`: when the burst's first change was seen. The
+    members of the domain's other cliques are not told: their peers did not change.
     """
     first = first or time.time()
-    wait = peers_nudge_wait(domain_id, first=first)
+    wait = peers_nudge_wait(domain_id, first=first, clique_id=clique_id)
     if wait > 0:
-        nudge_peers.apply_async((domain_id, first), countdown=wait)
+        nudge_peers.apply_async((domain_id, first), {"clique_id": clique_id}, countdown=wait)
         return 0
-    cache.delete(peers_key(domain_id))  # before reading: a change after this queues again
-    nodes = list(
-        DomainMember.objects.filter(domain_id=domain_id, active=True).values_list(
-            "node_id", flat=True
-        )
-    )
+    # Before reading: a change after this queues again.
+    cache.delete(peers_key(domain_id, clique_id))
+    members = DomainMember.objects.filter(domain_id=domain_id, active=True)
+    if clique_id is not None:
+        members = members.filter(clique_id=clique_id)
+    nodes = list(members.values_list("node_id", flat=True))
     announce_desired_state(nodes)
     return len(nodes)

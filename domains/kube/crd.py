@@ -105,9 +105,11 @@ def computedomain_status(domain: ComputeDomain) -> dict[str, Any]:
 
 
 def workload_nodes(domain: ComputeDomain) -> list[dict[str, Any]]:
-    """`status.nodes[]`: the trays where a claim of the domain is prepared. A member is
-    Ready when its IMEX daemon is ready and connected; a tray in no NVLink clique (its claim
-    prepared without a channel: index -1, no clique, as NVIDIA lists a node that is not
+    """`status.nodes[]`: the trays where a claim of the domain is prepared, each with its
+    clique's `cliqueID` and its `index` within that clique (as NVIDIA's driver counts them:
+    its pods may be in several cliques, one IMEX ensemble each). A member is Ready when its
+    IMEX daemon is ready and connected; a tray in no NVLink clique (its claim prepared
+    without a channel: index -1, no clique, as NVIDIA lists a node that is not
     fabric-attached) when its claim is prepared."""
     claimed = {
         node_id: (host, ip or "")
@@ -118,7 +120,7 @@ def workload_nodes(domain: ComputeDomain) -> list[dict[str, Any]]:
     members = list(
         domain.members.filter(active=True, node_id__in=claimed)
         .select_related("node", "clique")
-        .order_by("index")
+        .order_by("clique__cluster_uuid", "clique__clique_id", "index")  # clique by clique
     )
     nodes = [
         {

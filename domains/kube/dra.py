@@ -19,6 +19,7 @@ is asked once per client by API discovery.
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 from kubernetes import client
@@ -43,10 +44,10 @@ def device_selector(domain: ComputeDomain) -> str:
     placed domain (numNodes > 0) takes only its own trays. One that follows its workload
     takes its own, or free ones that may take a new member now (`eligible`: ready, in a
     clique, no blocking condition, held by no domain, no maintenance window scheduled; a
-    cordoned, draining, down or pending tray is not) in the clique it keeps to (`clique`,
-    chosen when it was requested: domains/computedomains/following.py), so its pods never
-    straddle two cliques. Between a placement and the agent's next slice update (its next
-    fetch of the desired state, nudged at once) a placed domain's pods stay Pending and are
+    cordoned, draining, down or pending tray is not) in the cliques it keeps to (`clique`,
+    the set fixed when it was requested: domains/computedomains/following.py). Between a
+    placement and the agent's next slice update (its next fetch of the desired state,
+    nudged at once) a placed domain's pods stay Pending and are
     scheduled when the slice changes; a claim allocated from a slice that was stale the
     other way is still refused by the agent's admission, with its reason. A tray a placed
     domain lost and replaced keeps the slice its dead agent last published, naming the
@@ -59,9 +60,10 @@ def device_selector(domain: ComputeDomain) -> str:
     if domain.num_nodes > 0:
         return mine
     free = f'{attributes}.domain == "" && {attributes}.eligible'
-    if domain.clique is not None:
+    labels = sorted(c.label for c in domain.cliques.all())
+    if labels:
         # A tray not yet in a clique has no `clique` attribute: its slice is not eligible.
-        free += f' && {attributes}.clique == "{domain.clique.label}"'
+        free += f" && {attributes}.clique in [{', '.join(json.dumps(x) for x in labels)}]"
     return f"{mine} || ({free})"
 
 

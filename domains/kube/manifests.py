@@ -16,10 +16,11 @@ annotation is involved: the kubelet copies pod annotations only into the pod san
   puts one pod on each tray (one IMEX daemon per tray).
 - **Domains that follow the workload** (`numNodes: 0`) pin no tray: the pods land where the
   scheduler puts them and the trays join the domain as their claims are prepared. A node
-  selector term names the clique the domain keeps to (chosen when it was requested; its
-  claim template selects only that clique's trays too), pod affinity on
-  ``nvidia.com/gpu.clique`` keeps every pod in one NVLink clique, as NVIDIA's examples do,
-  and anti-affinity on the hostname keeps one pod per tray.
+  selector term names the cliques the domain keeps to (fixed when it was requested; its
+  claim template selects only their trays too), pod affinity on ``nvidia.com/gpu.clique``
+  keeps the pods of one workload in one NVLink clique, as NVIDIA's examples do (the domain
+  itself takes pods in any of its cliques: one IMEX ensemble each), and anti-affinity on
+  the hostname keeps one pod per tray.
 
 Placed domains have manifests only while they hold trays (Forming, Ready, Degraded): before
 placement there are no hostnames to name, after release they would point at trays that
@@ -91,6 +92,7 @@ class _Context:
         self.clique = clique  # the label; `where` says the short name beside it
         self.clique_name = ""
         self.spans = 1  # the cliques a placed domain's trays are in (one IMEX ensemble each)
+        self.allowed: list[str] = []  # the labels of the cliques a following domain keeps to
         self.replicas = replicas
         self.gpus = domain.gpus_per_node
         self.follows = domain.num_nodes == 0
@@ -110,8 +112,10 @@ class _Context:
                     field="replicas",
                 )
             ctx = cls(domain, [], "", default if replicas is None else replicas)
-            if domain.clique is not None:  # the clique it keeps to, chosen when requested
-                ctx.clique, ctx.clique_name = domain.clique.label, domain.clique.name
+            kept = sorted(domain.cliques.all(), key=lambda c: c.label)  # fixed when requested
+            ctx.allowed = [c.label for c in kept]
+            if len(kept) == 1:
+                ctx.clique, ctx.clique_name = kept[0].label, kept[0].name
             return ctx
         members = [m for m in domain_peers(domain) if m.active]
         if domain.phase not in MANIFEST_PHASES or not members:
@@ -158,14 +162,15 @@ def parse_replicas(values: list[str]) -> int | None:
 def follow_replicas(domain: ComputeDomain) -> tuple[int, int]:
     """(default, most) pods for a domain that follows its workload.
 
-    Most: one pod per tray of its NVLink clique (the clique it keeps to; for a domain that
-    predates those, the largest clique), and no more than the namespace's quota lets one
+    Most: one pod per tray of its largest NVLink clique (of the cliques it keeps to; for a
+    domain that predates those, of all), and no more than the namespace's quota lets one
     domain hold. Default: the trays the domain holds now, or, while it waits for its
     workload, that most (one domain as large as it may be).
     """
     trays = Node.objects.filter(clique__isnull=False)
-    if domain.clique_id is not None:
-        trays = trays.filter(clique_id=domain.clique_id)
+    kept = list(domain.cliques.values_list("pk", flat=True))
+    if kept:
+        trays = trays.filter(clique_id__in=kept)
     largest = (
         trays.values("clique_id").annotate(trays=Count("id")).aggregate(most=Max("trays"))["most"]
         or 1
@@ -190,9 +195,10 @@ def _limit_reason(domain: ComputeDomain, most: int) -> str:
     cap = _quota_cap(domain)
     if cap is not None and cap <= most:
         return f"the quota of namespace {domain.namespace.name} allows {cap} trays in one domain"
-    if domain.clique is not None:
-        return f"its clique {domain.clique.name} has {most} trays"
-    return f"the largest clique has {most} trays"
+    kept = list(domain.cliques.all()[:2])
+    if len(kept) == 1:
+        return f"its clique {kept[0].name} has {most} trays"
+    return f"the largest {'of its cliques' if kept else 'clique'} has {most} trays"
 
 
 def _dump(ctx: _Context, obj: dict[str, Any]) -> str:
@@ -254,8 +260,8 @@ def _affinity(ctx: _Context, role: str) -> dict[str, Any]:
             {"key": HOSTNAME_LABEL, "operator": "In", "values": ctx.hostnames},
             {"key": CLIQUE_LABEL, "operator": "In", "values": [ctx.clique]},
         ]
-    elif ctx.clique:  # wherever the scheduler puts them in the clique the domain keeps to
-        expressions = [{"key": CLIQUE_LABEL, "operator": "In", "values": [ctx.clique]}]
+    elif ctx.allowed:  # wherever the scheduler puts them in a clique the domain keeps to
+        expressions = [{"key": CLIQUE_LABEL, "operator": "In", "values": ctx.allowed}]
     else:  # a domain from before cliques were chosen: any node in an NVLink clique
         expressions = [{"key": CLIQUE_LABEL, "operator": "Exists"}]
     affinity["nodeAffinity"] = {

@@ -65,15 +65,13 @@ def place_first_fit(request: PlacementRequest, topology: Topology) -> Placement 
     return _rejection(request, candidates)
 
 
-def clique_to_follow(request: PlacementRequest, topology: Topology) -> CliqueView | None:
-    """The clique a domain that follows its workload keeps to: of the cliques its constraint
-    allows, the one with the most trays free for it now (ties: the largest, then the first
-    in topology order), so its pods have the most room. None when the constraint allows no
-    clique. `request.num_nodes` is not used: such a domain asks for no number of trays."""
+def cliques_to_follow(request: PlacementRequest, topology: Topology) -> list[CliqueView]:
+    """The cliques a domain that follows its workload may take trays from: every clique its
+    constraint allows (any: all of them; a rack: that rack's; a clique: that one), in
+    topology order; none when it allows none. `request.num_nodes` is not used: such a
+    domain asks for no number of trays."""
     candidates, problem = _candidates(replace(request, num_nodes=1), topology)
-    if problem:
-        return None
-    return max(candidates, key=lambda c: (len(c.trays_for(request)), c.size), default=None)
+    return [] if problem else candidates
 
 
 def replacement_tray(free: list[Tray]) -> Tray | None:

@@ -209,27 +209,31 @@ def test_the_last_tray_leaving_returns_the_domain_to_waiting(follow, split):
     assert not ChannelAllocation.objects.filter(domain=follow, released_at__isnull=True).exists()
 
 
-def test_a_tray_of_another_clique_a_cordoned_tray_and_one_over_quota_are_refused(
+def test_another_cliques_tray_starts_its_ensemble_a_cordoned_one_and_one_over_quota_are_refused(
     follow, split, ns_a, operator
 ):
     from domains.audit.events import Actor
+    from domains.computedomains.models import ChannelAllocation
     from domains.inventory.services import node_cordon
     from domains.tenancy.models import Quota
 
     first, second, third, other_clique = trays(split)[:4]
     admit(first, follow)
-    _, _, _, resp = admit(other_clique, follow)
-    assert (
-        resp.status_code == 409 and "keep the pods in one NVLink clique" in resp.json()["message"]
+    *_, resp = admit(other_clique, follow)
+    assert resp.status_code == 200, resp.content
+    assert follow.members.get(node=other_clique, active=True).index == 0  # its clique's first
+    held = ChannelAllocation.objects.filter(domain=follow, released_at__isnull=True)
+    assert sorted(held.values_list("clique_id", flat=True)) == sorted(
+        [first.clique_id, other_clique.clique_id]
     )
     node_cordon(actor=Actor.for_user(operator), node=second)
     _, _, _, resp = admit(second, follow)
     assert resp.status_code == 409 and "is cordoned, not ready" in resp.json()["message"]
-    Quota.objects.filter(namespace=ns_a).update(max_nodes_per_domain=1)
+    Quota.objects.filter(namespace=ns_a).update(max_nodes_per_domain=2)
     _, _, _, resp = admit(third, follow)
     assert resp.status_code == 422 and "the most a domain may hold" in resp.json()["message"]
-    assert follow.members.filter(active=True).count() == 1  # nothing joined, nothing half-made
-    assert DomainClaim.objects.filter(released_at__isnull=True).count() == 1
+    assert follow.members.filter(active=True).count() == 2  # nothing joined, nothing half-made
+    assert DomainClaim.objects.filter(released_at__isnull=True).count() == 2
 
 
 def test_a_following_domain_is_never_in_the_placement_queue_or_its_forecast(follow):
@@ -245,6 +249,7 @@ def test_a_following_domain_is_never_in_the_placement_queue_or_its_forecast(foll
 def test_members_hear_of_a_burst_of_joins_once_it_is_over(follow, split):
     """While trays keep joining, the desired state says `settling` (a joining tray holds its
     daemon's first start, a member its SIGUSR1); the members are nudged once it is quiet."""
+    import functools
     import time
 
     from django.core.cache import cache
@@ -255,14 +260,16 @@ def test_members_hear_of_a_burst_of_joins_once_it_is_over(follow, split):
     a, b = trays(split)[:2]
     client, node_id, _, _ = admit(a, follow)
     admit(b, follow)
-    cache.add(peers_key(follow.pk), 1, 60)  # what the join's receiver sets, after commit
+    clique = trays(split)[0].clique_id
+    cache.add(peers_key(follow.pk, clique), 1, 60)  # what the join's receiver sets, after commit
     desired = client.get(f"/api/v1/agent/nodes/{node_id}/desired/").json()["domain"]
     assert desired["settling"] is True and desired["slots"] == 3
     now = time.time()
-    assert peers_nudge_wait(follow.pk, first=now, now=now) > 0  # b joined just now
-    assert peers_nudge_wait(follow.pk, first=now - PEERS_MAX_S, now=now) == 0  # waited enough
-    assert peers_nudge_wait(follow.pk, first=now, now=now + 60) == 0  # quiet for a minute
-    assert nudge_peers(follow.pk, first=now - PEERS_MAX_S) == 2  # both members nudged
+    wait = functools.partial(peers_nudge_wait, follow.pk, clique_id=clique)
+    assert wait(first=now, now=now) > 0  # b joined just now
+    assert wait(first=now - PEERS_MAX_S, now=now) == 0  # waited enough
+    assert wait(first=now, now=now + 60) == 0  # quiet for a minute
+    assert nudge_peers(follow.pk, first=now - PEERS_MAX_S, clique_id=clique) == 2  # both
     desired = client.get(f"/api/v1/agent/nodes/{node_id}/desired/").json()["domain"]
     assert "settling" not in desired
 

@@ -77,7 +77,7 @@ def as_the_selectors_say(node: Node) -> dict:
         doc["domain"]["slots"] = max(slots, member.index + 1)
         if domain.imex_name_token:
             doc["domain"]["names"] = domain.imex_name_token
-        if peers_settling(domain.pk):
+        if peers_settling(domain.pk, member.clique_id):
             doc["domain"]["settling"] = True
     return doc
 

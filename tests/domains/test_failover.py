@@ -186,7 +186,7 @@ def test_the_claims_of_a_dead_tray_are_released_and_a_following_domain_lets_it_g
 ):
     settings.PORTAL = {**settings.PORTAL, "UNVERIFIED_JOINS": True}
     domain = request_domain(ns_a, tenant_a, "wl", num_nodes=0)
-    first, second = Node.objects.filter(clique=domain.clique).order_by("slot")[:2]
+    first, second = Node.objects.filter(clique=domain.cliques.get()).order_by("slot")[:2]
     for node, name in ((first, "a"), (second, "b")):
         claim_admit(node=node, claim=claim(name), domain_uid=str(domain.uid))
     domain.refresh_from_db()

@@ -1,6 +1,7 @@
-"""A domain that follows its workload keeps to the clique chosen when it was requested, and
-its admission refuses exactly the trays its ResourceSlices call not eligible: a tray of
-another clique, one held by a domain (still being cleaned after a release) and one reserved
+"""A domain that follows its workload keeps to the cliques its constraint allowed when it was
+requested, forms one IMEX ensemble in each clique its pods land in, and its admission
+refuses exactly the trays its ResourceSlices call not eligible: a tray of a clique it does
+not keep to, one held by a domain (still being cleaned after a release) and one reserved
 for maintenance, even when it would be the domain's first member."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from agentwire.messages import ClaimRef
 from domains.agents.desired import desired_state_for
 from domains.audit.events import Actor
 from domains.computedomains.claims import claim_admit, claim_release
-from domains.computedomains.models import ComputeDomain, Phase
+from domains.computedomains.models import ChannelAllocation, ComputeDomain, Phase
 from domains.computedomains.services import domain_release
 from domains.errors import Conflict
 from domains.foresight.maintenance import maintenance_schedule
@@ -47,35 +48,101 @@ def follow(ns, user, name: str = "wl", **spec) -> ComputeDomain:
     return request_domain(ns, user, name, num_nodes=0, **spec)
 
 
-def test_it_keeps_to_the_clique_with_the_most_free_trays(cliques, ns_a, tenant_a):
+def kept(domain: ComputeDomain) -> set[int]:
+    return set(domain.cliques.values_list("pk", flat=True))
+
+
+def test_it_keeps_every_clique_its_constraint_allows(cliques, ns_a, tenant_a):
     first, second = cliques
-    # Two of the first clique's trays taken by a placed domain: the second has more room.
+    # Even with two of the first clique's trays taken, it keeps both cliques.
     placed = request_and_place(ns_a, tenant_a, name="placed", num_nodes=2)
     assert {m.node.clique_id for m in placed.members.select_related("node")} == {first[0].clique_id}
     domain = follow(ns_a, tenant_a)
-    assert domain.clique_id == second[0].clique_id
-    label = Clique.objects.get(pk=second[0].clique_id).label
-    assert device_selector(domain).endswith(f'.clique == "{label}")')
+    assert kept(domain) == {first[0].clique_id, second[0].clique_id}
+    labels = sorted(c.label for c in Clique.objects.filter(pk__in=kept(domain)))
+    assert device_selector(domain).endswith(f'.clique in ["{labels[0]}", "{labels[1]}"])')
     # A placed domain keeps to no clique of its own: its trays say where it is.
-    assert placed.clique_id is None and "clique" not in device_selector(placed)
+    assert not kept(placed) and "clique" not in device_selector(placed)
 
 
-def test_its_placement_constraint_decides_the_clique(cliques, ns_a, tenant_a):
-    first, _ = cliques
+def test_its_placement_constraint_decides_the_cliques(cliques, ns_a, tenant_a):
+    first, second = cliques
     target = Clique.objects.get(pk=first[0].clique_id)
     domain = follow(ns_a, tenant_a, placement_constraint="clique", placement_target=target.label)
-    assert domain.clique_id == target.pk
+    assert kept(domain) == {target.pk}
+    assert device_selector(domain).endswith(f'.clique in ["{target.label}"])')
+    # A rack: that rack's cliques, not another rack's.
+    factories.make_racks("4", ip_prefix=factories.tray_ip_prefix(32), first_rack=2)
+    rack = target.rack
+    whole = follow(
+        ns_a, tenant_a, "wl-rack", placement_constraint="rack", placement_target=rack.name
+    )
+    assert kept(whole) == {first[0].clique_id, second[0].clique_id}
+    assert len(kept(follow(ns_a, tenant_a, "wl-any"))) == 3
 
 
-def test_even_its_first_member_must_be_in_its_clique(cliques, ns_a, tenant_a):
+def test_even_its_first_member_must_be_in_one_of_its_cliques(cliques, ns_a, tenant_a):
     first, second = cliques
-    domain = follow(ns_a, tenant_a)  # both cliques equally free: the first
-    assert domain.clique_id == first[0].clique_id
-    with pytest.raises(Conflict, match="keep the pods in one NVLink clique"):
+    label = Clique.objects.get(pk=first[0].clique_id).label
+    domain = follow(ns_a, tenant_a, placement_constraint="clique", placement_target=label)
+    with pytest.raises(Conflict, match=f"does not keep to \\(its cliques: {label},"):
         claim_admit(node=second[0], claim=claim(), domain_uid=str(domain.uid))
-    assert not domain.members.exists()
+    assert not domain.members.exists() and not domain.claims.exists()
     admitted = claim_admit(node=first[0], claim=claim(1), domain_uid=str(domain.uid))
     assert admitted.joined and admitted.member.index == 0
+
+
+def ensemble(tray) -> tuple:
+    """What a member's daemon is started with: its index, peers, slots and channels."""
+    want = (tray if isinstance(tray, dict) else desired_state_for(tray))["domain"]
+    assert want is not None
+    return want["index"], want["peers"], want.get("slots"), want["channels"]
+
+
+def test_a_claim_in_a_second_clique_creates_its_ensemble(cliques, ns_a, tenant_a):
+    """The first tray of a clique is index 0 there, with a channel from that clique's
+    ledger; joins take the lowest free index of their clique; the last to leave a clique
+    releases its channel, and the other clique's members and desired states stay as they
+    were."""
+    first, second = cliques
+    domain = follow(ns_a, tenant_a)
+    refs = {t.hostname: claim(i) for i, t in enumerate([*first[:2], *second[:2]])}
+
+    def admit(tray: Node):
+        return claim_admit(node=tray, claim=refs[tray.hostname], domain_uid=str(domain.uid))
+
+    assert [admit(t).member.index for t in (first[0], first[1])] == [0, 1]
+    before = desired_state_for(first[0])
+    joined = admit(second[0])
+    assert joined.joined and joined.member.index == 0
+    assert joined.member.clique_id == second[0].clique_id
+    assert admit(second[1]).member.index == 1
+    channels = dict(
+        ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True).values_list(
+            "clique_id", "channel"
+        )
+    )
+    assert set(channels) == {first[0].clique_id, second[0].clique_id}
+    theirs = desired_state_for(second[0])["domain"]
+    assert theirs["channels"] == {"mode": "Single", "numbers": [channels[second[0].clique_id]]}
+    assert {p["index"] for p in theirs["peers"]} == {0, 1}
+    assert {p["hostname"] for p in theirs["peers"]} >= {second[0].hostname, second[1].hostname}
+    # The first clique's nodes files and channel do not change: its peers are its own.
+    assert ensemble(first[0]) == ensemble(before)
+    # Leaving: index 0 of the second clique goes, the next join there takes it again.
+    claim_release(node=second[0], claim_uid=refs[second[0].hostname]["uid"])
+    refs[second[2].hostname] = claim(9)
+    assert admit(second[2]).member.index == 0
+    for tray in (second[1], second[2]):
+        claim_release(node=tray, claim_uid=refs[tray.hostname]["uid"])
+    # The second clique's ensemble is gone: its channel released, the first's kept.
+    live = ChannelAllocation.objects.filter(domain=domain, released_at__isnull=True)
+    assert list(live.values_list("clique_id", "channel")) == [
+        (first[0].clique_id, channels[first[0].clique_id])
+    ]
+    assert ensemble(first[0]) == ensemble(before)
+    assert not domain.members.filter(active=True, clique_id=second[0].clique_id).exists()
+    assert desired_state_for(second[0])["domain"] is None
 
 
 def test_it_refuses_the_trays_its_slices_call_not_eligible(cliques, ns_a, tenant_a, operator):
@@ -174,3 +241,29 @@ def test_each_domain_that_follows_its_workload_has_peer_names_of_its_own(cliques
     # A domain from before names carried a token: none in its desired state.
     ComputeDomain.objects.filter(pk=one.pk).update(imex_name_token="")
     assert "names" not in (desired_state_for(first[0])["domain"] or {})
+
+
+def test_a_burst_of_joins_in_one_clique_holds_and_nudges_only_that_clique(
+    cliques, ns_a, tenant_a, django_capture_on_commit_callbacks
+):
+    """Each clique's ensemble has its own bursts: the trays of the other clique are neither
+    told to settle nor nudged to re-fetch their peers."""
+    from django.core.cache import cache
+
+    from domains.computedomains.selectors import peers_key
+    from domains.computedomains.tasks import nudge_peers
+
+    first, second = cliques
+    domain = follow(ns_a, tenant_a)
+    for tray in (first[0], first[1], second[0], second[1]):
+        claim_admit(node=tray, claim=claim(), domain_uid=str(domain.uid))
+    cache.delete_many([peers_key(domain.pk, t.clique_id) for t in (first[0], second[0])])
+    with django_capture_on_commit_callbacks(execute=True):  # the join's receivers run
+        claim_admit(node=second[2], claim=claim(), domain_uid=str(domain.uid))
+    assert cache.get(peers_key(domain.pk, second[0].clique_id))
+    assert not cache.get(peers_key(domain.pk, first[0].clique_id))
+    assert desired_state_for(second[0])["domain"]["settling"] is True
+    assert "settling" not in desired_state_for(first[0])["domain"]
+    told = nudge_peers(domain.pk, first=1.0, clique_id=second[0].clique_id)  # long ago
+    assert told == 3  # the second clique's three members, none of the first's
+    assert not cache.get(peers_key(domain.pk, second[0].clique_id))

@@ -172,10 +172,10 @@ def test_a_following_domains_pods_never_get_a_tray_its_admission_would_refuse(
 def test_a_following_domains_pods_keep_to_its_clique_and_off_held_or_reserved_trays(
     real_kube, cluster, ns_a, tenant_a, operator
 ):
-    """Two cliques, each tray publishing its slice as its agent would: the domain keeps to
-    the clique with the most free trays, and kube-scheduler puts its pods only there, never
-    on a free, eligible tray of the other clique, on a tray a released domain still holds
-    or on one reserved for maintenance. The admission takes every pod it was given."""
+    """Two cliques, each tray publishing its slice as its agent would: the domain, kept to
+    one clique by its placement constraint, has kube-scheduler put its pods only there,
+    never on a free, eligible tray of the other clique, on a tray a released domain still
+    holds or on one reserved for maintenance. The admission takes every pod it was given."""
     install_device_class(real_kube)
     (rack,) = factories.make_racks("4,8", ip_prefix=factories.tray_ip_prefix(41))
     small, large = (list(c.nodes.order_by("slot")) for c in rack.cliques.order_by("clique_id"))
@@ -194,8 +194,11 @@ def test_a_following_domains_pods_keep_to_its_clique_and_off_held_or_reserved_tr
         actor=Actor.for_user(operator), starts_at=now + timedelta(days=7),
         ends_at=now + timedelta(days=7, hours=2), reason="PSU swap", trays=[reserved.hostname],
     )  # fmt: skip
-    domain = request_domain(ns_a, tenant_a, "wl", num_nodes=0)
-    assert domain.clique_id == large[0].clique_id
+    domain = request_domain(
+        ns_a, tenant_a, "wl", num_nodes=0,
+        placement_constraint="clique", placement_target=label[large[0].pk],
+    )  # fmt: skip
+    assert list(domain.cliques.values_list("pk", flat=True)) == [large[0].clique_id]
     eligible = {}
     for tray in rack.nodes.select_related("clique"):
         real_kube.put_node(tray.hostname, gpu_labels(), ip=tray.management_ip)

@@ -168,6 +168,7 @@ def test_a_following_domains_pods_stay_in_one_clique_wherever_they_land(topology
     )
     assert domain.phase == Phase.ADMITTED  # waiting for its workload: manifests already
     manifests = {k: yaml.safe_load(v) for k, v in workload_manifests(domain, replicas=12).items()}
+    clique = domain.cliques.get()
     assert_valid_kubernetes(manifests["deployment"])
     assert_valid_kubernetes(manifests["job"])
     assert manifests["deployment"]["spec"]["replicas"] == 12
@@ -176,10 +177,10 @@ def test_a_following_domains_pods_stay_in_one_clique_wherever_they_land(topology
         (term,) = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
             "nodeSelectorTerms"
         ]
-        # The clique the domain keeps to, chosen when it was requested (its claim template
-        # selects only that clique's trays too).
+        # The cliques the domain keeps to, fixed when it was requested (its claim template
+        # selects only their trays too): here the rack's one.
         assert term["matchExpressions"] == [
-            {"key": "nvidia.com/gpu.clique", "operator": "In", "values": [domain.clique.label]}
+            {"key": "nvidia.com/gpu.clique", "operator": "In", "values": [clique.label]}
         ]
         (together,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert together["topologyKey"] == "nvidia.com/gpu.clique"
@@ -187,7 +188,7 @@ def test_a_following_domains_pods_stay_in_one_clique_wherever_they_land(topology
         assert claim["resourceClaimTemplateName"] == "wl-channel"
     header = " ".join(workload_manifests(domain)["deployment"].splitlines()[:2])
     assert "follows" in header
-    assert f"in clique {domain.clique.name} (nvidia.com/gpu.clique={domain.clique.label})" in header
+    assert f"in clique {clique.name} (nvidia.com/gpu.clique={clique.label})" in header
 
 
 def test_a_following_domain_runs_as_many_pods_as_asked_within_one_clique_and_quota(
@@ -221,7 +222,7 @@ def test_a_following_domain_runs_as_many_pods_as_asked_within_one_clique_and_quo
         max_nodes_per_domain=None, max_nodes=None, max_gpus=None
     )
     assert replicas() == 18
-    limit = rf"from 1 to 18.*its clique {domain.clique.name} has 18 trays"
+    limit = rf"from 1 to 18.*its clique {domain.cliques.get().name} has 18 trays"
     with pytest.raises(InvalidInput, match=limit):
         workload_manifests(domain, replicas=19)
     # Once trays have joined: as many pods as it holds.

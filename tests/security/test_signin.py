@@ -18,6 +18,7 @@ from django.conf import settings
 
 from portal.ratelimit import LOGIN_FAILURES, SIGNIN_PACE, TOKEN_FAILURES
 from testbed import factories
+from testbed.agents import wait_for
 from testbed.processes import running, start_server
 from tests.security.conftest import IP_PREFIX, bearer
 
@@ -203,7 +204,4 @@ def guess_until(url: str, stop: threading.Event) -> None:
 
 def wait_for_pacing(url: str) -> None:
     """Until the guesser has taken the address over its ceiling (low_ceiling's 6)."""
-    deadline = time.monotonic() + 30
-    while LOGIN_FAILURES.count("127.0.0.1") < 8:
-        assert time.monotonic() < deadline, "the guesser never got over the ceiling"
-        time.sleep(0.1)
+    wait_for(lambda: LOGIN_FAILURES.count("127.0.0.1") >= 8, 30, "the guesser over the ceiling")

@@ -51,6 +51,7 @@ from testbed.processes import (
     process_env,
     wait_until,
 )
+from testbed.processes import wait_for as wait_for  # the tests' one wait, re-exported
 
 JOIN_TOKEN = "dpj_e2e-test-join-token"
 
@@ -303,8 +304,3 @@ class AgentFleet:
         if self.daemon_pid(hostname):
             left.append("nvidia-imex process")
         return left
-
-
-def wait_for(predicate: Any, timeout: float = 30, what: str = "condition") -> Any:
-    """`wait_until` with a default poll suited to formation (agents act in ~0.1 s)."""
-    return wait_until(predicate, timeout=timeout, interval=0.1, what=what)

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 from django.conf import settings
@@ -161,6 +162,12 @@ def wait_until(predicate, timeout: float = 30, interval: float = 0.1, what: str 
             return result
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_for(predicate: Any, timeout: float = 30, what: str = "condition") -> Any:
+    """`wait_until` polling every 0.1 s (agents and controllers act in about that), with
+    the timeout and what it waits for by position: `wait_for(ready, 10, "the slice")`."""
+    return wait_until(predicate, timeout=timeout, interval=0.1, what=what)
 
 
 def start_server(host: str = "127.0.0.1", **env: str) -> tuple[Proc, str]:

@@ -36,6 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from testbed.processes import ROOT, Proc, free_port, wait_until
+from testbed.processes import wait_for as wait_for  # the tests' one wait, re-exported
 
 BUILD_SCRIPT = ROOT / "scripts/kube_build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
@@ -410,8 +411,3 @@ class ClusterKube:
                         body={"metadata": {"finalizers": None}},
                         content_type="application/merge-patch+json",
                     )
-
-
-def wait_for(predicate: Any, timeout: float = 30, what: str = "condition") -> Any:
-    """`wait_until` with a pause fit for a control plane (controllers react in ~100 ms)."""
-    return wait_until(predicate, timeout=timeout, interval=0.1, what=what)

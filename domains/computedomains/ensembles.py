@@ -9,9 +9,35 @@ reads which rack to look at; a domain in one clique reads as it always did.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from domains.computedomains.models import DomainMember
+from domains.computedomains.models import DomainMember, MemberState
 from domains.inventory.models import Clique
+
+
+@dataclass(frozen=True, slots=True)
+class Ensemble:
+    """One clique's IMEX ensemble of a domain: its active members there, in index order."""
+
+    clique: Clique
+    members: tuple[DomainMember, ...]
+
+    @property
+    def ready(self) -> int:
+        return sum(1 for m in self.members if m.state == MemberState.READY)
+
+
+def ensembles(members: Sequence[DomainMember]) -> list[Ensemble]:
+    """The domain's ensembles, from its members as read (their `clique` with them, e.g.
+    prefetched: no query here), in the order the members come."""
+    by_clique: dict[int, list[DomainMember]] = {}
+    for member in members:
+        if member.active:
+            by_clique.setdefault(member.clique_id, []).append(member)
+    return [
+        Ensemble(clique=held[0].clique, members=tuple(sorted(held, key=lambda m: m.index)))
+        for held in by_clique.values()
+    ]
 
 
 def spanned(members: Sequence[DomainMember]) -> int:

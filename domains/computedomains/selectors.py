@@ -50,12 +50,19 @@ def domains_visible_to(user: Viewer) -> QuerySet[ComputeDomain]:
 
 
 def domains_with_members(user: Viewer, namespace: Namespace) -> QuerySet[ComputeDomain]:
-    """A namespace's domains the user may see, members (with tray and clique) prefetched."""
-    members = DomainMember.objects.select_related("node", "clique").order_by("index")
+    """A namespace's domains the user may see, members (with tray and clique, clique by
+    clique) and the channels they hold (`live_channels`) prefetched."""
+    members = DomainMember.objects.select_related("node", "clique__rack").order_by(
+        "clique_id", "index"
+    )
+    held = ChannelAllocation.objects.filter(released_at__isnull=True)
     return (
         domains_visible_to(user)
         .filter(namespace=namespace)
-        .prefetch_related(Prefetch("members", queryset=members))
+        .prefetch_related(
+            Prefetch("members", queryset=members),
+            Prefetch("channels", queryset=held, to_attr="live_channels"),
+        )
     )
 
 
@@ -82,7 +89,9 @@ def approvals_visible_to(user: Viewer) -> QuerySet[ComputeDomain]:
     with their namespace's quota and their members."""
     if not is_admin(user):
         return ComputeDomain.objects.none()
-    members = DomainMember.objects.select_related("node", "clique").order_by("index")
+    members = DomainMember.objects.select_related("node", "clique__rack").order_by(
+        "clique_id", "index"
+    )
     return (
         domains_visible_to(user)
         .filter(approval_state=ApprovalState.PENDING)
@@ -126,7 +135,7 @@ def member_should_run(member: DomainMember) -> bool:
 def domain_peers(domain: ComputeDomain) -> list[DomainMember]:
     """Every member, clique by clique, in index order inside each: line i of the IMEX nodes
     file of each member of a clique is that clique's peer i."""
-    members = domain.members.select_related("node").defer(NODE_REPORT)
+    members = domain.members.select_related("node", "clique__rack").defer(NODE_REPORT)
     return list(members.order_by("clique_id", "index"))
 
 

@@ -75,6 +75,9 @@ def domain(
 ) -> dict[str, Any]:
     """The example domain in a phase; `members` is its trays' state (none: not placed)."""
     trays = [_member(i, members, READY_AT) for i in range(2)] if members else []
+    ready = 2 if members == "ready" else 0
+    clique = {"cliqueID": CLIQUE, "cliqueName": "gb-r01-c0", "rack": "gb-r01"}
+    cliques = [{**clique, "members": 2, "ready": ready, "channel": 7}]
     return {
         "apiVersion": "resource.nvidia.com/v1beta1",
         "kind": "ComputeDomain",
@@ -111,6 +114,7 @@ def domain(
             "estimateMessage": "",
             "conditions": conditions or [],
             "nodes": trays,
+            "cliques": cliques if members else [],
         },
     }
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from domains.computedomains.ensembles import spanned
+from domains.computedomains.ensembles import ensembles
 from domains.computedomains.models import ComputeDomain
 from domains.computedomains.selectors import domain_channels
-from domains.inventory.models import Clique
 
 TIMELINE = (
     ("assigned", "Assigned"),
@@ -115,23 +114,20 @@ def channel_text(domain: ComputeDomain) -> str:
 def clique_rows(domain: ComputeDomain, members) -> list[dict]:
     """A domain over several cliques: one row per clique (one IMEX ensemble each), in the
     members' order: the clique, its rack, its trays, how many are ready, its channel(s).
-    Empty for a domain in one clique (the page's facts say it all). A query for the
-    cliques, and one per clique for its channel."""
-    active = [m for m in members if m.active]
-    if spanned(active) < 2:
+    Empty for a domain in one clique (the page's facts say it all). A query per clique for
+    its channel."""
+    parts = ensembles(members)
+    if len(parts) < 2:
         return []
-    ids = list(dict.fromkeys(m.clique_id for m in active))
-    cliques = Clique.objects.select_related("rack").in_bulk(ids)
     rows = []
-    for pk in ids:
-        held = [m for m in active if m.clique_id == pk]
-        channels = domain_channels(domain, clique_id=pk) if domain.is_live else []
+    for part in parts:
+        channels = domain_channels(domain, clique_id=part.clique.pk) if domain.is_live else []
         rows.append(
             {
-                "clique": cliques.get(pk),
-                "rack": getattr(cliques.get(pk), "rack", None),
-                "trays": [m.node.hostname for m in held],
-                "ready": sum(1 for m in held if m.state == "ready"),
+                "clique": part.clique,
+                "rack": part.clique.rack,
+                "trays": [m.node.hostname for m in part.members],
+                "ready": part.ready,
                 "channels": channels if len(channels) <= 8 else [],
                 "all_channels": len(channels) > 8,
             }

@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 import yaml
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from agentwire.messages import Step
 from domains.agents.desired import desired_state
@@ -225,3 +226,32 @@ def test_a_queued_domain_over_two_cliques_is_estimated_not_never_fits(two_racks,
     # 18 of 36 trays are held (for a day): 27 fit over two cliques once the lease ends.
     assert not verdict.placeable
     assert verdict.estimate_reason == "Estimated", verdict.estimate_message
+
+
+def test_the_api_status_lists_each_clique_with_its_rack_members_and_channel(
+    two_racks, ns_a, tenant_a
+):
+    domain = all_ready(request_and_place(ns_a, tenant_a, num_nodes=27))
+    api = APIClient()
+    api.force_authenticate(tenant_a)
+    status = api.get(f"/api/v1/namespaces/{ns_a.name}/computedomains/train/").json()["status"]
+    held = channels(domain)
+    by_name = sorted(status["cliques"], key=lambda c: c["cliqueName"])
+    assert by_name == [
+        {
+            "cliqueID": clique.label,
+            "cliqueName": clique.name,
+            "rack": clique.rack.name,
+            "members": len(ensembles(domain)[clique.name]),
+            "ready": len(ensembles(domain)[clique.name]),
+            "channel": held[clique.name],
+        }
+        for clique in Clique.objects.filter(
+            pk__in=[m.clique_id for m in domain.members.filter(index=0)]
+        ).order_by("name")
+    ]
+    assert sorted(c["members"] for c in status["cliques"]) == [9, 18]
+    # The nodes list says each tray's clique and its index inside it.
+    assert {(n["cliqueID"], n["index"]) for n in status["nodes"]} == {
+        (c["cliqueID"], i) for c in status["cliques"] for i in range(c["members"])
+    }

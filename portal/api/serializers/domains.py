@@ -16,6 +16,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from domains.computedomains.ensembles import ensembles
 from domains.computedomains.models import (
     AllocationMode,
     ApprovalState,
@@ -174,6 +175,25 @@ class MemberSerializer(serializers.Serializer):
         return READY if member.state == MemberState.READY else NOT_READY
 
 
+class EnsembleSerializer(serializers.Serializer):
+    """One NVLink clique of the domain and its IMEX ensemble (its members in that clique)."""
+
+    cliqueID = serializers.CharField(
+        source="clique.label", help_text="The clique's `nvidia.com/gpu.clique` label."
+    )
+    cliqueName = serializers.CharField(source="clique.name", help_text="Its short name.")
+    rack = serializers.CharField(
+        source="clique.rack.name", default="", help_text="The rack its trays are in."
+    )
+    members = serializers.IntegerField(help_text="The domain's trays in this clique.")
+    ready = serializers.IntegerField(help_text="How many of them are ready.")
+    channel = serializers.IntegerField(
+        allow_null=True,
+        help_text="`Single`: the IMEX channel its workload opens in this clique (each clique "
+        "has its own ledger); null in `All` mode (every channel) or before it has one.",
+    )
+
+
 class StatusSerializer(serializers.Serializer):
     status = serializers.SerializerMethodField(
         help_text="NVIDIA's summary: `Ready` only in phase Ready."
@@ -203,6 +223,11 @@ class StatusSerializer(serializers.Serializer):
     conditions = serializers.SerializerMethodField(help_text="Kubernetes-style conditions.")
     nodes = MemberSerializer(
         source="members.all", many=True, help_text="Its trays (NVIDIA's `status.nodes`)."
+    )
+    cliques = serializers.SerializerMethodField(
+        help_text="Its NVLink cliques, one IMEX ensemble each (several when it spans racks), "
+        "in the order of `nodes`; a domain that follows its workload lists the cliques its "
+        "pods are in so far."
     )
 
     @extend_schema_field(serializers.ChoiceField(choices=[READY, NOT_READY]))
@@ -243,6 +268,24 @@ class StatusSerializer(serializers.Serializer):
     @extend_schema_field(ConditionSerializer(many=True))
     def get_conditions(self, domain: ComputeDomain) -> list[dict[str, Any]]:
         return domain_conditions(domain)
+
+    @extend_schema_field(EnsembleSerializer(many=True))
+    def get_cliques(self, domain: ComputeDomain) -> list[dict[str, Any]]:
+        held = getattr(domain, "live_channels", None)  # prefetched by the list and detail
+        if held is None:
+            held = list(domain.channels.filter(released_at__isnull=True))
+        single = domain.allocation_mode != AllocationMode.ALL
+        channel = {c.clique_id: c.channel for c in held} if single else {}
+        parts = [
+            {
+                "clique": part.clique,
+                "members": len(part.members),
+                "ready": part.ready,
+                "channel": channel.get(part.clique.pk),
+            }
+            for part in ensembles(list(domain.members.all()))
+        ]
+        return list(EnsembleSerializer(parts, many=True).data)
 
 
 def _estimate(domain: ComputeDomain) -> PlacementEstimate | None:

@@ -313,6 +313,7 @@ def test_a_following_domains_manifests_run_the_pods_the_user_asks_for(
     domain = request_domain(ns_a, tenant_a, "wl", num_nodes=0)
     page = login(tenant_a).page(f"/ns/team-a/domains/{domain.uid}/")
     assert "replicas: 12" in page.inner_text("#manifest-deployment")  # team-a's most
+    page.wait_for_load_state("networkidle")  # the live socket's first re-fetch is in
     page.fill("#id_replicas", "5")
     page.click("#manifests button[type=submit]")
     page.wait_for_selector("#manifest-deployment >> text=replicas: 5")

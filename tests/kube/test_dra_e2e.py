@@ -279,7 +279,10 @@ def test_a_placed_domains_pods_get_their_channel_and_nothing_else_gets_in(
             20,
             "template gone",
         )
-        assert kube.get("computedomains", "train", NAMESPACE) is None
+        # The object goes after its template: its finalizer is lifted once that is gone.
+        wait_for(
+            lambda: kube.get("computedomains", "train", NAMESPACE) is None, 20, "the object gone"
+        )
 
 
 def test_a_joiner_whose_daemon_never_gets_ready_is_dropped_and_the_rest_form(

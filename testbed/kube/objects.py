@@ -57,6 +57,38 @@ def pod_with_claim(name: str, namespace: str, template: str, *, node: str = "") 
     }
 
 
+def job_with_claims(
+    name: str, namespace: str, template: str, pods: int, **spec: Any
+) -> dict[str, Any]:
+    """A Job of `pods` workers, each holding a claim from the domain's `template` and
+    nothing else (no affinity, no node selector), as NVIDIA's examples and failover test
+    write it; `spec` adds to the Job's spec (e.g. `backoffLimit=10`)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            **spec,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "ctr",
+                            "image": "ubuntu:22.04",
+                            "command": ["sleep", "infinity"],
+                            "resources": {"claims": [{"name": "channel"}]},
+                        }
+                    ],
+                    "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
+                }
+            },
+        },
+    }
+
+
 def claim_of(kube: ClusterKube, pod: dict[str, Any]) -> dict[str, Any] | None:
     """The pod's generated ResourceClaim, once the resourceclaim controller made it."""
     statuses = pod.get("status", {}).get("resourceClaimStatuses") or []

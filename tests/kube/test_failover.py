@@ -36,7 +36,7 @@ from testbed.agents import AgentFleet, wait_for
 from testbed.kube.chartobjects import install_device_class
 from testbed.kube.cluster import Cluster, ClusterKube, kube_binaries
 from testbed.kube.kubelet_dra import KubeletDra, KubeletFleet
-from testbed.kube.objects import claim_of, gpu_labels
+from testbed.kube.objects import claim_of, gpu_labels, job_with_claims
 from testbed.processes import running, start_beat, start_server, start_worker
 from tests.e2e.conftest import phase_of
 
@@ -109,30 +109,7 @@ def two_fleets(
 def job(template: str, pods: int) -> dict[str, Any]:
     """A Job of `pods` workers as NVIDIA's failover test runs them: each holds a claim from
     the domain's template; nothing names a tray."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": JOB, "namespace": NAMESPACE},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "backoffLimit": 10,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "ctr",
-                            "image": "ubuntu:22.04",
-                            "command": ["sleep", "infinity"],
-                            "resources": {"claims": [{"name": "channel"}]},
-                        }
-                    ],
-                    "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
-                }
-            },
-        },
-    }
+    return job_with_claims(JOB, NAMESPACE, template, pods, backoffLimit=10)
 
 
 def workers(kube: ClusterKube) -> list[dict[str, Any]]:

@@ -37,7 +37,7 @@ from testbed.emulator.tray import GpuFacts, TrayFacts, daemon_starts
 from testbed.kube.chartobjects import install_device_class
 from testbed.kube.cluster import ClusterKube, kube_binaries, wait_for
 from testbed.kube.kubelet_dra import KubeletFleet
-from testbed.kube.objects import claim_of, gpu_labels
+from testbed.kube.objects import claim_of, gpu_labels, job_with_claims
 from testbed.processes import Proc, pods_supported
 from testbed.trays import Tray
 
@@ -56,29 +56,7 @@ TRAYS = 18
 def job(name: str, template: str, pods: int) -> dict[str, Any]:
     """A Job of `pods` workers, each with a claim from the domain's template and nothing
     else: no affinity, no node selector (NVIDIA's examples write it so)."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "ctr",
-                            "image": "ubuntu:22.04",
-                            "command": ["sleep", "infinity"],
-                            "resources": {"claims": [{"name": "channel"}]},
-                        }
-                    ],
-                    "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
-                }
-            },
-        },
-    }
+    return job_with_claims(name, NAMESPACE, template, pods)
 
 
 def job_pods(kube: ClusterKube, name: str) -> list[dict[str, Any]]:

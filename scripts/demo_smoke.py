@@ -3,7 +3,8 @@
 Starts `make demo` exactly as the README says (no DATABASE_URL, REDIS_URL or PORT: the demo
 brings its own PostgreSQL and Redis), signs in as alice, requests a 4-tray domain over the
 API, waits for Ready, releases it, checks its trays are clean (no channel device left, no
-IMEX daemon running), checks that the terminal showed the address only once the server
+IMEX daemon running), checks as bob that the seeded domain over two racks is Ready with
+an IMEX ensemble in each, checks that the terminal showed the address only once the server
 answered and no periodic task's runs at INFO, stops the demo with Ctrl-C (SIGINT to its
 process group) and checks that nothing of it is left running or listening. Prints each
 step's time; exits non-zero with the reason and the demo's log tail on the first thing that
@@ -157,6 +158,30 @@ def form_and_release(api: httpx.Client) -> None:
     say(f"trays clean: {', '.join(members)}")
 
 
+def check_spanning(api: httpx.Client) -> None:
+    """bob's seeded `nccl-allreduce` forms over both racks: Ready with one IMEX ensemble per
+    clique, every tray with a channel and a running daemon."""
+    path = "/namespaces/team-b/computedomains/nccl-allreduce/"
+    asked = time.monotonic()
+    body = wait_for(
+        lambda: (b := api.get(path).json()).get("status", {}).get("phase") == "Ready" and b,
+        180,
+        "the seeded nccl-allreduce Ready",
+    )
+    cliques = body["status"]["cliques"]
+    racks = sorted({c["rack"] for c in cliques})
+    if len(cliques) != 2 or len(racks) != 2:
+        raise SmokeFailed(f"nccl-allreduce should span two racks: {cliques}")
+    roots = tray_roots()
+    formed = {n["name"]: tray_state(roots[n["name"]]) for n in body["status"]["nodes"]}
+    if not all(channels and alive for channels, alive in formed.values()):
+        raise SmokeFailed(f"nccl-allreduce Ready, but a tray lacks a channel or daemon: {formed}")
+    say(
+        f"bob's nccl-allreduce Ready over {', '.join(racks)} "
+        f"({time.monotonic() - asked:.1f} s more)"
+    )
+
+
 def check_terminal(text: str) -> None:
     """What the terminal showed: the address once the server answered (not before), and no
     line at INFO for a run of one of beat's periodic tasks."""
@@ -209,6 +234,7 @@ def main() -> int:
         ports += [int(p) for p in re.findall(r"Private (?:PostgreSQL|Redis) at \S+:(\d+)/", text)]
         say(f"make demo up at {URL} (private services on ports {ports[1:]})")
         form_and_release(sign_in_as("alice", "demo"))
+        check_spanning(sign_in_as("bob", "demo"))
         check_terminal(LOG.read_text(errors="replace"))
         stop(demo, run, ports)
     except (SmokeFailed, RuntimeError, httpx.HTTPError, OSError, KeyError) as exc:

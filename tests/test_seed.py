@@ -71,6 +71,8 @@ def test_the_demo_opens_on_domains_in_several_phases():
     assert phases["llm-pretrain"] in ("Admitted", "Forming", "Ready")
     assert phases["moe-large"] == "Pending"
     assert phases["smoke-test"] == "Released"
+    assert phases["nccl-allreduce"] in ("Admitted", "Forming", "Ready")
+    assert ComputeDomain.objects.get(name="nccl-allreduce").span_racks == 2
     assert Node.objects.filter(state="cordoned").count() == 1
     call_command("seed_demo")  # again: nothing asked twice
     assert ComputeDomain.objects.count() == 4

@@ -32,9 +32,10 @@ DEMO_QUOTAS = {
         "max_lifetime": timedelta(days=7),
         "approval_above_nodes": 8,
     },
+    # team-b's demo domain holds 4 trays over two racks, leaving room for a 4-tray request.
     "team-b": {
-        "max_gpus": 24,
-        "max_nodes": 6,
+        "max_gpus": 32,
+        "max_nodes": 8,
         "max_domains": 2,
         "max_nodes_per_domain": 6,
         "max_lifetime": timedelta(days=2),

@@ -17,10 +17,13 @@ annotation is involved: the kubelet copies pod annotations only into the pod san
 - **Domains that follow the workload** (`numNodes: 0`) pin no tray: the pods land where the
   scheduler puts them and the trays join the domain as their claims are prepared. A node
   selector term names the cliques the domain keeps to (fixed when it was requested; its
-  claim template selects only their trays too), pod affinity on ``nvidia.com/gpu.clique``
-  keeps the pods of one workload in one NVLink clique, as NVIDIA's examples do (the domain
-  itself takes pods in any of its cliques: one IMEX ensemble each), and anti-affinity on
-  the hostname keeps one pod per tray.
+  claim template selects only their trays too), and anti-affinity on the hostname keeps
+  one pod per tray. As many pods as its largest clique holds stay in one NVLink clique
+  (required pod affinity on ``nvidia.com/gpu.clique``, as NVIDIA's examples keep them);
+  more, for a domain that keeps to several cliques, fill as few of them as the scheduler
+  finds (the same affinity, preferred): each clique they land in forms its own IMEX
+  ensemble, a pod's channel is its own clique's, and traffic between cliques goes over the
+  cluster's other network.
 
 Placed domains have manifests only while they hold trays (Forming, Ready, Degraded): before
 placement there are no hostnames to name, after release they would point at trays that
@@ -29,10 +32,10 @@ serve someone else. Otherwise `InvalidTransition` is raised.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
-from django.db.models import Count, Max
+from django.db.models import Count
 
 from domains.computedomains.admission import quota_of
 from domains.computedomains.models import ComputeDomain, Phase
@@ -62,7 +65,7 @@ def workload_manifests(domain: ComputeDomain, *, replicas: int | None = None) ->
     """`{"deployment", "job", "mpijob"}` → YAML text.
 
     Placed domains: one pod per member tray, pinned there (`replicas` is not theirs to set).
-    Domains that follow their workload: `replicas` pods in one clique, wherever they land
+    Domains that follow their workload: `replicas` pods, wherever they land in its cliques
     (default and limits: `follow_replicas`).
     Raises InvalidTransition when there is nothing to run on (see the module docstring),
     InvalidInput (field `replicas`) for a number it cannot run.
@@ -92,6 +95,7 @@ class _Context:
         self.clique = clique  # the label; `where` says the short name beside it
         self.clique_name = ""
         self.spans = 1  # the cliques a placed domain's trays are in (one IMEX ensemble each)
+        self.one_clique = 0  # following: the most pods one of its cliques holds
         self.allowed: list[str] = []  # the labels of the cliques a following domain keeps to
         self.replicas = replicas
         self.gpus = domain.gpus_per_node
@@ -104,14 +108,15 @@ class _Context:
                 raise InvalidTransition(
                     f"{domain} is {domain.phase}: manifests exist while it is live"
                 )
-            default, most = follow_replicas(domain)
-            if replicas is not None and not 1 <= replicas <= most:
+            limits = follow_replicas(domain)
+            if replicas is not None and not 1 <= replicas <= limits.most:
                 raise InvalidInput(
-                    f"replicas must be a whole number from 1 to {most}: one pod per tray, all "
-                    f"in one NVLink clique ({_limit_reason(domain, most)})",
+                    f"replicas must be a whole number from 1 to {limits.most}: one pod per "
+                    f"tray ({_limit_reason(domain, limits.most)})",
                     field="replicas",
                 )
-            ctx = cls(domain, [], "", default if replicas is None else replicas)
+            ctx = cls(domain, [], "", limits.default if replicas is None else replicas)
+            ctx.one_clique = limits.one_clique
             kept = sorted(domain.cliques.all(), key=lambda c: c.label)  # fixed when requested
             ctx.allowed = [c.label for c in kept]
             if len(kept) == 1:
@@ -159,26 +164,35 @@ def parse_replicas(values: list[str]) -> int | None:
     return int(raw, 10)
 
 
-def follow_replicas(domain: ComputeDomain) -> tuple[int, int]:
-    """(default, most) pods for a domain that follows its workload.
+class FollowReplicas(NamedTuple):
+    """How many pods a domain that follows its workload may run, one per tray."""
 
-    Most: one pod per tray of its largest NVLink clique (of the cliques it keeps to; for a
-    domain that predates those, of all), and no more than the namespace's quota lets one
-    domain hold. Default: the trays the domain holds now, or, while it waits for its
-    workload, that most (one domain as large as it may be).
+    default: int  # the trays it holds now; while it waits for its workload, `one_clique`
+    most: int  # a pod on every tray of the cliques it keeps to, within the quota
+    one_clique: int  # the most that stay in one NVLink clique (its largest), within `most`
+
+
+def follow_replicas(domain: ComputeDomain) -> FollowReplicas:
+    """The pods a domain that follows its workload may run (`FollowReplicas`).
+
+    Its cliques are those it keeps to (fixed when it was requested); for a domain that
+    predates those, the largest clique of all. No more than the namespace's quota lets one
+    domain hold.
     """
-    trays = Node.objects.filter(clique__isnull=False)
     kept = list(domain.cliques.values_list("pk", flat=True))
+    trays = Node.objects.filter(clique__isnull=False)
     if kept:
         trays = trays.filter(clique_id__in=kept)
-    largest = (
-        trays.values("clique_id").annotate(trays=Count("id")).aggregate(most=Max("trays"))["most"]
-        or 1
-    )
+    per_clique = [
+        row["trays"] for row in trays.order_by().values("clique_id").annotate(trays=Count("id"))
+    ] or [1]
+    largest = max(per_clique)
+    every = sum(per_clique) if len(kept) > 1 else largest
     cap = _quota_cap(domain)
-    most = max(1, min(largest, cap) if cap is not None else largest)
+    most = max(1, min(every, cap) if cap is not None else every)
+    one_clique = min(largest, most)
     held = domain.members.filter(active=True).count()
-    return (min(held, most) if held else most), most
+    return FollowReplicas(min(held, most) if held else one_clique, most, one_clique)
 
 
 def _quota_cap(domain: ComputeDomain) -> int | None:
@@ -195,10 +209,12 @@ def _limit_reason(domain: ComputeDomain, most: int) -> str:
     cap = _quota_cap(domain)
     if cap is not None and cap <= most:
         return f"the quota of namespace {domain.namespace.name} allows {cap} trays in one domain"
-    kept = list(domain.cliques.all()[:2])
+    kept = list(domain.cliques.all())
     if len(kept) == 1:
         return f"its clique {kept[0].name} has {most} trays"
-    return f"the largest {'of its cliques' if kept else 'clique'} has {most} trays"
+    if kept:
+        return f"its {len(kept)} cliques have {most} trays"
+    return f"the largest clique has {most} trays"
 
 
 def _dump(ctx: _Context, obj: dict[str, Any]) -> str:
@@ -207,7 +223,17 @@ def _dump(ctx: _Context, obj: dict[str, Any]) -> str:
     clique = ctx.clique
     if ctx.clique_name:
         clique = f"{ctx.clique_name} ({CLIQUE_LABEL}={ctx.clique})"
-    if ctx.follows:
+    if ctx.follows and ctx.replicas > ctx.one_clique:
+        where = (
+            f"{ctx.replicas} pod(s), one per tray: more than one NVLink clique holds\n"
+            f"# ({ctx.one_clique}), so they fill as few of the domain's cliques as the scheduler\n"
+            "# finds; each clique forms its own IMEX ensemble, a pod's channel is its own\n"
+            "# clique's, and traffic between cliques goes over the cluster's other network.\n"
+            "# The domain follows the workload: each tray joins it when its pod's claim is\n"
+            "# prepared (ask for another number of pods with `replicas` on the portal's page\n"
+            "# or API)"
+        )
+    elif ctx.follows:
         one = f"clique {clique}" if ctx.clique else "one NVLink clique"
         where = (
             f"{ctx.replicas} pod(s), one per tray, all in {one}; the domain follows\n"
@@ -239,15 +265,19 @@ class _PlainDumper(yaml.SafeDumper):
 
 def _affinity(ctx: _Context, role: str) -> dict[str, Any]:
     """Placed: only the placed trays. Always: one pod per tray, and all pods in one clique
-    but for a placed domain over several (its trays' hostnames say where each pod goes)."""
+    but for a placed domain over several (its trays' hostnames say where each pod goes)
+    and for more pods than one clique of a following domain holds (as few as may be)."""
     same_workload = {"matchLabels": {DOMAIN_UID_LABEL: str(ctx.domain.uid), ROLE_LABEL: role}}
+    together = {"labelSelector": same_workload, "topologyKey": CLIQUE_LABEL}
     affinity: dict[str, Any] = {}
-    if ctx.spans == 1:
+    if ctx.follows and ctx.replicas > ctx.one_clique:
         affinity["podAffinity"] = {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": same_workload, "topologyKey": CLIQUE_LABEL}
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": together}
             ]
         }
+    elif ctx.spans == 1:
+        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [together]}
     affinity["podAntiAffinity"] = {
         "requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": same_workload, "topologyKey": HOSTNAME_LABEL}

@@ -3,6 +3,8 @@ manifest run by upstream's scheduler (`cluster`)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import yaml
 
@@ -235,3 +237,93 @@ def test_a_following_domain_runs_as_many_pods_as_asked_within_one_clique_and_quo
     placed = request_and_place(ns_a, tenant_a, name="placed", num_nodes=2)
     with pytest.raises(InvalidInput, match="applies only to a domain that follows its workload"):
         workload_manifests(placed, replicas=2)
+
+
+@pytest.fixture
+def two_racks(db):
+    """Two NVL72 racks, one 18-tray clique each."""
+    from testbed import factories
+
+    return factories.make_racks("18", "18")
+
+
+def following_over_two_racks(ns_a, tenant_a):
+    from domains.tenancy.models import Quota
+
+    Quota.objects.filter(namespace=ns_a).update(
+        max_nodes_per_domain=None, max_nodes=None, max_gpus=None
+    )
+    spec = DomainSpec(name="wide", num_nodes=0)  # no constraint: it keeps to both cliques
+    domain = domain_request(actor=Actor.for_user(tenant_a), namespace=ns_a, spec=spec)
+    assert domain.cliques.count() == 2
+    return domain
+
+
+def test_a_following_domain_over_two_cliques_runs_more_pods_than_one_holds(
+    two_racks, ns_a, tenant_a
+):
+    """Up to its largest clique the pods must stay in one clique; beyond, up to every tray
+    of its cliques, they only prefer to (as few cliques as the scheduler finds), and the
+    header says each clique forms its own ensemble."""
+    from domains.errors import InvalidInput
+    from domains.kube.manifests import follow_replicas
+
+    domain = following_over_two_racks(ns_a, tenant_a)
+    assert follow_replicas(domain) == (18, 36, 18)  # waiting: one clique's worth by default
+
+    def pod_affinities(replicas: int) -> list[dict]:
+        manifests = {
+            k: yaml.safe_load(v) for k, v in workload_manifests(domain, replicas=replicas).items()
+        }
+        assert_valid_kubernetes(manifests["job"])
+        return [t["spec"]["affinity"]["podAffinity"] for t in pod_templates(manifests)]
+
+    for together in pod_affinities(18):
+        (required,) = together["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert required["topologyKey"] == "nvidia.com/gpu.clique"
+    for wide in pod_affinities(30):
+        assert "requiredDuringSchedulingIgnoredDuringExecution" not in wide
+        (preferred,) = wide["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert preferred["weight"] == 100
+        assert preferred["podAffinityTerm"]["topologyKey"] == "nvidia.com/gpu.clique"
+    lines = workload_manifests(domain, replicas=30)["job"].splitlines()
+    header = " ".join(line.removeprefix("# ") for line in lines if line.startswith("# "))
+    assert "more than one NVLink clique holds (18)" in header
+    assert "each clique forms its own IMEX ensemble" in header
+    with pytest.raises(InvalidInput, match=r"from 1 to 36.*its 2 cliques have 36 trays"):
+        workload_manifests(domain, replicas=37)
+
+
+def test_kube_scheduler_runs_a_following_jobs_pods_over_both_cliques_when_one_is_too_small(
+    real_kube, cluster, two_racks, ns_a, tenant_a
+):
+    """20 pods of the generated Job for a domain over two 18-tray cliques: kube-scheduler
+    binds every one (none stays Pending for want of a clique), each claim allocated on its
+    pod's tray, and the pods fill one clique before they take the other's trays."""
+    install_device_class(real_kube)
+    trays = [t for rack in two_racks for t in rack.nodes.select_related("clique")]
+    for tray in trays:
+        real_kube.put_node(
+            tray.hostname, {"nvidia.com/gpu.clique": tray.clique.label}, ip=tray.management_ip
+        )
+        publish_as_its_agent(cluster, tray)
+    domain = following_over_two_racks(ns_a, tenant_a)
+    assert tasks.publish_domain(domain.pk) == "created"
+    clique_of = {t.hostname: t.clique.label for t in trays}
+
+    real_kube.apply(yaml.safe_load(workload_manifests(domain, replicas=20)["job"]))
+
+    def bound() -> list[dict]:
+        pods = [p.to_dict() for p in real_kube.resource("pods").get(namespace="team-a").items]
+        return pods if len(pods) == 20 and all(p["spec"].get("nodeName") for p in pods) else []
+
+    pods = wait_for(bound, timeout=90, what="the job's 20 pods to be scheduled")
+    hosts = [p["spec"]["nodeName"] for p in pods]
+    assert len(set(hosts)) == 20  # one pod per tray
+    per_clique = sorted(Counter(clique_of[h] for h in hosts).values())
+    assert per_clique == [2, 18], per_clique
+    for pod in pods:
+        (status,) = pod["status"]["resourceClaimStatuses"]
+        claim = real_kube.get("resourceclaims", status["resourceClaimName"], "team-a")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"]) == (DRIVER_NAME, pod["spec"]["nodeName"])

@@ -184,9 +184,11 @@ class ComputeDomainViewSet(
                 "replicas",
                 {"type": "integer", "minimum": 1},
                 description=(
-                    "Pods to run, for a domain that follows its workload (numNodes 0) only: "
-                    "1 to the largest clique's tray count (and the namespace's quota); "
-                    "default: the trays it holds now, else that largest number."
+                    "Pods to run, for a domain that follows its workload (numNodes 0) only, "
+                    "one per tray: 1 to the trays of its cliques (and the namespace's quota). "
+                    "Up to its largest clique's count they must share one NVLink clique; "
+                    "more fill as few of its cliques as the scheduler finds. Default: the "
+                    "trays it holds now, else its largest clique's count."
                 ),
             )
         ],

@@ -298,13 +298,15 @@ def _manifests(
     error beside the field."""
     replicas: dict[str, object] | None = None
     if domain.follows_workload and domain.is_live:
-        default, most = follow_replicas(domain)
-        replicas = {"value": default, "most": most, "error": "", "asked": False}
+        limits = follow_replicas(domain)
+        replicas = {"value": limits.default, "most": limits.most, "error": "", "asked": False,
+                    "one_clique": limits.one_clique, "spread": False}  # fmt: skip
         try:
             asked = parse_replicas([v for v in request.GET.getlist("replicas") if v.strip()])
             manifests = workload_manifests(domain, replicas=asked)
             if asked is not None:
                 replicas["value"], replicas["asked"] = asked, True
+            replicas["spread"] = (asked or limits.default) > limits.one_clique
             return manifests, "", replicas
         except InvalidInput as exc:
             replicas["error"] = exc.message

@@ -262,7 +262,10 @@ def _aggregate_forming(
     if failed:
         return set_reason(domain, "MemberFailed", _not_ready_message(failed, members))
     active = sum(m.active for m in members)
-    return set_reason(domain, "Forming", f"{active - len(not_ready)} of {active} members ready")
+    message = f"{active - len(not_ready)} of {active} members ready"
+    if where := ensembles.where_not_ready(not_ready, members):  # over several cliques
+        message += f"; waiting for {where}"
+    return set_reason(domain, "Forming", message)
 
 
 def _tally_formation(domain: ComputeDomain, members: list[DomainMember]) -> None:

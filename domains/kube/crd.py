@@ -35,6 +35,7 @@ UID_ANNOTATION = "portal.domains/domain-uid"
 PHASE_ANNOTATION = "portal.domains/phase"
 REASON_ANNOTATION = "portal.domains/reason"
 MESSAGE_ANNOTATION = "portal.domains/message"
+RACKS_ANNOTATION = "portal.domains/racks"
 MESSAGE_MAX = 1000
 # On every object the portal publishes or adopts: deleting it waits until the domain has
 # let go of its trays and its ResourceClaimTemplate is gone, so an object of the same name
@@ -65,13 +66,23 @@ def computedomain_metadata(domain: ComputeDomain) -> dict[str, Any]:
 
 
 def status_annotations(domain: ComputeDomain) -> dict[str, str]:
-    """The portal's richer status, where `kubectl describe` shows it."""
+    """The portal's richer status, where `kubectl describe` shows it. The message of a
+    domain over several cliques names the clique (and rack) it waits for or that failed;
+    `racks` lists the racks its trays are in (a placed domain's from placement on, one that
+    follows its workload's as its pods land; empty while it holds none)."""
     return {
         UID_ANNOTATION: str(domain.uid),
         PHASE_ANNOTATION: domain.phase,
         REASON_ANNOTATION: domain.reason,
         MESSAGE_ANNOTATION: domain.message[:MESSAGE_MAX],
+        RACKS_ANNOTATION: ",".join(domain_racks(domain)),
     }
+
+
+def domain_racks(domain: ComputeDomain) -> list[str]:
+    """The names of the racks the domain's active members are in, sorted."""
+    racks = domain.members.filter(active=True).values_list("node__rack__name", flat=True)
+    return sorted({name for name in racks if name})
 
 
 def computedomain_spec(domain: ComputeDomain) -> dict[str, Any]:

@@ -126,6 +126,19 @@ def test_ready_needs_every_clique_and_a_failure_names_its_clique(two_racks, ns_a
     )
 
 
+def test_a_forming_domain_over_two_cliques_names_the_clique_it_waits_for(two_racks, ns_a, tenant_a):
+    domain = request_and_place(ns_a, tenant_a, num_nodes=27)
+    members = list(DomainMember.objects.filter(domain=domain).select_related("node", "clique"))
+    ready = [m for m in members if m.clique.name != "gb-r02-c0"]
+    for member in ready:
+        report(member.node, domain, Step.READY)
+    domain.refresh_from_db()
+    assert (domain.phase, domain.message) == (
+        Phase.FORMING,
+        f"{len(ready)} of 27 members ready; waiting for clique gb-r02-c0 (rack gb-r02)",
+    )
+
+
 def test_the_formation_deadline_names_the_clique_that_did_not_form(two_racks, ns_a, tenant_a):
     domain = request_and_place(ns_a, tenant_a, num_nodes=27)
     for member in DomainMember.objects.filter(domain=domain).select_related("node"):

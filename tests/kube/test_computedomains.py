@@ -8,16 +8,30 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from agentwire.messages import Step
 from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain, DomainSource, Phase
 from domains.computedomains.services import domain_release
 from domains.kube import tasks
+from domains.kube.crd import (
+    MESSAGE_ANNOTATION,
+    PHASE_ANNOTATION,
+    RACKS_ANNOTATION,
+    status_annotations,
+)
 from domains.kube.models import PublishedDomain, RefusedComputeDomain
 from testbed import factories
 from testbed.kube.kubemock import KINDS, ApiError
 from testbed.kube.objects import computedomain
 from testbed.kube.schemas import assert_valid_computedomain, computedomain_schema
-from tests.support.lifecycle import all_clean, all_ready, request_and_place, run_pods
+from tests.support.lifecycle import (
+    all_clean,
+    all_ready,
+    report,
+    request_and_place,
+    request_domain,
+    run_pods,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -245,3 +259,48 @@ def test_a_refused_computedomain_is_adopted_at_resync_once_quota_frees(
     real_sync.step("computedomains")
     assert ComputeDomain.objects.get(name="big").num_nodes == 8
     assert not RefusedComputeDomain.objects.exists()
+
+
+def annotations_of(kube, name: str) -> dict[str, str]:
+    return cd(kube, name)["metadata"]["annotations"]
+
+
+@pytest.mark.cluster
+def test_a_domain_over_two_racks_names_its_racks_and_the_clique_it_waits_for(
+    real_kube, eager_celery, django_capture_on_commit_callbacks, ns_a, tenant_a
+):
+    """NVIDIA's CRD has no field for them: `portal.domains/racks` lists the racks, and the
+    message names the clique (and rack) not ready, forming and degraded."""
+    factories.make_racks("3", "3")  # two racks, a 3-tray clique each: 4 trays span both
+    with django_capture_on_commit_callbacks(execute=True):
+        domain = request_and_place(ns_a, tenant_a, num_nodes=4)
+    assert annotations_of(real_kube, "train")[RACKS_ANNOTATION] == "gb-r01,gb-r02"
+    members = list(domain.members.select_related("node", "clique__rack").order_by("node__hostname"))
+    whole = [m for m in members if m.clique == members[0].clique]
+    (lone,) = [m for m in members if m.clique != members[0].clique]
+    assert len(whole) == 3
+    with django_capture_on_commit_callbacks(execute=True):
+        for member in whole:
+            report(member.node, domain, Step.READY)
+    waiting = f"clique {lone.clique.name} (rack {lone.clique.rack.name})"
+    assert annotations_of(real_kube, "train")[MESSAGE_ANNOTATION] == (
+        f"3 of 4 members ready; waiting for {waiting}"
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        all_ready(domain)
+        report(lone.node, domain, Step.FAILED, error="nvidia-imex exited with status 1")
+    annotations = annotations_of(real_kube, "train")
+    assert annotations[PHASE_ANNOTATION] == "Degraded"
+    assert annotations[MESSAGE_ANNOTATION].startswith(f"{waiting}: {lone.node.hostname} failed")
+    assert annotations[RACKS_ANNOTATION] == "gb-r01,gb-r02"
+
+
+def test_a_following_domains_racks_are_those_its_pods_landed_in(topology, ns_a, tenant_a):
+    (second,) = factories.make_racks("2", first_rack=2)
+    domain = request_domain(ns_a, tenant_a, "follow", num_nodes=0)
+    assert status_annotations(domain)[RACKS_ANNOTATION] == ""  # no pod yet
+    run_pods(domain, second.nodes.order_by("slot").first())
+    assert status_annotations(domain)[RACKS_ANNOTATION] == second.name
+    run_pods(domain, topology.nodes.order_by("slot").first())
+    assert status_annotations(domain)[RACKS_ANNOTATION] == f"{topology.name},{second.name}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,17 @@ from testbed.kube.cluster import (
 from testbed.kube.node import containerd_binaries, containerd_built, missing_for_nodes
 from testbed.kube.objects import RACK_LABEL
 from testbed.kube.schemas import CRD_PATH, computedomain_errors, dra_errors
-from testbed.processes import running, start_server, start_worker
+from testbed.processes import (
+    VENV_BIN,
+    Proc,
+    process_env,
+    running,
+    start_beat,
+    start_server,
+    start_worker,
+    wait_for,
+)
+from tests.support.workloads import ENV as WORKLOAD_ENV
 
 
 @pytest.hookimpl(trylast=True)  # after `-m` and `-k` have deselected
@@ -151,6 +161,51 @@ def tenant_api(request, transactional_db, portal: str) -> Iterator[httpx.Client]
 def kubelet_dirs() -> Iterator[Path]:
     """Every tray's kubelet directory, under a short path (unix sockets: 107 bytes)."""
     with tempfile.TemporaryDirectory(prefix="kd-") as tmp:
+        yield Path(tmp)
+
+
+# --- workload files run as a user runs them (tests.support.workloads) -------------------
+
+
+@pytest.fixture(scope="module")
+def workload_portal(django_db_setup, django_db_blocker, cluster: Cluster) -> Iterator[str]:
+    """The real server, Celery worker and beat, publishing to upstream's API server, racks
+    read from the Nodes' labels (tests.support.workloads)."""
+    env = {"KUBECONFIG": str(cluster.kubeconfig), **WORKLOAD_ENV}
+    server, url = start_server(**env)
+    worker = start_worker(concurrency=4, **env)
+    beat = start_beat(PORTAL_KUBE_RECONCILE_SECONDS="2", **env)
+    with running(beat, worker, server):
+        yield url
+
+
+@pytest.fixture
+def workload_sync(
+    real_kube: ClusterKube, cluster: Cluster, workload_portal: str
+) -> Iterator[Callable[[], Proc]]:
+    """`manage.py kube_sync` as production runs it, started once the test's Nodes and
+    namespace are in the cluster (`start()`); stopped before `real_kube` cleans up."""
+    procs: list[Proc] = []
+
+    def start() -> Proc:
+        argv = [str(VENV_BIN / "python"), "manage.py", "kube_sync", "--watch-timeout", "5"]
+        proc = Proc(
+            "kube-sync", argv, process_env(KUBECONFIG=str(cluster.kubeconfig), **WORKLOAD_ENV)
+        )
+        procs.append(proc)
+        wait_for(lambda: "watching" in proc.log() or not proc.alive(), 30, "kube_sync to start")
+        assert proc.alive(), proc.log()
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.stop()
+
+
+@pytest.fixture
+def kubelet_root() -> Iterator[Path]:
+    """Every Node's kubelet directory, under a short path (unix sockets: 107 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="kw-") as tmp:
         yield Path(tmp)
 
 

@@ -39,13 +39,19 @@ from bench.common import banner, setup_django
 
 def targets() -> list[tuple[str, str, str]]:
     """(label, who, path) for every page and list endpoint measured."""
+    from django.db.models import Count, Q
+
+    from domains.computedomains.models import ComputeDomain
     from domains.inventory.models import Node, Rack
 
     rack = Rack.objects.order_by("position").first().name
     tray = Node.objects.filter(rack__name=rack).order_by("slot").first().hostname
+    held = Count("members", filter=Q(members__active=True))
+    largest = ComputeDomain.objects.annotate(held=held).order_by("-held", "pk").first()
     return [
         ("fleet (fabric) page", "ops", "/fabric/"),
         ("fleet, filtered by tenant", "ops", "/fabric/?tenant=tenant-01"),
+        ("fleet, one domain outlined", "ops", f"/fabric/?domain={largest.uid}"),
         ("rack page", "ops", f"/fabric/racks/{rack}/"),
         ("tray page", "ops", f"/fabric/nodes/{tray}/"),
         ("needs attention", "ops", "/fabric/attention/"),

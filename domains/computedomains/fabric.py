@@ -314,12 +314,33 @@ def _holders(rack_ids: list[int]) -> dict[int, Holder]:
     }
 
 
-def fleet_holders() -> dict[int, str]:
-    """Every tray held by a domain → that domain's namespace name, in one query."""
+@dataclass(frozen=True, slots=True, eq=False)
+class FleetHolder:
+    """A live domain holding trays, as the Fleet page names it (one object per domain, so
+    compared and hashed by identity: cheap for 18,000 trays)."""
+
+    uid: str
+    namespace: str
+    name: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def fleet_holders() -> dict[int, FleetHolder]:
+    """Every tray held by a domain → that domain (one object per domain), in one query."""
     rows = DomainMember.objects.filter(active=True).values_list(
-        "node_id", "domain__namespace__name"
+        "node_id", "domain__uid", "domain__namespace__name", "domain__name"
     )
-    return dict(rows)
+    domains: dict[Any, FleetHolder] = {}
+    held = {}
+    for node_id, uid, namespace, name in rows:
+        holder = domains.get(uid)
+        if holder is None:
+            holder = domains[uid] = FleetHolder(str(uid), namespace, name)
+        held[node_id] = holder
+    return held
 
 
 def unracked_trays(limit: int = 200) -> list[Node]:

@@ -6,6 +6,11 @@ status, `traytruth`, its clique and rack), the domain holding each tray and the 
 domains per phase — six queries for 2 racks or for 1,000. The tiles are built as one
 string, like the rack drawings: 18,000 tray cells must cost milliseconds, not a template
 loop each.
+
+A chosen domain (`?domain=<uid or namespace/name>`) is outlined from the same read: its
+trays' cells on every rack it spans, those racks first, and a line naming them and its
+cliques. Each tile says which domain holds each of its cells (an index into one list of
+the domains), so hovering a cell can name it without a query or a title per cell.
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.urls import reverse
-from django.utils.html import escape
+from django.utils.html import escape, json_script
 from django.utils.safestring import SafeString, mark_safe
 
 from domains.computedomains.admission import smallest_request
-from domains.computedomains.fabric import fleet_holders, topology_snapshot
+from domains.computedomains.fabric import FleetHolder, fleet_holders, topology_snapshot
 from domains.computedomains.models import Phase
 from domains.computedomains.selectors import domain_phase_counts
 from domains.computedomains.traytruth import NOT_READY, STATUS_WORDS
@@ -72,6 +77,7 @@ class FleetTray:
     gpus: int
     clique_id: int
     namespace: str  # of the domain holding it, "" when free
+    domain: FleetHolder | None  # the live domain holding it
 
 
 @dataclass
@@ -87,10 +93,22 @@ class Filters:
     tenant: str = ""
     clique: str = ""  # a clique's label or name
     q: str = ""  # hostname search
+    domain: str = ""  # a live domain to outline (uid or namespace/name): picks, not filters
 
     @property
     def active(self) -> bool:
         return bool(self.state or self.tenant or self.clique or self.q)
+
+
+@dataclass(frozen=True)
+class Outline:
+    """The chosen domain on the Fleet: the racks and cliques its trays are in."""
+
+    wanted: str
+    holder: FleetHolder | None  # None: no live domain by that uid or name holds trays
+    racks: list[tuple[str, int]] = field(default_factory=list)  # (rack, its trays there)
+    cliques: int = 0
+    trays: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -130,10 +148,17 @@ class Fleet:
     cliques: list[tuple[str, str]]  # (label, name) for the clique filter
     matches: list[FleetTray]  # trays matching the filters (hostname search results)
     filters_active: bool = False
+    spans: dict[FleetHolder, set[str]] = field(default_factory=dict)  # domain → its racks
+    outline: Outline | None = None
 
     @property
     def shown(self) -> list[RackTile]:
         return [t for t in self.tiles if t.match]
+
+    @property
+    def outlined(self) -> frozenset[int]:
+        """The chosen domain's trays, to outline on the elevations."""
+        return self.outline.trays if self.outline else frozenset()
 
     @property
     def matching_ids(self) -> frozenset[int] | None:
@@ -144,23 +169,27 @@ class Fleet:
 def fleet(filters: Filters) -> Fleet:
     """Every rack as a tile, the band and the trays matching `filters` (constant queries)."""
     topology = topology_snapshot()
-    holders = fleet_holders()  # tray id → namespace name
+    holders = fleet_holders()  # tray id → the domain holding it
     tiles = {name: RackTile(name) for name in Rack.objects.order_by("position", "name")
              .values_list("name", flat=True)}  # fmt: skip
     band = Band(racks=len(tiles))
     wanted_clique = _clique_ids(topology, filters.clique)
     matches: list[FleetTray] = []
     kinds: Counter[tuple[str, bool, int]] = Counter()
+    spans: dict[FleetHolder, set[str]] = defaultdict(set)
     for clique in topology.cliques:
         tile = tiles.get(clique.rack)
         for t in clique.trays:
             kinds[t.status, t.held, t.gpu_count] += 1
+            holder = holders.get(t.node_id)
             tray = FleetTray(
-                t.node_id, t.hostname, t.slot, t.status, t.held,
-                t.gpu_count, clique.clique_id, holders.get(t.node_id, ""),
+                t.node_id, t.hostname, t.slot, t.status, t.held, t.gpu_count,
+                clique.clique_id, holder.namespace if holder else "", holder,
             )  # fmt: skip
             if tile is not None:
                 tile.trays.append(tray)
+                if holder is not None:
+                    spans[holder].add(tile.name)
             if filters.active and _matches(tray, filters, wanted_clique):
                 matches.append(tray)
     band.count(kinds)
@@ -172,24 +201,56 @@ def fleet(filters: Filters) -> Fleet:
         tile.trays.sort(key=lambda tray: tray.slot)
         if filters.active:
             tile.match = any(_matches(t, filters, wanted_clique) for t in tile.trays)
+    ordered = list(tiles.values())
+    outline = _outline(ordered, holders, filters.domain)
+    if outline is not None:  # the racks it spans first, in the fleet's order
+        spanned = {rack for rack, _ in outline.racks}
+        ordered.sort(key=lambda tile: tile.name not in spanned)
     return Fleet(
         band=band,
-        tiles=list(tiles.values()),
+        tiles=ordered,
         summaries=summaries,
         topology=topology,
-        namespaces=sorted(set(holders.values())),
+        namespaces=sorted({h.namespace for h in holders.values()}),
         cliques=[(c.label, c.name) for c in topology.cliques],
         matches=matches,
         filters_active=filters.active,
+        spans=spans,
+        outline=outline,
     )
 
 
+def _outline(tiles: list[RackTile], holders: dict[int, FleetHolder], wanted: str) -> Outline | None:
+    """The domain `wanted` names (its uid or namespace/name) on the tiles: no query."""
+    wanted = wanted.strip().lower()
+    if not wanted:
+        return None
+    holder = next((h for h in holders.values() if wanted in (h.uid, h.label)), None)
+    if holder is None:
+        return Outline(wanted, None)
+    racks: list[tuple[str, int]] = []
+    cliques: set[int] = set()
+    trays: set[int] = set()
+    for tile in tiles:
+        mine = [t for t in tile.trays if t.domain is holder]
+        if mine:
+            racks.append((tile.name, len(mine)))
+            cliques.update(t.clique_id for t in mine)
+            trays.update(t.node_id for t in mine)
+    return Outline(wanted, holder, racks, len(cliques), frozenset(trays))
+
+
 def dress_racks(
-    racks: list[RackView], *, now: datetime, matches: frozenset[int] | None = None
+    racks: list[RackView],
+    *,
+    now: datetime,
+    matches: frozenset[int] | None = None,
+    outline: frozenset[int] = frozenset(),
 ) -> None:
     """Give the page's racks what their elevations draw besides trays: switch trays and
-    power shelves, maintenance windows and which trays to pick out (`matches`; None: all).
-    Three queries whatever the number of racks; none without racks."""
+    power shelves, maintenance windows, which trays to pick out (`matches`; None: all) and
+    which to outline as the chosen domain's (`outline`). Three queries whatever the number
+    of racks; none without racks."""
     if not racks:
         return
     ids = [r.pk for r in racks]
@@ -198,6 +259,9 @@ def dress_racks(
         rack.parts = parts.get(rack.pk, [])
         rack.windows = windows.get(rack.pk, [])
         rack.matches = matches
+        for tray in rack.trays.values():
+            if tray.node_id in outline:
+                tray.highlight, tray.preview = True, False  # "a tray of this domain"
 
 
 def _clique_ids(topology: Topology, wanted: str) -> set[int] | None:
@@ -216,31 +280,61 @@ def _matches(tray: FleetTray, filters: Filters, cliques: set[int] | None) -> boo
     return not filters.q or filters.q.lower() in tray.hostname.lower()
 
 
-def heatmap_html(fleet: Fleet, filters: Filters) -> SafeString:
+def heatmap_html(fleet: Fleet, filters: Filters) -> tuple[SafeString, SafeString]:
     """Every shown rack as a link with one small cell per tray, coloured by status; a cell
-    that does not match the filters is dimmed. Every interpolated value is escaped."""
+    that does not match the filters is dimmed, one of the chosen domain's is outlined.
+    Each tile's `data-h` holds, cell by cell, the index of the domain holding it in the
+    list returned beside the tiles (a JSON script). Every interpolated value is escaped."""
     rack_url = reverse("operator:rack", args=["RACK"])
     cliques = _clique_ids(fleet.topology, filters.clique)
+    chosen = fleet.outline.holder if fleet.outline else None
+    index: dict[FleetHolder, int] = {}
     parts = []
     for tile in fleet.shown:
         counts = Counter(t.status for t in tile.trays)
         words = ", ".join(f"{n} {STATUS_WORDS.get(s, s)}" for s, n in sorted(counts.items()))
         name = escape(tile.name)
-        cells = "".join(_cell(t, filters, cliques) for t in tile.trays)
+        cells = "".join(_cell(t, filters, cliques, chosen) for t in tile.trays)
+        held = [str(index.setdefault(t.domain, len(index))) if t.domain else "" for t in tile.trays]
+        mine = sum(1 for t in tile.trays if chosen is not None and t.domain is chosen)
         parts.append(
-            f'<a class="hm" href="{rack_url.replace("RACK", name)}" data-rack="{name}" '
-            f'title="{name}: {escape(words) or "no trays"}"><span class="hm-n">{name}</span>'
-            f'<span class="hm-c">{cells}</span></a>'
+            f'<a class="hm{" hm-in" if mine else ""}" href="{rack_url.replace("RACK", name)}" '
+            f'data-rack="{name}"{_held_attr(held)} title="{name}: {escape(words) or "no trays"}">'
+            f'<span class="hm-n">{_tile_name(name, mine, chosen)}</span>'
+            f'<span class="hm-c"{HIDDEN if mine else ""}>{cells}</span></a>'
         )
-    return mark_safe("".join(parts))  # noqa: S308 - escaped above
+    labels = json_script([h.label for h in index], "hm-domains")
+    return mark_safe("".join(parts)), labels  # noqa: S308 - escaped above
 
 
-def _cell(tray: FleetTray, filters: Filters, cliques: set[int] | None) -> str:
+# The outlined cells' titles stay out of the tile link's name (its text says it already).
+HIDDEN = ' aria-hidden="true"'
+
+
+def _held_attr(held: list[str]) -> str:
+    return f' data-h="{",".join(held)}"' if any(held) else ""
+
+
+def _tile_name(name: str, mine: int, chosen: FleetHolder | None) -> str:
+    if not mine or chosen is None:
+        return name
+    whose = escape(chosen.label)
+    return (
+        f'<span aria-hidden="true">▶ </span>{name}'
+        f'<span class="visually-hidden">: {mine} tray{"s" if mine > 1 else ""} of {whose}</span>'
+    )
+
+
+def _cell(
+    tray: FleetTray, filters: Filters, cliques: set[int] | None, chosen: FleetHolder | None
+) -> str:
     css = CELL_CLASS.get(tray.status, "n")
     if tray.held and tray.status != TrayStatus.IN_USE:
         css += " x"  # flagged (or silent) and held by a domain: both shown
     if filters.active and not _matches(tray, filters, cliques):
         css += " o"
+    if chosen is not None and tray.domain is chosen:
+        return f'<i class="{css} m" title="{escape(chosen.label)}: {escape(tray.hostname)}"></i>'
     return CELLS.get(css) or f'<i class="{css}"></i>'
 
 
@@ -248,6 +342,19 @@ def _cell(tray: FleetTray, filters: Filters, cliques: set[int] | None) -> str:
 CELLS = {
     css: f'<i class="{css}"></i>' for css in ("f", "u", "c", "d", "s", "n", "c x", "d x", "s x")
 }
+
+
+def heatmap_context(fleet: Fleet, filters: Filters) -> dict[str, object]:
+    """What the page's heat-map and toolbar draw from the read: the tiles, the domains
+    they index, the chosen domain's outline and the fields' suggestions."""
+    heatmap, domains = heatmap_html(fleet, filters)
+    return {
+        "heatmap": heatmap,
+        "heatmap_domains": domains,
+        "outline": fleet.outline,
+        "clique_options": clique_options(fleet),
+        "domain_options": domain_options(fleet),
+    }
 
 
 def tenant_trays(fleet: Fleet) -> dict[str, int]:
@@ -261,6 +368,18 @@ def tenant_trays(fleet: Fleet) -> dict[str, int]:
 
 
 CLIQUE_SUGGESTIONS = 300  # past this many, the clique filter is typed without a list
+
+
+def domain_options(fleet: Fleet) -> SafeString:
+    """`<option>`s for the domain field's suggestions: the live domains over several racks
+    (the ones worth outlining), by name, as one string."""
+    spanning = sorted((h.label, len(r)) for h, r in fleet.spans.items() if len(r) > 1)
+    return mark_safe(  # noqa: S308 - every value escaped
+        "".join(
+            f'<option value="{escape(label)}">spans {racks} racks</option>'
+            for label, racks in spanning[:CLIQUE_SUGGESTIONS]
+        )
+    )
 
 
 def clique_options(fleet: Fleet) -> SafeString:

@@ -217,6 +217,12 @@ class FleetFilterForm(forms.Form):
         max_length=200,
         widget=forms.TextInput(attrs={"list": "cliques", "placeholder": "label or name"}),
     )
+    # A live domain to outline on every rack it spans: picks out, does not filter.
+    domain = forms.CharField(
+        required=False,
+        max_length=200,
+        widget=forms.TextInput(attrs={"list": "fleet-domains", "placeholder": "namespace/name"}),
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -243,6 +249,7 @@ class FleetFilterForm(forms.Form):
             tenant=data.get("tenant") or "",
             clique=data.get("clique") or "",
             q=(data.get("q") or "").strip(),
+            domain=(data.get("domain") or "").strip(),
         )
 
 

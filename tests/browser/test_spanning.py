@@ -79,3 +79,32 @@ def test_a_domain_over_two_racks_shows_a_row_per_clique_and_both_racks(
     assert sorted(drawn) == names
     screenshot(page, f"{who}-domain-over-two-racks")
     assert_axe_clean(page, path)
+
+
+def test_the_fleet_outlines_a_domain_over_two_racks_on_both(login, tenant_a, operator, big):
+    """From the domain's page, "Show on the fleet": both racks' tiles framed and marked,
+    its 27 cells outlined; pointing at a cell and focusing a tile name the domain."""
+    namespace, names = big
+    domain = all_ready(request_and_place(namespace, tenant_a, name="wide", num_nodes=27))
+    page = open_with_axe(login(operator), f"/ns/{namespace.name}/domains/{domain.uid}/")
+    page.click("#show-on-fleet")
+    page.wait_for_selector("#fleet-domain")
+    path = f"/fabric/?domain={domain.uid}"
+    assert page.url.endswith(path)
+    line = page.inner_text("#fleet-domain")
+    assert f"spans 2 racks: {names[0]} " in line and "2 NVLink cliques, 27 trays" in line
+    framed = page.locator("#heatmap a.hm.hm-in").evaluate_all("a => a.map(t => t.dataset.rack)")
+    assert sorted(framed) == names
+    assert page.locator("#heatmap i.m").count() == 27
+    page.hover(f'#heatmap a.hm[data-rack="{names[1]}"] i.m >> nth=0')
+    said = page.inner_text("#hm-info")
+    assert said.startswith(f"{names[1]}, tray ") and "domain wide (namespace team-big)" in said
+    page.focus(f'#heatmap a.hm[data-rack="{names[0]}"]')
+    page.wait_for_function(
+        "rack => document.getElementById('hm-info').textContent.startsWith(rack + ': ')",
+        arg=names[0],
+    )
+    said = page.inner_text("#hm-info")
+    assert said.startswith(f"{names[0]}: domain wide (namespace team-big), ") and "trays" in said
+    screenshot(page, "operator-fleet-domain-over-two-racks")
+    assert_axe_clean(page, path)

@@ -30,7 +30,9 @@ def _queries(client, url: str) -> int:
     return len(ctx.captured_queries)
 
 
-@pytest.mark.parametrize("query", ["", "?state=free", "?tenant=team-a", "?q=t0&page=2"])
+@pytest.mark.parametrize(
+    "query", ["", "?state=free", "?tenant=team-a", "?q=t0&page=2", "?domain=team-a/one"]
+)
 def test_the_fleet_costs_the_same_queries_for_two_racks_and_forty(
     client, operator, tenant_a, ns_a, query
 ):

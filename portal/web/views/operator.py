@@ -66,7 +66,7 @@ from domains.kube.client import kube_enabled
 from domains.kube.workloads import tray_pods
 from portal.web.access import SignedInRequest, operator_required
 from portal.web.fabric import Visibility, draw_racks, fabric_view
-from portal.web.fleet import Filters, clique_options, dress_racks, fleet, heatmap_html
+from portal.web.fleet import Filters, dress_racks, fleet, heatmap_context
 from portal.web.forms import (
     DomainFilterForm,
     FleetFilterForm,
@@ -109,7 +109,7 @@ def fabric(request: SignedInRequest) -> HttpResponse:
     )
     racks = draw_racks(read, Visibility.of(request.user)) if read else []
     now = timezone.now()
-    dress_racks(racks, now=now, matches=the_fleet.matching_ids)
+    dress_racks(racks, now=now, matches=the_fleet.matching_ids, outline=the_fleet.outlined)
     query = request.GET.copy()
     query.pop("page", None)
     query.pop("partial", None)
@@ -118,11 +118,11 @@ def fabric(request: SignedInRequest) -> HttpResponse:
         "filters": filters,
         "fleet": the_fleet,
         "band": the_fleet.band,
-        # Every rack as a tile when the elevations take more than one page or a filter
-        # picks racks out; otherwise the elevations already show every rack.
-        "show_heatmap": filters.active or len(the_fleet.tiles) > RACKS_PER_PAGE,
-        "heatmap": heatmap_html(the_fleet, filters),
-        "clique_options": clique_options(the_fleet),
+        # Every rack as a tile when the elevations take more than one page, a filter picks
+        # racks out or a domain is outlined; otherwise the elevations show every rack.
+        "show_heatmap": bool(filters.active or the_fleet.outline)
+        or len(the_fleet.tiles) > RACKS_PER_PAGE,
+        **heatmap_context(the_fleet, filters),
         "racks": racks,
         "page": page,
         "query": query.urlencode(),

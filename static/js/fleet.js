@@ -10,32 +10,48 @@
 })();
 
 // The heat-map: pointing at a tray's cell, or focusing a rack's tile, names the domains
-// holding them. Each tile's data-h lists, cell by cell, an index into the page's one list
-// of domains (#hm-domains, "namespace/name"); no title per cell, no request.
+// holding them. A tile's data-d lists the indexes of its domains in the page's one list
+// (#hm-domains: [[namespace, [name, ...]], ...]); its data-h has a character per cell,
+// "." for none, else the letter of its domain among data-d's (a, b, ...). No title per
+// cell, no request.
 (function () {
   "use strict";
+  var table = null, source = null;
   function domains() {
     var list = document.getElementById("hm-domains");
-    return list ? JSON.parse(list.textContent) : [];
+    if (!list) return [];
+    if (list !== source) {  // a live refresh brings a new list
+      source = list;
+      table = [];
+      JSON.parse(list.textContent).forEach(function (group) {
+        group[1].forEach(function (name) { table.push([group[0], name]); });
+      });
+    }
+    return table;
   }
-  function held(tile) {
-    return (tile.dataset.h || "").split(",");
+  function letter(c) {
+    var code = c.charCodeAt(0);
+    return code < 0x100 ? code - 97 : code - 0x100;
   }
-  function named(label) {
-    var cut = label.indexOf("/");
-    return "domain " + label.slice(cut + 1) + " (namespace " + label.slice(0, cut) + ")";
+  function domainOf(tile, at) {
+    var c = (tile.dataset.h || "").charAt(at);
+    if (!c || c === ".") return null;
+    return domains()[Number(tile.dataset.d.split(" ")[letter(c)])];
+  }
+  function named(d) {
+    return "domain " + d[1] + " (namespace " + d[0] + ")";
   }
   function cellWords(cell, tile) {
-    var cells = Array.prototype.indexOf.call(cell.parentNode.children, cell);
-    var index = held(tile)[cells];
-    var where = tile.dataset.rack + ", tray " + (cells + 1) + " of " + cell.parentNode.children.length;
-    return where + ": " + (index ? "held by " + named(domains()[Number(index)]) : "held by no domain");
+    var cells = cell.parentNode.children, at = Array.prototype.indexOf.call(cells, cell);
+    var d = domainOf(tile, at);
+    return tile.dataset.rack + ", tray " + (at + 1) + " of " + cells.length + ": " +
+      (d ? "held by " + named(d) : "held by no domain");
   }
   function tileWords(tile) {
-    var list = domains(), counts = {};
-    held(tile).forEach(function (i) { if (i) counts[i] = (counts[i] || 0) + 1; });
-    var words = Object.keys(counts).map(function (i) {
-      return named(list[Number(i)]) + ", " + counts[i] + " tray" + (counts[i] > 1 ? "s" : "");
+    var h = tile.dataset.h || "", ids = tile.dataset.d ? tile.dataset.d.split(" ") : [];
+    var words = ids.map(function (id, n) {
+      var count = h.split(String.fromCharCode(n < 26 ? 97 + n : 0x100 + n)).length - 1;
+      return named(domains()[Number(id)]) + ", " + count + " tray" + (count > 1 ? "s" : "");
     });
     return tile.dataset.rack + ": " + (words.length ? words.join("; ") : "no domain");
   }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 
 import pytest
 from django.urls import reverse
@@ -19,7 +20,10 @@ from tests.web.test_fleet import _queries
 
 pytestmark = pytest.mark.django_db
 
-TILE = re.compile(r'<a class="hm( hm-in)?" href="[^"]*" data-rack="([^"]+)"(?: data-h="([^"]*)")?')
+TILE = re.compile(
+    r'<a class="hm( hm-in)?" href="[^"]*" data-rack="([^"]+)"'
+    r'(?: data-d="([^"]*)" data-h="([^"]*)")?'
+)
 
 
 @pytest.fixture
@@ -37,8 +41,17 @@ def wide(tenant_a, operator):
 
 
 def tiles(body: str) -> list[tuple[bool, str, list[str]]]:
-    """(outlined, rack, the domain index of each cell) of every heat-map tile, in order."""
-    return [(bool(m[0]), m[1], m[2].split(",") if m[2] else []) for m in TILE.findall(body)]
+    """(outlined, rack, the namespace/name holding each cell or "") of every heat-map tile,
+    in order, read as the page's script reads them."""
+    script = body.split('<script id="hm-domains" type="application/json">', 1)[1]
+    groups = json.loads(script.split("</script>", 1)[0])
+    labels = [f"{namespace}/{name}" for namespace, names in groups for name in names]
+    found = []
+    for outlined, rack, ids, cells in TILE.findall(body):
+        theirs = [labels[int(i)] for i in ids.split()]
+        held = [theirs[ord(c) - 97] if c != "." else "" for c in cells]
+        found.append((bool(outlined), rack, held))
+    return found
 
 
 def outlined_cells(body: str, rack: str) -> int:
@@ -78,12 +91,7 @@ def test_each_cell_names_the_domain_holding_it_for_hover_and_focus(client, opera
     names = wide[2]
     client.force_login(operator)
     body = client.get(reverse("operator:fabric"), {"domain": "team-big/small"}).content.decode()
-    labels = json.loads(body.split('<script id="hm-domains" type="application/json">', 1)[1]
-                        .split("</script>", 1)[0])  # fmt: skip
-    held = {
-        label: sum(1 for _, _, cells in tiles(body) for i in cells if i and labels[int(i)] == label)
-        for label in labels
-    }
+    held = Counter(label for _, _, cells in tiles(body) for label in cells if label)
     assert held == {"team-big/wide": 27, "team-big/small": 2}
     cells = {rack: cells for _, rack, cells in tiles(body)}
     assert cells[names[0]] == []  # the cordoned rack: no domain holds a cell of it

@@ -7,7 +7,9 @@ in-process (middleware, auth, templates, DRF), so the time is server time withou
 network. The query count of each page must be the same at every size: a count that grows
 with the fabric is an N+1. The fabric gets a day of history (domains asked for, placed and
 Ready at times spread over the last 24 hours) and a maintenance window on every tenth rack,
-so that the Fleet's trends and maintenance bands read and draw real rows.
+so that the Fleet's trends and maintenance bands read and draw real rows. *CPU ms* is the
+web process's own CPU time per request at the largest size (not PostgreSQL's): on a
+shared machine it moves far less with other work's load than the wall-clock time.
 
 The Chromium figures load the fleet page (`/fabric/`) from a real uvicorn server in
 Debian's Chromium (Playwright) and read the browser's Navigation Timing: *interactive* is
@@ -85,7 +87,7 @@ def heartbeats() -> None:
     Node.objects.filter(last_heartbeat__gt=now - timedelta(minutes=5)).update(last_heartbeat=now)
 
 
-def measure(repeat: int) -> dict[str, tuple[float, int, int, int]]:
+def measure(repeat: int) -> dict[str, tuple[float, int, int, int, float]]:
     from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import Client
@@ -99,16 +101,18 @@ def measure(repeat: int) -> dict[str, tuple[float, int, int, int]]:
     results = {}
     for label, who, path in targets():
         heartbeats()
-        times, status, size, queries = [], 0, 0, 0
+        times, cpu, status, size, queries = [], [], 0, 0, 0
         for i in range(repeat + 1):
             with CaptureQueriesContext(connection) as ctx:
-                started = time.perf_counter()
+                started, started_cpu = time.perf_counter(), time.process_time()
                 resp = clients[who].get(path, secure=True)  # production redirects plain HTTP
                 elapsed = time.perf_counter() - started
+                spent = time.process_time() - started_cpu
             status, size, queries = resp.status_code, len(resp.content), len(ctx.captured_queries)
             if i:  # the first request warms template and URL caches
                 times.append(elapsed)
-        results[label] = (statistics.median(times), queries, status, size)
+                cpu.append(spent)
+        results[label] = (statistics.median(times), queries, status, size, statistics.median(cpu))
     return results
 
 
@@ -298,16 +302,16 @@ def main() -> None:
     first = sizes[0]
     head = " ".join(f"{'ms@' + str(n):>9s}" for n in sizes[1:] or sizes)
     counts = " ".join(f"{'q@' + str(n):>7s}" for n in sizes)
-    print(f"{'page':28s} {head} {counts} {'status':>6s} {'KiB':>7s}")
+    print(f"{'page':28s} {head} {counts} {'status':>6s} {'KiB':>7s} {'CPU ms':>7s}")
     grew = []
     for label in runs[first]:
         times = " ".join(f"{runs[n][label][0] * 1000:9.1f}" for n in sizes[1:] or sizes)
         queries = [runs[n][label][1] for n in sizes]
         if len(set(queries)) > 1:
             grew.append(label)
-        _, _, status, size = runs[sizes[-1]][label]
+        _, _, status, size, cpu = runs[sizes[-1]][label]
         q_text = " ".join(f"{q:7d}" for q in queries)
-        print(f"{label:28s} {times} {q_text} {status:6d} {size / 1024:7.1f}")
+        print(f"{label:28s} {times} {q_text} {status:6d} {size / 1024:7.1f} {cpu * 1000:7.1f}")
     print(f"query counts constant in the number of racks: {grew or 'yes'}")
     for racks, (server, interactive, load, kib) in browser.items():
         print(

@@ -18,7 +18,7 @@ from domains.inventory.models import PartState
 from domains.notifications.models import Channel, Kind
 from domains.tenancy.models import Role
 from domains.tenancy.selectors import is_operator, namespaces_visible_to
-from portal.web.fleet import STATE_FILTERS, Filters
+from portal.web.fleet import STATE_FILTERS, Filters, Outline
 
 # Service field names → form field names, where they differ.
 SERVICE_FIELDS = {
@@ -239,8 +239,12 @@ class FleetFilterForm(forms.Form):
         assert isinstance(field, forms.ChoiceField)
         return field
 
-    def offer(self, namespaces: list[str]) -> None:
+    def offer(self, namespaces: list[str], outline: Outline | None = None) -> None:
+        """The tenants to choose from; the outlined domain's namespace/name in its field
+        (it may have been asked for by uid)."""
         self._choice("tenant").choices = [("", "Any tenant"), *((n, n) for n in namespaces)]
+        if outline is not None and outline.holder is not None and self.is_bound:
+            self.data = {**self.data, "domain": outline.holder.label}
 
     def filters(self) -> Filters:
         data = self.cleaned_data

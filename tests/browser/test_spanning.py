@@ -91,6 +91,9 @@ def test_the_fleet_outlines_a_domain_over_two_racks_on_both(login, tenant_a, ope
     page.wait_for_selector("#fleet-domain")
     path = f"/fabric/?domain={domain.uid}"
     assert page.url.endswith(path)
+    assert page.input_value("#id_domain") == "team-big/wide"  # asked by uid, shown by name
+    box = page.locator("#fleet-filters").bounding_box()
+    assert box is not None and box["height"] < 60  # the toolbar stays one line
     line = page.inner_text("#fleet-domain")
     assert f"spans 2 racks: {names[0]} " in line and "2 NVLink cliques, 27 trays" in line
     framed = page.locator("#heatmap a.hm.hm-in").evaluate_all("a => a.map(t => t.dataset.rack)")

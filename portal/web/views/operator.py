@@ -96,7 +96,7 @@ def fabric(request: SignedInRequest) -> HttpResponse:
     form = FleetFilterForm(request.GET or None)
     filters = form.filters() if form.is_valid() else Filters()
     the_fleet = fleet(filters)
-    form.offer(the_fleet.namespaces)
+    form.offer(the_fleet.namespaces, the_fleet.outline)
     if filters.q and len(the_fleet.matches) == 1 and not request.GET.get("partial"):
         return redirect("operator:node", the_fleet.matches[0].hostname)
     shown = the_fleet.shown

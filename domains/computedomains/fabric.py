@@ -14,8 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.db.models import (
     BooleanField,
+    CharField,
     Count,
     Exists,
     ExpressionWrapper,
@@ -25,6 +27,7 @@ from django.db.models import (
     Q,
     QuerySet,
 )
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from domains.computedomains.admission import smallest_request
@@ -322,24 +325,29 @@ class FleetHolder:
     uid: str
     namespace: str
     name: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    label: str  # namespace/name
 
 
 def fleet_holders() -> dict[int, FleetHolder]:
-    """Every tray held by a domain → that domain (one object per domain), in one query."""
-    rows = DomainMember.objects.filter(active=True).values_list(
-        "node_id", "domain__uid", "domain__namespace__name", "domain__name"
+    """Every tray held by a domain → that domain (one object per domain), in one query: a
+    row per domain with its trays' ids (5,000 rows at 1,000 racks, not 18,000), the uid
+    as text."""
+    rows = (
+        DomainMember.objects.filter(active=True)
+        .order_by()
+        .values("domain_id")
+        .annotate(
+            uid=Cast("domain__uid", output_field=CharField()),
+            namespace=F("domain__namespace__name"),
+            name=F("domain__name"),
+            nodes=ArrayAgg("node_id"),
+        )
+        .values_list("uid", "namespace", "name", "nodes")
     )
-    domains: dict[Any, FleetHolder] = {}
     held = {}
-    for node_id, uid, namespace, name in rows:
-        holder = domains.get(uid)
-        if holder is None:
-            holder = domains[uid] = FleetHolder(str(uid), namespace, name)
-        held[node_id] = holder
+    for uid, namespace, name, nodes in rows:
+        holder = FleetHolder(uid, namespace, name, f"{namespace}/{name}")
+        held.update(dict.fromkeys(nodes, holder))
     return held
 
 

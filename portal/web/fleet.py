@@ -226,7 +226,7 @@ def _outline(tiles: list[RackTile], holders: dict[int, FleetHolder], wanted: str
     wanted = wanted.strip().lower()
     if not wanted:
         return None
-    holder = next((h for h in holders.values() if wanted in (h.uid, h.label)), None)
+    holder = next((h for h in set(holders.values()) if wanted in (h.uid, h.label)), None)
     if holder is None:
         return Outline(wanted, None)
     racks: list[tuple[str, int]] = []
@@ -297,7 +297,7 @@ def heatmap_html(fleet: Fleet, filters: Filters) -> tuple[SafeString, SafeString
         words = ", ".join(f"{n} {STATUS_WORDS.get(s, s)}" for s, n in sorted(counts.items()))
         name = escape(tile.name)
         cells = "".join(_cell(t, filters, cliques, chosen) for t in tile.trays)
-        mine = sum(1 for t in tile.trays if chosen is not None and t.domain is chosen)
+        mine = sum(1 for t in tile.trays if t.domain is chosen) if chosen is not None else 0
         held = _held_attrs(tile.trays, index)
         parts.append(
             f'<a class="hm{" hm-in" if mine else ""}" href="{rack_url.replace("RACK", name)}" '
@@ -329,12 +329,19 @@ def _held_attrs(trays: list[FleetTray], index: dict[FleetHolder, int]) -> str:
     """`data-d`: the indexes of the domains on a tile; `data-h`: one character per cell,
     "." for none, else the letter of its domain among those (a for the first, b, …)."""
     local: dict[FleetHolder, str] = {}
-    cells = "".join(
-        local.setdefault(t.domain, _letter(len(local))) if t.domain else "." for t in trays
-    )
+    cells = []
+    for tray in trays:
+        holder = tray.domain
+        if holder is None:
+            cells.append(".")
+        else:
+            letter = local.get(holder)
+            if letter is None:
+                letter = local[holder] = _letter(len(local))
+            cells.append(letter)
     if not local:
         return ""
-    return f' data-d="{" ".join(str(index[h]) for h in local)}" data-h="{cells}"'
+    return f' data-d="{" ".join(str(index[h]) for h in local)}" data-h="{"".join(cells)}"'
 
 
 def _letter(n: int) -> str:

@@ -3,6 +3,7 @@ what losing a part would hit (its blast radius)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -80,6 +81,8 @@ from portal.web.sparkline import span_words
 from portal.web.views.health import health_context
 from portal.web.views.tenant import with_queue_positions
 from portal.web.views.trays import accept_racks
+
+_ISO_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # `?on=`: the calendar's day
 
 MARK_DOWN_NOTE = "Tenants whose domain uses this tray read this reason, word for word."
 TENANT_READS = ("mark_down", "cordon", "drain")  # actions whose reason tenants are told
@@ -423,9 +426,12 @@ def maintenance(request: SignedInRequest) -> HttpResponse:
             apply_error(form, exc)
         else:
             messages.success(request, f"Scheduled {window}.")
-            return redirect("operator:maintenance")
+            # The calendar link then opens on the new window's week, not today's.
+            return redirect(f"{reverse('operator:maintenance')}?on={window.starts_at:%Y-%m-%d}")
     views = window_views(request.user, windows_visible_to(request.user))
-    return render(request, "operator/maintenance.html", {"form": form, "windows": views})
+    on = request.GET.get("on", "")
+    context = {"form": form, "windows": views, "on": on if _ISO_DAY.fullmatch(on) else ""}
+    return render(request, "operator/maintenance.html", context)
 
 
 @operator_required

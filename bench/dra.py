@@ -65,12 +65,12 @@ class Figures:
     all_prepared: list[float] = field(default_factory=list)
     to_ready: list[float] = field(default_factory=list)
     extra: dict[str, list[float]] = field(default_factory=dict)
-    counts: dict[str, list[int]] = field(default_factory=dict)  # per round
+    counts: dict[str, list[Any]] = field(default_factory=dict)  # per round
 
     def add(self, name: str, values: list[float]) -> None:
         self.extra.setdefault(name, []).extend(values)
 
-    def count(self, name: str, value: int) -> None:
+    def count(self, name: str, value: Any) -> None:
         self.counts.setdefault(name, []).append(value)
 
 
@@ -99,11 +99,19 @@ def main() -> int:
         help="--mode node: comma-separated node counts, one run each (e.g. 1,3)",
     )
     parser.add_argument(
+        "--racks",
+        type=int,
+        default=1,
+        help="--mode real: racks of 18 trays, each its own NVLink clique; 18 pods per rack",
+    )
+    parser.add_argument(
         "--pods",
         action="store_true",
         help="agents and IMEX runners in pods of their own, as the Helm chart runs them",
     )
     args = parser.parse_args()
+    if args.racks < 1 or (args.racks > 1 and args.mode != "real"):
+        parser.error("--racks: 1 or more, and more than 1 only with --mode real")
 
     setup_django(PORTAL_TESTING="1", LOG_LEVEL="WARNING")
     from domains.audit.events import SYSTEM
@@ -126,33 +134,38 @@ def main() -> int:
         print(f"# {load_average()}")
         print("\nGoal: the portal's and the agent's share of a pod's start ≤ 500 ms.")
         return 0
-    banner(f"DRA: 18 claims prepared on 18 trays, numNodes 0 ({mode})")
+    pods_of = TRAYS * args.racks
+    over = f" over {args.racks} racks" if args.racks > 1 else ""
+    banner(f"DRA: {pods_of} claims prepared on {pods_of} trays{over}, numNodes 0 ({mode})")
     results: dict[str, Figures] = {}
     if mode in ("stand-in", "both"):
         results["stand-in"] = stand_in(tenant, args.rounds, pods=args.pods)
     if mode in ("real", "both"):
-        results["real"] = real(tenant, args.rounds, pods=args.pods)
+        results["real"] = real(tenant, args.rounds, pods=args.pods, racks=args.racks)
     print()
     for name, figures in results.items():
         start = "pod created" if name == "real" else "claim allocated"
-        print(f"[{name:8}] {start} → all 18 prepared   {stats(figures.all_prepared)}")
+        count = pods_of if name == "real" else TRAYS
+        print(f"[{name:8}] {start} → all {count} prepared   {stats(figures.all_prepared)}")
     print(f"# {load_average()}")
     print(
         "\nTargets (docs/architecture.md): 18 claims allocated → all prepared under 2 s on "
         "the stand-ins; with kube-scheduler and the kubelet's own DRA code, 18 pods created → "
-        "all prepared under 5 s."
+        "all prepared under 5 s; 72 pods over 4 racks under 8 s (median)."
     )
     return 0
 
 
-def make_rack(mode: str) -> list[Any]:
+def make_rack(mode: str, racks: int = 1) -> list[Any]:
+    """The mode's trays: `racks` racks of 18, each its own clique, rack by rack."""
     from domains.inventory.models import Node
     from testbed import factories
 
-    (rack,) = factories.make_racks(
-        str(TRAYS), ip_prefix=factories.tray_ip_prefix(), first_rack=FIRST_RACK[mode]
+    built = factories.make_racks(
+        *[str(TRAYS)] * racks, ip_prefix=factories.tray_ip_prefix(), first_rack=FIRST_RACK[mode]
     )
-    return list(Node.objects.filter(rack=rack).order_by("slot"))
+    found = Node.objects.filter(rack__in=built).select_related("rack", "clique")
+    return list(found.order_by("rack__name", "slot"))
 
 
 def api_client(url: str, tenant: Tenant) -> Any:
@@ -198,11 +211,11 @@ def release_domain(api: Any, domain: Any) -> None:
     wait(lambda: phase_is(domain, Phase.RELEASED), 120, "Released")
 
 
-def print_figures(start: str, figures: Figures) -> None:
+def print_figures(start: str, figures: Figures, trays: int = TRAYS) -> None:
     rows = (
         ("prepared, per claim", figures.per_claim),
-        ("all 18 prepared", figures.all_prepared),
-        ("domain Ready (18)", figures.to_ready),
+        (f"all {trays} prepared", figures.all_prepared),
+        (f"domain Ready ({trays})", figures.to_ready),
     )
     for what, values in rows:
         print(f"{start} → {what:21} {stats(values)}   (n={len(values)})")
@@ -226,7 +239,8 @@ def stand_in(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
         env = {"KUBECONFIG": str(kube.write_kubeconfig(Path(tmp) / "kubeconfig")),
                "PORTAL_KUBE_ENABLED": "1", "LOG_LEVEL": "WARNING"}  # fmt: skip
         server, url = start_server(**env)
-        worker = start_worker("worker", concurrency=4, **env)
+        # INFO: start_worker waits for the worker's "ready." line, which WARNING hides.
+        worker = start_worker("worker", concurrency=4, **{**env, "LOG_LEVEL": "INFO"})
         with (
             running(worker, server),
             api_client(url, tenant) as api,
@@ -350,19 +364,26 @@ class Plane:
     kubelets: Any  # testbed.kube.kubelet_dra.KubeletFleet
     bindings: Bindings
     pods: Any  # a CoreV1Api with a connection for each of the round's pods
+    fleet: Any  # testbed.agents.AgentFleet
+    nodes: list[Any]  # the trays (inventory Nodes), rack by rack
+    racks: int
+
+    @property
+    def trays(self) -> int:
+        return len(self.nodes)
 
 
-def pods_api(kubeconfig: Path) -> Any:
+def pods_api(kubeconfig: Path, connections: int) -> Any:
     from kubernetes import client, config
 
     cfg = client.Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    cfg.connection_pool_maxsize = TRAYS
+    cfg.connection_pool_maxsize = connections
     return client.CoreV1Api(client.ApiClient(cfg))
 
 
-def create_pods(core: Any, rnd: int, template: str) -> dict[str, tuple[str, datetime]]:
-    """The round's pods, POSTed side by side (as a controller, or `kubectl apply` of 18
+def create_pods(core: Any, rnd: int, template: str, count: int) -> dict[str, tuple[str, datetime]]:
+    """The round's pods, POSTed side by side (as a controller, or `kubectl apply` of their
     manifests from several clients, would): uid → (name, just before its POST)."""
 
     from testbed.kube.objects import pod_with_claim
@@ -373,63 +394,123 @@ def create_pods(core: Any, rnd: int, template: str) -> dict[str, tuple[str, date
         made = core.create_namespaced_pod(NAMESPACE, body)
         return made.metadata.uid, (made.metadata.name, at)
 
-    with ThreadPoolExecutor(TRAYS) as pool:
-        return dict(pool.map(create, range(TRAYS)))
+    with ThreadPoolExecutor(min(count, 32)) as pool:
+        return dict(pool.map(create, range(count)))
 
 
-def all_free(kube: Any) -> bool:
+def all_free(kube: Any, trays: int) -> bool:
     """Every tray's slice says it serves no domain and may join one (the last round's
     release published): no pod of the round waits for a slice."""
     slices = kube.resource("resourceslices").get().to_dict()["items"]
     attributes = [d.get("attributes", {}) for s in slices for d in s["spec"].get("devices", [])]
-    return len(attributes) == TRAYS and all(
+    return len(attributes) == trays and all(
         a.get("domain") == {"string": ""} and a.get("eligible") == {"bool": True}
         for a in attributes
     )
 
 
 def kubelet_events(kubelets: Any, kind: str, uids: set[str]) -> dict[str, list[dict[str, Any]]]:
-    """uid → its `kind` events from every Node's kubelet (each log read once)."""
+    """uid → its `kind` events from every Node's kubelet (each log read once), each with
+    the Node's name under "node"."""
     found: dict[str, list[dict[str, Any]]] = {}
-    for kubelet in kubelets:
+    for node, kubelet in kubelets.kubelets.items():
         for event in kubelet.events():
             if event["event"] == kind and event["uid"] in uids:
-                found.setdefault(event["uid"], []).append(event)
+                found.setdefault(event["uid"], []).append({**event, "node": node})
     return found
 
 
-def real(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
-    import yaml
+# CPU by part of the set-up: the portal's processes (by pid), the rest by program name.
+PROGRAMS = {
+    "kube-apiserver": "apiserver",
+    "etcd": "etcd",
+    "kube-scheduler": "scheduler",
+    "kube-controller": "controller",
+    "kubelet-dra": "kubelets",
+}
 
+
+def _stat(pid: int) -> tuple[str, int, float] | None:
+    """(program, parent pid, CPU seconds of it and its reaped children)."""
+    import os
+
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    comm = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text.rsplit(")", 1)[1].split()
+    ticks = sum(int(f) for f in fields[11:15])
+    return comm, int(fields[1]), ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_part(roots: dict[int, str]) -> dict[str, float]:
+    """CPU seconds so far of every process under this one, by part: a process under one of
+    `roots` (pid → part) counts to that part, with the children it reaped (the agent
+    fleet's: its emulated IMEX daemons, which start and stop with a domain); the others by
+    their program (PROGRAMS)."""
+    import os
+
+    procs = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (found := _stat(int(entry))) is not None:
+            procs[int(entry)] = found
+    parts: dict[str, float] = {}
+    for pid, (comm, _, cpu) in procs.items():
+        part, at = None, pid
+        while at in procs and at != os.getpid():
+            if at in roots:
+                part = roots[at]
+                break
+            at = procs[at][1]
+        if at != os.getpid() and part is None:
+            continue  # not ours
+        part = part or next((v for k, v in PROGRAMS.items() if comm.startswith(k)), "other")
+        parts[part] = parts.get(part, 0.0) + cpu
+    return parts
+
+
+def rss_mib(pattern: str) -> int:
+    """Resident memory of this process's descendants whose program starts with `pattern`."""
+    import os
+
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("Name", "").strip().startswith(pattern) and "VmRSS" in fields:
+            total += int(fields["VmRSS"].split()[0])
+    return total // 1024
+
+
+def real(tenant: Tenant, rounds: int, *, pods: bool, racks: int = 1) -> Figures:
     from nodeagent.dra import DRIVER_NAME
     from nodeagent.dra.slices import slice_name
     from testbed.agents import AgentFleet
-    from testbed.kube.chartobjects import install_device_class
     from testbed.kube.cluster import ClusterKube, kube_binaries, running_cluster
     from testbed.kube.kubelet_dra import KubeletFleet
-    from testbed.kube.objects import gpu_labels
-    from testbed.kube.schemas import CRD_PATH
     from testbed.processes import running, start_server, start_worker
 
     print("\n## upstream: kube-apiserver, kube-scheduler, resourceclaim controller, kubelet-dra")
-    nodes = make_rack("real")
+    nodes = make_rack("real", racks)
+    trays = len(nodes)
     figures = Figures()
     with (
         tempfile.TemporaryDirectory(prefix="kd-") as tmp,  # unix sockets: 107 bytes
         running_cluster(Path(tempfile.mkdtemp(prefix="plane-", dir=tmp))) as cluster,
     ):
         kube = ClusterKube(cluster)
-        kube.apply(yaml.safe_load(CRD_PATH.read_text()))
-        kube.wait_established("computedomains.resource.nvidia.com")
-        install_device_class(kube)
-        kube.put_namespace(NAMESPACE)
-        labels = gpu_labels(**{"nvidia.com/gpu.clique": nodes[0].clique.label})
-        for node in nodes:
-            kube.put_node(node.hostname, labels, ip=node.management_ip or "")
+        prepare_cluster(kube, nodes)
         env = {"KUBECONFIG": str(cluster.kubeconfig), "PORTAL_KUBE_ENABLED": "1",
                "LOG_LEVEL": "WARNING"}  # fmt: skip
         server, url = start_server(**env)
-        worker = start_worker("worker", concurrency=4, **env)
+        # INFO: start_worker waits for the worker's "ready." line, which WARNING hides.
+        worker = start_worker("worker", concurrency=4, **{**env, "LOG_LEVEL": "INFO"})
         with (
             running(worker, server),
             api_client(url, tenant) as api,
@@ -444,57 +525,163 @@ def real(tenant: Tenant, rounds: int, *, pods: bool) -> Figures:
             ) as fleet,
             KubeletFleet(kube_binaries(), fleet, kubeconfig=cluster.kubeconfig) as kubelets,
         ):
-            fleet.wait_joined(timeout=120)
-            kubelets.wait_registered(DRIVER_NAME, timeout=60)
+            fleet.wait_joined(timeout=120 + 2 * trays)
+            kubelets.wait_registered(DRIVER_NAME, timeout=60 + trays)
             for node in nodes:
                 wait(
                     lambda h=node.hostname: kube.get("resourceslices", slice_name(h)), 60, "slices"
                 )
-            print(f"# {TRAYS} agents joined, slices published, plugins registered\n")
+            print(f"# {trays} agents joined, slices published, plugins registered")
+            print(f"# memory: {memory_line()}\n")
             bindings = Bindings(kube)
-            plane = Plane(kube, kubelets, bindings, pods_api(cluster.kubeconfig))
+            plane = Plane(
+                kube, kubelets, bindings, pods_api(cluster.kubeconfig, 32), fleet, nodes, racks
+            )
+            roots = {server.pid: "web", worker.pid: "worker"}
+            if fleet.proc is not None:
+                roots[fleet.proc.pid] = "agents+IMEX emulator"
             hosts = [n.hostname for n in nodes]
             try:
                 for rnd in range(rounds + 1):
                     resolved_before = usr1_processed(fleet, hosts)
+                    cpu_before = cpu_by_part(roots)
                     real_round(api, tenant, plane, rnd, figures)
                     if rnd:
                         figures.count("usr1", usr1_processed(fleet, hosts) - resolved_before)
+                        for part, cpu in cpu_by_part(roots).items():
+                            figures.add(f"cpu {part}", [cpu - cpu_before.get(part, 0.0)])
+                        figures.add("load", [float(load_average_1())])
             finally:
                 bindings.stop()
-            print_figures("pod created", figures)
-            for what in (
-                "18 pods created (the bench's POSTs)",
-                "created → bound",
-                "first created → last bound",
-                "bound → prepared",
-                "first join → last join",
-            ):
-                print(f"{what:36} {stats(figures.extra[what])}")
-            print(
-                "failed prepares (each a kubelet backoff of 10-15 s), per round: "
-                f"{figures.counts['failed']}"
-            )
-            print(f"SIGUSR1s processed per round (18 daemons): {figures.counts['usr1']}")
+            print(f"# memory at the end: {memory_line()}")
+            print_real(figures, trays, racks)
     return figures
 
 
-def real_round(api: Any, tenant: Tenant, plane: Plane, rnd: int, figures: Figures) -> None:
-    """One round: 18 pods created, all prepared, the domain Ready; pods deleted, claims
-    unprepared, the domain released. Round 0 adds no figures."""
-    from kubernetes import client
+def prepare_cluster(kube: Any, nodes: list[Any]) -> None:
+    """The CRD, the DeviceClass, the namespace, and a Node per tray labelled with its rack
+    and its rack's clique."""
+    import yaml
 
+    from testbed.kube.chartobjects import install_device_class
+    from testbed.kube.objects import gpu_labels
+    from testbed.kube.schemas import CRD_PATH
+
+    kube.apply(yaml.safe_load(CRD_PATH.read_text()))
+    kube.wait_established("computedomains.resource.nvidia.com")
+    install_device_class(kube)
+    kube.put_namespace(NAMESPACE)
+    for node in nodes:
+        labels = gpu_labels(rack=node.rack.name, **{"nvidia.com/gpu.clique": node.clique.label})
+        kube.put_node(node.hostname, labels, ip=node.management_ip or "")
+
+
+def load_average_1() -> float:
+    import os
+
+    return os.getloadavg()[0]
+
+
+def memory_line() -> str:
+    lines = Path("/proc/meminfo").read_text().splitlines()
+    info = {line.split(":")[0]: int(line.split()[1]) // 1024 for line in lines if ":" in line}
+    return (
+        f"available {info['MemAvailable'] / 1024:.1f} GiB of {info['MemTotal'] / 1024:.1f}; "
+        f"kubelet-dra {rss_mib('kubelet-dra')} MiB, kube-apiserver {rss_mib('kube-apiserver')} "
+        f"MiB, etcd {rss_mib('etcd')} MiB"
+    )
+
+
+def print_real(figures: Figures, trays: int, racks: int) -> None:
+    print_figures("pod created", figures, trays)
+    for what in (
+        f"{trays} pods created (the bench's POSTs)",
+        "created → bound",
+        "first created → last bound",
+        "bound → prepared",
+        "last bound → all prepared",
+        "first join → last join",
+        "all prepared → Ready",
+    ):
+        print(f"{what:36} {stats(figures.extra[what])}")
+    print(
+        "failed prepares (each a kubelet backoff of 10-15 s), per round: "
+        f"{figures.counts['failed']}"
+    )
+    print(f"SIGUSR1s processed per round ({trays} daemons): {figures.counts['usr1']}")
+    print(f"pods per clique, per round ({racks} cliques): {figures.counts['spread']}")
+    parts = sorted(k for k in figures.extra if k.startswith("cpu "))
+    rounds = max(len(figures.all_prepared), 1)
+    print(
+        "CPU per round (pods made, prepared, Ready, deleted, unprepared, released): "
+        + ", ".join(f"{k[4:]} {sum(figures.extra[k]) / rounds:.2f} s" for k in parts)
+        + f"; total {sum(sum(figures.extra[k]) for k in parts) / rounds:.2f} s"
+    )
+    print(f"load average (1 min) after each round: {figures.extra['load']}")
+
+
+def check_ensembles(plane: Plane, domain: Any, prepared: dict[str, str]) -> dict[str, int]:
+    """Every prepared tray is an active member of its own clique's ensemble, indexed in its
+    clique, its nodes file on disk listing its clique's members and no other; the pods
+    landed in every clique. Returns pods per clique label."""
+    from domains.computedomains.models import DomainMember
+    from nodeagent.imex.files import render_names, slot_name
+
+    members = DomainMember.objects.filter(domain=domain, active=True).select_related(
+        "node", "clique"
+    )
+    by_host = {m.node.hostname: m for m in members}
+    cliques = {n.hostname: n.clique for n in plane.nodes}
+    per_clique: dict[str, list[Any]] = {}
+    for m in members:
+        per_clique.setdefault(m.clique.label, []).append(m)
+    for host in prepared.values():
+        m = by_host.get(host)
+        assert m is not None, f"{host}: prepared, not a member"
+        assert m.clique_id == cliques[host].pk, f"{host}: in another clique's ensemble"
+    token = domain.__class__.objects.get(pk=domain.pk).imex_name_token
+    for label, ensemble in per_clique.items():
+        ensemble.sort(key=lambda m: m.index)
+        assert [m.index for m in ensemble] == list(range(len(ensemble))), label
+        expected = {slot_name(m.index, token): m.ip_address for m in ensemble}
+        for m in ensemble:
+            host = m.node.hostname
+            assert plane.fleet.nodes_file(host) == render_names(token), host
+            assert peers_named(plane, host) == expected, f"{host}: peers of another clique"
+    landed = {cliques[host].label for host in prepared.values()}
+    assert len(landed) == plane.racks, f"pods in {len(landed)} of {plane.racks} cliques"
+    return {label: len(ensemble) for label, ensemble in sorted(per_clique.items())}
+
+
+def peers_named(plane: Plane, host: str) -> dict[str, str]:
+    """The peer names the tray's daemon resolves that point at a tray (name → IP), from the
+    hosts file it reads (its runner pod's with `--pods`)."""
+    from nodeagent.config import Paths
+    from nodeagent.imex.files import SLOT_PREFIX, UNUSED_SLOT_IP
+
+    fleet = plane.fleet
+    path = fleet.pod_hosts(f"runner-{host}") if fleet.pods else Paths(fleet.tray_root(host)).hosts
+    lines = [line.split() for line in path.read_text().splitlines()]
+    return {
+        f[1]: f[0]
+        for f in lines
+        if len(f) == 2 and f[1].startswith(SLOT_PREFIX) and f[0] != UNUSED_SLOT_IP
+    }
+
+
+def real_round(api: Any, tenant: Tenant, plane: Plane, rnd: int, figures: Figures) -> None:
+    """One round: a pod per tray created, all prepared, the domain Ready; pods deleted,
+    claims unprepared, the domain released. Round 0 adds no figures."""
     from domains.computedomains.models import Phase
 
-    kube, kubelets, bindings, core = plane.kube, plane.kubelets, plane.bindings, plane.pods
+    kube, kubelets, core, trays = plane.kube, plane.kubelets, plane.pods, plane.trays
     domain = request_domain(api, tenant, f"wl-{rnd}")
     template = f"wl-{rnd}-channel"
     wait(lambda: kube.get("resourceclaimtemplates", template, NAMESPACE), 30, "RCT", 0.05)
-    wait(lambda: all_free(kube), 60, "every slice free and eligible", 0.05)
+    wait(lambda: all_free(kube, trays), 60, "every slice free and eligible", 0.05)
     t0 = time.monotonic()
-    made = create_pods(core, rnd, template)
+    made = create_pods(core, rnd, template, trays)
     created = {uid: at for uid, (_, at) in made.items()}
-    names = {uid: name for uid, (name, _) in made.items()}
     uids = set(created)
     spread = (datetime.now(UTC) - min(created.values())).total_seconds()
 
@@ -502,14 +689,37 @@ def real_round(api: Any, tenant: Tenant, plane: Plane, rnd: int, figures: Figure
 
     def all_prepared() -> bool:
         done.update(kubelet_events(kubelets, "prepared", uids))
-        return len(done) == TRAYS
+        return len(done) == trays
 
-    wait(all_prepared, 120, "all prepared", 0.1)
+    wait(all_prepared, 120 + trays, "all prepared", 0.1)
     t_ready = wait(lambda: phase_is(domain, Phase.READY), 120, "Ready")
+    spread_by_clique = check_ensembles(plane, domain, {u: e[0]["node"] for u, e in done.items()})
     failed = sum(len(v) for v in kubelet_events(kubelets, "prepareFailed", uids).values())
+    tear_down(plane, domain, api, {uid: name for uid, (name, _) in made.items()})
+    if rnd == 0:
+        return
+    figures.count("failed", failed)
+    figures.count("spread", list(spread_by_clique.values()))
+    figures.add(f"{trays} pods created (the bench's POSTs)", [spread])
+    figures.add("first join → last join", [join_spread(domain)])
+    add_times(figures, plane.bindings, created, done, t_ready - t0)
+
+
+def tear_down(plane: Plane, domain: Any, api: Any, names: dict[str, str]) -> None:
+    """The round's pods deleted, their claims unprepared and deallocated, the domain
+    released."""
+    from kubernetes import client
+
+    kube, kubelets, core = plane.kube, plane.kubelets, plane.pods
     for name in names.values():
         core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
-    wait(lambda: len(kubelet_events(kubelets, "unprepared", uids)) == TRAYS, 60, "unprepared", 0.1)
+    uids = set(names)
+    wait(
+        lambda: len(kubelet_events(kubelets, "unprepared", uids)) == len(uids),
+        60 + len(uids),
+        "unprepared",
+        0.1,
+    )
     wait(lambda: not core.list_namespaced_pod(NAMESPACE).items, 60, "pods gone", 0.1)
     # The resourceclaim controller deallocates the claims of pods that are gone; deleting
     # them is the garbage collector's work, which this control plane does not run.
@@ -522,27 +732,34 @@ def real_round(api: Any, tenant: Tenant, plane: Plane, rnd: int, figures: Figure
     wait(deallocated, 60, "claims deallocated", 0.1)
     resource.delete_collection_namespaced_resource_claim(NAMESPACE)
     release_domain(api, domain)
-    if rnd == 0:
-        return
-    figures.count("failed", failed)
-    figures.add("18 pods created (the bench's POSTs)", [spread])
-    figures.add("first join → last join", [join_spread(domain)])
+
+
+def add_times(
+    figures: Figures,
+    bindings: Bindings,
+    created: dict[str, datetime],
+    done: dict[str, list[dict[str, Any]]],
+    to_ready: float,
+) -> None:
     took = {}
-    for uid, events in done.items():
-        at = datetime.fromisoformat(events[0]["time"])
+    prepared_at = {uid: datetime.fromisoformat(events[0]["time"]) for uid, events in done.items()}
+    for uid, at in prepared_at.items():
         took[uid] = (at - created[uid]).total_seconds()
         bound = bindings.bound.get(uid)
         if bound is not None:
             figures.add("created → bound", [(bound - created[uid]).total_seconds()])
             figures.add("bound → prepared", [(at - bound).total_seconds()])
     first = min(created.values())
-    last = max(datetime.fromisoformat(e[0]["time"]) for e in done.values())
-    if all(uid in bindings.bound for uid in uids):
-        last_bound = max(bindings.bound[uid] for uid in uids)
+    last = max(prepared_at.values())
+    if all(uid in bindings.bound for uid in created):
+        last_bound = max(bindings.bound[uid] for uid in created)
         figures.add("first created → last bound", [(last_bound - first).total_seconds()])
+        figures.add("last bound → all prepared", [(last - last_bound).total_seconds()])
     figures.per_claim += list(took.values())
-    figures.all_prepared.append((last - first).total_seconds())
-    figures.to_ready.append(t_ready - t0)
+    all_prepared = (last - first).total_seconds()
+    figures.all_prepared.append(all_prepared)
+    figures.to_ready.append(to_ready)
+    figures.add("all prepared → Ready", [to_ready - all_prepared])
 
 
 if __name__ == "__main__":

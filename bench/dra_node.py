@@ -72,7 +72,8 @@ def node_mode(namespace: Any, token: str, rounds: int, nodes: int) -> dict[str, 
         env = {"KUBECONFIG": str(cluster.kubeconfig), "PORTAL_KUBE_ENABLED": "1",
                "LOG_LEVEL": "WARNING"}  # fmt: skip
         server, url = start_server(**env)
-        worker = start_worker("worker", concurrency=2, **env)
+        # INFO: start_worker waits for the worker's "ready." line, which WARNING hides.
+        worker = start_worker("worker", concurrency=2, **{**env, "LOG_LEVEL": "INFO"})
         with (
             running(worker, server),
             httpx.Client(

@@ -304,3 +304,41 @@ def test_a_following_domains_racks_are_those_its_pods_landed_in(topology, ns_a, 
     assert status_annotations(domain)[RACKS_ANNOTATION] == second.name
     run_pods(domain, topology.nodes.order_by("slot").first())
     assert status_annotations(domain)[RACKS_ANNOTATION] == f"{topology.name},{second.name}"
+
+
+def test_a_burst_of_changes_queues_one_publish_and_a_change_after_it_queues_the_next(
+    kube, topology, ns_a, tenant_a
+):
+    """72 trays joining change their domain hundreds of times in seconds: one publish is
+    queued for the burst; once it has started, the next change queues another."""
+    from celery.signals import before_task_publish
+    from django.core.cache import cache
+
+    from domains import signals
+
+    domain = request_and_place(ns_a, tenant_a)
+    queued: list[str] = []
+
+    def count(sender: str = "", **kwargs: object) -> None:
+        queued.append(sender)
+
+    def changed() -> None:
+        signals.domain_changed.send(
+            sender=None,
+            domain_uid=str(domain.uid),
+            namespace_id=domain.namespace_id,
+            phase=domain.phase,
+        )
+
+    cache.delete(tasks.publish_key(domain.pk))
+    before_task_publish.connect(count, weak=False)
+    try:
+        for _ in range(5):
+            changed()
+        assert queued.count("kube.publish_domain") == 1
+        assert tasks.publish_domain(domain.pk) == "created"  # clears the mark first
+        changed()
+        assert queued.count("kube.publish_domain") == 2
+    finally:
+        before_task_publish.disconnect(count)
+        cache.delete(tasks.publish_key(domain.pk))

@@ -444,47 +444,62 @@ def _stat(pid: int) -> tuple[str, int, float] | None:
     return comm, int(fields[1]), ticks / os.sysconf("SC_CLK_TCK")
 
 
+def _processes() -> dict[int, tuple[str, int, float]]:
+    import os
+
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            found[int(entry)] = stat
+    return found
+
+
+def _root_below_us(pid: int, procs: dict[int, tuple[str, int, float]], roots: set[int]) -> int:
+    """The first of `roots` on the way up from `pid` (itself included), this process's pid
+    when none is, 0 when the process is not under this one."""
+    import os
+
+    at = pid
+    while at in procs and at != os.getpid():
+        if at in roots:
+            return at
+        at = procs[at][1]
+    return at if at == os.getpid() else 0
+
+
 def cpu_by_part(roots: dict[int, str]) -> dict[str, float]:
     """CPU seconds so far of every process under this one, by part: a process under one of
     `roots` (pid → part) counts to that part, with the children it reaped (the agent
     fleet's: its emulated IMEX daemons, which start and stop with a domain); the others by
     their program (PROGRAMS)."""
-    import os
-
-    procs = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (found := _stat(int(entry))) is not None:
-            procs[int(entry)] = found
+    procs = _processes()
     parts: dict[str, float] = {}
     for pid, (comm, _, cpu) in procs.items():
-        part, at = None, pid
-        while at in procs and at != os.getpid():
-            if at in roots:
-                part = roots[at]
-                break
-            at = procs[at][1]
-        if at != os.getpid() and part is None:
+        root = _root_below_us(pid, procs, set(roots))
+        if not root:
             continue  # not ours
-        part = part or next((v for k, v in PROGRAMS.items() if comm.startswith(k)), "other")
+        part = roots.get(root) or next(
+            (v for k, v in PROGRAMS.items() if comm.startswith(k)), "other"
+        )
         parts[part] = parts.get(part, 0.0) + cpu
     return parts
 
 
-def rss_mib(pattern: str) -> int:
-    """Resident memory of this process's descendants whose program starts with `pattern`."""
-    import os
-
+def rss_mib(program: str) -> int:
+    """Resident memory of this process's descendants whose program starts with `program`."""
+    procs = _processes()
     total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for pid, (comm, _, _) in procs.items():
+        if not comm.startswith(program) or not _root_below_us(pid, procs, set()):
             continue
         try:
-            status = Path(f"/proc/{entry}/status").read_text()
+            status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if fields.get("Name", "").strip().startswith(pattern) and "VmRSS" in fields:
-            total += int(fields["VmRSS"].split()[0])
+        total += next(
+            (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")),
+            0,
+        )
     return total // 1024
 
 

@@ -1,6 +1,6 @@
 """DRA: 18 pods' channel claims prepared by the node agents, for a domain that follows its
-workload (numNodes 0), 18 trays at once; against upstream's Kubernetes and against the
-stand-ins.
+workload (numNodes 0), 18 trays at once (or 18 per rack over `--racks N`); against
+upstream's Kubernetes and against the stand-ins.
 
 Everything real except the hardware: the ASGI server, a Celery worker (publishing the
 ComputeDomain and its ResourceClaimTemplate), PostgreSQL (BENCH_DATABASE_URL), Redis, and
@@ -19,6 +19,14 @@ the resourceclaim controller makes their claims, kube-scheduler allocates each a
 the tray's kubelet prepares it. Measured from the pod's creation to its kubelet's
 "prepared" (both clocks the machine's), split at the moment the pod is bound.
 
+`--racks N` (real mode): N racks of 18 trays, each its own NVLink clique (its Nodes
+labelled `nvidia.com/gpu.clique` per rack), one numNodes 0 domain whose template selects
+every clique, 18 pods per rack created at once, kube-scheduler alone placing them. Each round
+checks that the pods landed in every clique and that each prepared tray is a member of its
+own clique's ensemble (its daemon's peer names resolve to that clique's trays only), and
+prints the CPU of each part of the set-up (the portal's web and worker, the agents with
+their emulated daemons, the control plane, the kubelets).
+
 `--mode stand-in`: the API mock (testbed/kube/kubemock.py), claims made and allocated by
 testbed/kube/dra.py, and the Python kubelet stand-in (testbed/kube/kubelet.py) retrying a
 prepare that answers "not ready" every 50 ms. Measured from allocation to prepared.
@@ -29,6 +37,7 @@ prepare that answers "not ready" every 50 ms. Measured from allocation to prepar
 pods created → containers running with their channel, `--nodes 1,3` one run per count.
 
     .venv/bin/python bench/dra.py [--rounds 5] [--mode real|stand-in|both|node] [--pods]
+        [--racks N]
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def main() -> int:
         help="agents and IMEX runners in pods of their own, as the Helm chart runs them",
     )
     args = parser.parse_args()
-    if args.racks < 1 or (args.racks > 1 and args.mode != "real"):
+    if args.racks < 1 or (args.racks > 1 and args.mode not in (None, "real")):
         parser.error("--racks: 1 or more, and more than 1 only with --mode real")
 
     setup_django(PORTAL_TESTING="1", LOG_LEVEL="WARNING")
@@ -129,6 +129,8 @@ def main() -> int:
     from testbed.kube.cluster import kube_binaries_built
 
     mode = args.mode or ("real" if kube_binaries_built() else "stand-in")
+    if args.racks > 1 and mode != "real":
+        parser.error("--racks: more than 1 needs upstream's binaries (scripts/kube_build.sh)")
     ns = factories.make_namespace(NAMESPACE)
     user = factories.make_user("bench")
     factories.add_member(user, ns, "member")

@@ -44,6 +44,7 @@ from testbed.processes import (
     wait_for,
 )
 from tests.support.workloads import ENV as WORKLOAD_ENV
+from tests.support.workloads import Run
 
 
 @pytest.hookimpl(trylast=True)  # after `-m` and `-k` have deselected
@@ -207,6 +208,25 @@ def kubelet_root() -> Iterator[Path]:
     """Every Node's kubelet directory, under a short path (unix sockets: 107 bytes)."""
     with tempfile.TemporaryDirectory(prefix="kw-") as tmp:
         yield Path(tmp)
+
+
+@pytest.fixture
+def workload_run(
+    real_kube: ClusterKube,
+    cluster: Cluster,
+    workload_portal: str,
+    workload_sync: Callable[[], Proc],
+    kubelet_root: Path,
+) -> Callable[..., Run]:
+    """`workload_run(manifest, ip_prefix=…, layouts=…)`: a `Run` of the file on the suite's
+    control plane, portal, kube_sync and kubelets."""
+
+    def run(manifest: Path, **options: Any) -> Run:
+        return Run(
+            manifest, real_kube, cluster, workload_portal, workload_sync, kubelet_root, **options
+        )
+
+    return run
 
 
 @pytest.fixture

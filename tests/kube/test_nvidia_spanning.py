@@ -26,7 +26,6 @@ from domains.kube.crd import MESSAGE_ANNOTATION, RACKS_ANNOTATION
 from testbed import factories
 from testbed.kube.cluster import wait_for
 from testbed.kube.objects import computedomain
-from tests.support.workloads import Run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -44,18 +43,9 @@ HOLDER = ("holder", "other-team")  # a domain already running on one tray: name,
 
 @pytest.mark.parametrize("manifest", WORKLOADS, ids=[p.name for p in WORKLOADS])
 def test_a_multi_node_job_larger_than_a_clique_runs_unchanged_one_ensemble_per_clique(
-    manifest, real_kube, cluster, workload_portal, workload_sync, kubelet_root
+    manifest, real_kube, workload_run
 ):
-    with Run(
-        manifest,
-        real_kube,
-        cluster,
-        workload_portal,
-        workload_sync,
-        kubelet_root,
-        layouts=LAYOUTS,
-        ip_prefix=IP_PREFIX,
-    ) as run:
+    with workload_run(manifest, layouts=LAYOUTS, ip_prefix=IP_PREFIX) as run:
         for tray in run.trays:  # the labels GPU feature discovery wrote say the truth
             labels = real_kube.get("nodes", tray.hostname)["metadata"]["labels"]
             assert labels["nvidia.com/gpu.clique"] == tray.clique.label

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from testbed import factories
-from tests.support.workloads import Run, delete_workload
+from tests.support.workloads import delete_workload
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -44,38 +44,20 @@ IP_PREFIX = factories.tray_ip_prefix(33)  # this module's loopback range
 
 @pytest.mark.parametrize("manifest", MANIFESTS, ids=[p.name for p in MANIFESTS])
 def test_a_workload_applied_unchanged_runs_on_its_domains_trays_with_its_channels(
-    manifest, real_kube, cluster, workload_portal, workload_sync, kubelet_root
+    manifest, workload_run
 ):
-    with Run(
-        manifest,
-        real_kube,
-        cluster,
-        workload_portal,
-        workload_sync,
-        kubelet_root,
-        ip_prefix=IP_PREFIX,
-    ) as run:
+    with workload_run(manifest, ip_prefix=IP_PREFIX) as run:
         domains, pods = run.apply()
         run.delete(domains, pods)
 
 
 @pytest.mark.parametrize("manifest", MANIFESTS[:1], ids=[p.name for p in MANIFESTS[:1]])
-def test_a_workload_deleted_and_applied_again_at_once_runs_again(
-    manifest, real_kube, cluster, workload_portal, workload_sync, kubelet_root
-):
+def test_a_workload_deleted_and_applied_again_at_once_runs_again(manifest, real_kube, workload_run):
     """`kubectl delete -f x.yaml && kubectl apply -f x.yaml`: the delete returns once the
     old ComputeDomain is gone (the portal's finalizer holds it until its domain let go of
     its trays and claim template), so the new pods' claims come from the new domain's
     template, never the old one's."""
-    with Run(
-        manifest,
-        real_kube,
-        cluster,
-        workload_portal,
-        workload_sync,
-        kubelet_root,
-        ip_prefix=IP_PREFIX,
-    ) as run:
+    with workload_run(manifest, ip_prefix=IP_PREFIX) as run:
         old, old_pods = run.apply()
         delete_workload(real_kube, run.workload, old_pods)
         new, pods = run.apply(replacing=old)

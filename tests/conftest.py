@@ -60,6 +60,20 @@ def admin(db):
 
 
 @pytest.fixture
+def two_racks(db):
+    """Two NVL72 racks, one 18-tray clique each."""
+    return factories.make_racks("18", "18")
+
+
+@pytest.fixture
+def team_big(tenant_a):
+    """A namespace with room for a domain of two racks, tenant_a a member of it."""
+    namespace = factories.make_namespace("team-big")
+    factories.add_member(tenant_a, namespace, "member")
+    return namespace
+
+
+@pytest.fixture
 def topology(db):
     """One NVL72 rack: 18 ready trays in one clique."""
     (rack,) = factories.make_racks("18")

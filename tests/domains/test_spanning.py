@@ -34,12 +34,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def two_racks(db):
-    """Two NVL72 racks, one 18-tray clique each."""
-    return factories.make_racks("18", "18")
-
-
-@pytest.fixture
 def ns_a(tenant_a):
     """tenant_a's namespace, with room for a domain of two racks."""
     namespace = factories.make_namespace("team-big")

@@ -239,14 +239,6 @@ def test_a_following_domain_runs_as_many_pods_as_asked_within_one_clique_and_quo
         workload_manifests(placed, replicas=2)
 
 
-@pytest.fixture
-def two_racks(db):
-    """Two NVL72 racks, one 18-tray clique each."""
-    from testbed import factories
-
-    return factories.make_racks("18", "18")
-
-
 def following_over_two_racks(ns_a, tenant_a):
     from domains.tenancy.models import Quota
 

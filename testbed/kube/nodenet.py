@@ -53,9 +53,9 @@ def in_netns(pid: int) -> Iterator[None]:
         os.close(target)
 
 
-def ip(pid: int, *args: str) -> None:
+def ip(pid: int, *args: str, check: bool = True) -> None:
     """`ip ARGS` in the network namespace of `pid` (nsenter: never the host's)."""
-    subprocess.run(["nsenter", "-t", str(pid), "-n", "--", "ip", *args], check=True,
+    subprocess.run(["nsenter", "-t", str(pid), "-n", "--", "ip", *args], check=check,
                    capture_output=True, text=True)  # fmt: skip
 
 
@@ -63,6 +63,10 @@ def join_fabric(fabric_pid: int, node_pid: int, index: int, address: str) -> Non
     """A veth pair from the fabric's bridge to the node (`eth0`, `address`), made in the
     fabric namespace and its node end moved straight into the node's."""
     fabric_end = f"vn{index}"
+    # The pair of the node's last boot: the kernel tears a dead network namespace down in
+    # the background, so after a reboot its fabric end may still be there for a moment
+    # ("File exists"). Deleting it takes its peer in the dying namespace with it.
+    ip(fabric_pid, "link", "del", fabric_end, check=False)
     ip(fabric_pid, "link", "add", fabric_end, "type", "veth", "peer", "name", "eth0",
        "netns", str(node_pid))  # fmt: skip
     ip(fabric_pid, "link", "set", fabric_end, "master", "fabric", "up")

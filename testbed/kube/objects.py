@@ -42,18 +42,22 @@ def pod_with_claim(name: str, namespace: str, template: str, *, node: str = "") 
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            **selector,
-            "containers": [
-                {
-                    "name": "ctr",
-                    "image": "ubuntu:22.04",
-                    "command": ["sleep", "infinity"],
-                    "resources": {"claims": [{"name": "channel"}]},
-                }
-            ],
-            "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
-        },
+        "spec": {**selector, **claiming_spec(template)},
+    }
+
+
+def claiming_spec(template: str) -> dict[str, Any]:
+    """A pod spec whose one container sleeps holding a claim from `template`."""
+    return {
+        "containers": [
+            {
+                "name": "ctr",
+                "image": "ubuntu:22.04",
+                "command": ["sleep", "infinity"],
+                "resources": {"claims": [{"name": "channel"}]},
+            }
+        ],
+        "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
     }
 
 
@@ -71,20 +75,7 @@ def job_with_claims(
             "parallelism": pods,
             "completions": pods,
             **spec,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "ctr",
-                            "image": "ubuntu:22.04",
-                            "command": ["sleep", "infinity"],
-                            "resources": {"claims": [{"name": "channel"}]},
-                        }
-                    ],
-                    "resourceClaims": [{"name": "channel", "resourceClaimTemplateName": template}],
-                }
-            },
+            "template": {"spec": {"restartPolicy": "Never", **claiming_spec(template)}},
         },
     }
 

@@ -53,6 +53,14 @@ def entries_on(day: date, windows: list[CalendarWindow], rack: str = "") -> list
     return out
 
 
+def parse_day(text: str) -> date | None:
+    """A `YYYY-MM-DD` from a query string, or None when it is not one."""
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
 def week_start(day: date) -> date:
     return day - timedelta(days=day.weekday())  # Monday
 

@@ -20,10 +20,7 @@ def calendar(request: SignedInRequest) -> HttpResponse:
     """`?view=week|month` (week), `?start=YYYY-MM-DD` (today): the week or month holding it."""
     view = "month" if request.GET.get("view") == "month" else "week"
     today = timezone.now().date()
-    try:
-        asked = date.fromisoformat(request.GET.get("start", ""))
-    except ValueError:
-        asked = today
+    asked = layout.parse_day(request.GET.get("start", "")) or today
     if view == "week":
         first = layout.week_start(asked)
         last, before, after = first + timedelta(days=7), first - timedelta(7), first + timedelta(7)

@@ -3,7 +3,6 @@ what losing a part would hit (its blast radius)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -66,6 +65,7 @@ from domains.inventory.models import Node, NodeState, PowerShelf, Rack, SwitchTr
 from domains.kube.client import kube_enabled
 from domains.kube.workloads import tray_pods
 from portal.web.access import SignedInRequest, operator_required
+from portal.web.calendar import parse_day
 from portal.web.fabric import Visibility, draw_racks, fabric_view
 from portal.web.fleet import Filters, dress_racks, fleet, heatmap_context
 from portal.web.forms import (
@@ -81,8 +81,6 @@ from portal.web.sparkline import span_words
 from portal.web.views.health import health_context
 from portal.web.views.tenant import with_queue_positions
 from portal.web.views.trays import accept_racks
-
-_ISO_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # `?on=`: the calendar's day
 
 MARK_DOWN_NOTE = "Tenants whose domain uses this tray read this reason, word for word."
 TENANT_READS = ("mark_down", "cordon", "drain")  # actions whose reason tenants are told
@@ -429,8 +427,7 @@ def maintenance(request: SignedInRequest) -> HttpResponse:
             # The calendar link then opens on the new window's week, not today's.
             return redirect(f"{reverse('operator:maintenance')}?on={window.starts_at:%Y-%m-%d}")
     views = window_views(request.user, windows_visible_to(request.user))
-    on = request.GET.get("on", "")
-    context = {"form": form, "windows": views, "on": on if _ISO_DAY.fullmatch(on) else ""}
+    context = {"form": form, "windows": views, "on": parse_day(request.GET.get("on", ""))}
     return render(request, "operator/maintenance.html", context)
 
 

@@ -29,6 +29,7 @@ from portal.ratelimit import (
 from portal.serve import uvicorn_args
 from testbed.processes import ROOT, VENV_BIN
 from tests.api.conftest import bearer_client
+from tests.support.ratelimits import room_in_window
 from tests.support.staticfiles import collected_static
 
 RACKS = "/api/v1/racks/"
@@ -154,6 +155,7 @@ def test_no_credentials_is_401_with_a_bearer_challenge(db) -> None:
 
 def test_retrying_a_bad_token_is_rate_limited_but_valid_tokens_never_are(tenant_a) -> None:
     address = fresh_address()
+    room_in_window(TOKEN_FAILURES, TOKEN_PREFIX_FAILURES)
     guesser = APIClient(REMOTE_ADDR=address)
     guesser.credentials(HTTP_AUTHORIZATION="Bearer dpt_guess")
     for _ in range(TOKEN_PREFIX_FAILURES.limit):
@@ -189,6 +191,7 @@ def test_web_sign_in_is_paced_per_address_past_its_ceiling(tenant_a, monkeypatch
     pace = ratelimit.Pace(scope=f"signin-test-{uuid.uuid4().hex[:8]}", interval_s=60)
     monkeypatch.setattr(ratelimit, "SIGNIN_PACE", pace)
     address = fresh_address()
+    room_in_window(LOGIN_FAILURES)
     browser = Client(REMOTE_ADDR=address)
     for i in range(LOGIN_FAILURES.limit + 1):  # other accounts each time: the address counts
         response = browser.post("/login/", {"username": f"guess{i}", "password": "wrong"})

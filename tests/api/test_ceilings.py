@@ -4,8 +4,6 @@ namespace (refused naming why). 200 tokens in 3 s and 100 webhooks in 1.2 s were
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.conf import settings as django_settings
 from django.test import Client
@@ -14,6 +12,7 @@ from domains.notifications.models import Subscription
 from portal.ratelimit import SUBSCRIPTION_CREATES, TOKEN_MINTS
 from testbed import factories
 from tests.api.conftest import bearer_client
+from tests.support.ratelimits import room_in_window
 
 pytestmark = pytest.mark.django_db
 
@@ -23,11 +22,7 @@ def alice():
     user = factories.make_user("ceiling-alice")
     for limit in (TOKEN_MINTS, SUBSCRIPTION_CREATES):
         limit.reset(str(user.pk))
-    # The limits count per minute of the clock: a test that crossed into the next minute
-    # would start counting again halfway. Start with at least 15 s of this minute left.
-    left = TOKEN_MINTS.window_s - time.time() % TOKEN_MINTS.window_s
-    if left < 15:
-        time.sleep(left + 0.1)
+    room_in_window(TOKEN_MINTS, SUBSCRIPTION_CREATES, room_s=15)
     return user
 
 

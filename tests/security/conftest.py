@@ -15,6 +15,7 @@ from domains.tenancy.tokens import token_create
 from portal.ratelimit import LOGIN_FAILURES, SIGNIN_PACE, TOKEN_FAILURES
 from testbed import factories
 from testbed.processes import running, start_server
+from tests.support.ratelimits import room_in_window
 
 IP_PREFIX = factories.tray_ip_prefix(16)
 JOIN = "dpj_security-test-join-token"
@@ -45,5 +46,6 @@ def http(server, transactional_db) -> Iterator[httpx.Client]:
     """A client of the module's server; every test starts with no failures counted."""
     for limit in (LOGIN_FAILURES, TOKEN_FAILURES, SIGNIN_PACE):
         limit.reset("127.0.0.1")
+    room_in_window(LOGIN_FAILURES, TOKEN_FAILURES)
     with httpx.Client(base_url=server.url, timeout=30) as client:
         yield client

@@ -21,6 +21,7 @@ from testbed import factories
 from testbed.agents import wait_for
 from testbed.processes import running, start_server
 from tests.security.conftest import IP_PREFIX, bearer
+from tests.support.ratelimits import room_in_window
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -93,6 +94,7 @@ def low_ceiling(transactional_db) -> Iterator[str]:
     proc, url = start_server(PORTAL_SIGNIN_ADDRESS_CEILING="6", PORTAL_SIGNIN_ADDRESS_PACE_S="2")
     for limit in (LOGIN_FAILURES, SIGNIN_PACE):
         limit.reset("127.0.0.1")
+    room_in_window(LOGIN_FAILURES)
     with running(proc):
         yield url
     for limit in (LOGIN_FAILURES, SIGNIN_PACE):

@@ -11,6 +11,9 @@ AXE := tests/browser/axe/node_modules/axe-core/axe.min.js
 TEST_DATABASE_URL ?=
 TEST_REDIS_URL ?=
 PYTEST_ARGS ?=
+# The suite runs on this many pytest-xdist workers, a test file each at a time (0: in this
+# process alone). Each worker has its own test database, Redis database and tray addresses.
+PYTEST_WORKERS ?= 2
 BENCH_DATABASE_URL ?=
 BENCH_REDIS_URL ?=
 
@@ -43,7 +46,7 @@ test: $(STAMP) $(AXE)
 	bash scripts/system_deps.sh
 	PORTAL_TESTING=1 $(PY) -m testbed.devservices \
 		--database-url "$(TEST_DATABASE_URL)" --redis-url "$(TEST_REDIS_URL)" -- \
-		$(VENV)/bin/pytest $(PYTEST_ARGS)
+		$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -60,3 +61,10 @@ def database_from_env() -> dict[str, Any]:
             "timeout": env_int("DB_POOL_TIMEOUT", 30),
         }
     return database
+
+
+def redis_database(url: str, after: int) -> str:
+    """`url` naming the database `after` places past the one it names (`/0` when none)."""
+    parts = urlsplit(url)
+    number = int(parts.path.strip("/") or 0) + after
+    return urlunsplit(parts._replace(path=f"/{number}"))

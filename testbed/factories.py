@@ -17,11 +17,22 @@ _seq = itertools.count(1)
 
 # Emulated trays listen on loopback addresses `127.<n>.<rack>.<slot>`. Two checkouts running
 # their suites at once set different bases (TEST_TRAY_IP_BASE) so their daemons never meet.
-TRAY_IP_BASE = int(os.environ.get("TEST_TRAY_IP_BASE", "0"))
+# A suite split over workers (pytest-xdist's gw0, gw1, …) moves each worker's base on by
+# WORKER_IP_STRIDE, past the highest offset a suite adds to it (tray_ip_prefix below).
+WORKER_IP_STRIDE = 50
+TRAY_IP_BASE = int(os.environ.get("TEST_TRAY_IP_BASE", "0")) + WORKER_IP_STRIDE * int(
+    os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0
+)
+if TRAY_IP_BASE + WORKER_IP_STRIDE > 256:
+    raise RuntimeError(
+        f"tray addresses 127.{TRAY_IP_BASE}+ run past 127.255: lower TEST_TRAY_IP_BASE or the "
+        "number of test workers (PYTEST_WORKERS)"
+    )
 
 
 def tray_ip_prefix(offset: int = 0) -> str:
     """`127.<base + offset>`: the first two octets of a test fabric's tray addresses."""
+    assert 0 <= offset < WORKER_IP_STRIDE, f"offset {offset} would reach another worker's trays"
     return f"127.{TRAY_IP_BASE + offset}"
 
 

@@ -26,7 +26,11 @@ from tests.support.lifecycle import ready_report, request_and_place
 
 pytestmark = pytest.mark.django_db
 
-SIZES = (2, 16)  # both fit the 18 trays of `topology` at once
+SIZES = (2, 15)  # with WARM_UP, all fit the 18 trays of `topology` at once
+# The fold of a domain of this size first: a histogram's rows are made at its first
+# observation (three statements more), and a test that ran before in this database may have
+# emptied the table.
+WARM_UP = 1
 # The fold of a burst: the domain's lock, its members with their trays' reports, one UPDATE
 # of the members, one INSERT of their events, the phase's compare-and-set, the domain's
 # event, the formation's three histograms (/metrics); and here, inside the test's
@@ -81,7 +85,7 @@ def test_a_burst_of_reports_is_folded_in_a_constant_number_of_queries(
     topology, big_ns, tenant_a, worker_folds, django_capture_on_commit_callbacks
 ):
     counts = []
-    for size in SIZES:
+    for size in (WARM_UP, *SIZES):
         domain, tokens = placed_with_tokens(big_ns, tenant_a, size)
         with django_capture_on_commit_callbacks():
             for node, token in tokens.items():
@@ -93,7 +97,7 @@ def test_a_burst_of_reports_is_folded_in_a_constant_number_of_queries(
         assert domain.phase == Phase.READY
         assert Event.objects.filter(domain=domain, verb="member.ready").count() == size
         assert not domain.members.exclude(state=MemberState.READY).exists()
-    assert counts[0] == counts[1] <= FOLD_QUERIES
+    assert counts[1] == counts[2] <= FOLD_QUERIES
 
 
 def test_a_fold_with_nothing_new_changes_nothing(topology, big_ns, tenant_a, worker_folds):

@@ -8,7 +8,7 @@ The fold waits FOLD_QUIET_S before it runs, so a burst spread over 100-300 ms is
 to four times, not once per report as the worker catches up; Ready comes that much later at
 most, but for the burst's last report: once every member has reported ready (or, releasing,
 clean), its fold is queued at once. The fold clears the mark before it reads, so a report
-that lands meanwhile queues the next one. The mark expires after FOLD_PENDING_S, so a fold
+that lands meanwhile queues the next one. The mark expires after 5 s (`tasks.FOLDS`), so a fold
 lost with a killed worker costs one heartbeat's delay: the tray's next report, still
 differing from its member, queues again. When the cache or the broker is away, the report
 is folded here and now.
@@ -19,18 +19,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.cache import cache
 from django.dispatch import receiver
 
 from domains import signals
 from domains.agents.fold import reports_fold
 from domains.agents.selectors import reports_settled
-from domains.agents.tasks import fold_key, fold_reports, release_fold
+from domains.agents.tasks import FOLDS, fold_reports, release_fold
 from domains.errors import DATABASE_AWAY
 
 log = logging.getLogger(__name__)
 
-FOLD_PENDING_S = 5
 # Each fold re-reads every member's report (the worker's largest cost): an 18-tray formation
 # and release was folded ~15 times; waiting this long for the rest of a burst should make it a
 # few, for at most 50 ms more to Ready.
@@ -45,7 +43,7 @@ def queue_fold(sender: object, domain_id: int, **kwargs: Any) -> None:
             # The burst's last report: nothing more to wait for. A fold queued by an
             # earlier report of the burst may still run; it finds nothing left to change.
             fold_reports.apply_async((domain_id,))
-        elif cache.add(fold_key(domain_id), 1, FOLD_PENDING_S):
+        elif FOLDS.mark(domain_id):
             fold_reports.apply_async((domain_id,), countdown=FOLD_QUIET_S)
         return
     except Exception:  # Redis away: the report must not be lost

@@ -4,12 +4,10 @@ reports to fold, and `receivers.py` queues the fold."""
 
 from __future__ import annotations
 
-import contextlib
-
 from celery import shared_task
-from django.core.cache import cache
 
 from domains.agents.fold import reports_fold
+from domains.bursts import Burst
 from domains.errors import TransientError, retry_on
 
 
@@ -20,12 +18,9 @@ def fold_reports(domain_id: int) -> int:
     return reports_fold(domain_id=domain_id)
 
 
-def fold_key(domain_id: int) -> str:
-    """The cache key that says "a fold of this domain is queued"."""
-    return f"agents:fold-pending:{domain_id}"
+# A domain's fold queued (receivers.py); the mark expires after 5 s, one heartbeat's delay.
+FOLDS = Burst("agents:fold-pending", pending_s=5)
 
 
 def release_fold(domain_id: int) -> None:
-    # Redis away: the key expires by itself (receivers.FOLD_PENDING_S).
-    with contextlib.suppress(Exception):
-        cache.delete(fold_key(domain_id))
+    FOLDS.clear(domain_id)

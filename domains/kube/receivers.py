@@ -6,27 +6,25 @@ change it some 350 times in a few seconds, and each publish writes the status of
 member. The first change of a burst queues one publish and marks it pending in the cache;
 the changes behind it find the mark and queue nothing. The publish clears the mark before
 it reads the domain, so a change that lands meanwhile queues the next one (publishing is
-level-triggered: it writes what the database says then). The mark expires after
-PUBLISH_PENDING_S, so a publish lost with a killed worker costs that long at most, and the
-beat `kube.reconcile` catches up anyway. When the cache is away, every change is queued.
+level-triggered: it writes what the database says then; `domains.bursts`). The mark
+expires after 5 s (`tasks.PUBLISHES`), so a publish lost with a killed worker costs that
+long at most, and the beat `kube.reconcile` catches up anyway. When the cache is away, every
+change is queued.
 """
 
 from __future__ import annotations
 
 import logging
 
-from django.core.cache import cache
 from django.dispatch import receiver
 
 from domains import signals
 from domains.computedomains.models import ComputeDomain, Phase
 from domains.kube.client import kube_enabled
 from domains.kube.models import RefusedComputeDomain
-from domains.kube.tasks import publish_domain, publish_key, retry_refusal, withdraw_slices
+from domains.kube.tasks import PUBLISHES, publish_domain, retry_refusal, withdraw_slices
 
 log = logging.getLogger(__name__)
-
-PUBLISH_PENDING_S = 5
 
 
 @receiver(signals.domain_changed, dispatch_uid="kube.publish_on_change")
@@ -52,7 +50,7 @@ def _first_of_burst(domain_id: int) -> bool:
     """No publish of the domain is queued yet (now one is marked); True when the cache
     cannot tell."""
     try:
-        return bool(cache.add(publish_key(domain_id), 1, PUBLISH_PENDING_S))
+        return PUBLISHES.mark(domain_id)
     except Exception:
         return True
 

@@ -7,12 +7,11 @@ with Redis or a task that ran out of retries during an API server outage is caug
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 from celery import shared_task
-from django.core.cache import cache
 
+from domains.bursts import Burst
 from domains.errors import retry_on
 from domains.kube import publisher, sweep
 from domains.kube.client import KubeUnavailable, api_client, kube_enabled
@@ -26,17 +25,14 @@ RETRY = retry_on(KubeUnavailable, backoff_max=60, max_retries=8)
 def publish_domain(domain_id: int) -> str:
     """Create, update or remove the domain's ComputeDomain object (queued once per burst of
     changes, see receivers.py)."""
-    # Before reading: a change from now on queues the next publish.
-    with contextlib.suppress(Exception):  # the cache away: the mark expires by itself
-        cache.delete(publish_key(domain_id))
+    PUBLISHES.clear(domain_id)  # before reading: a change from now on queues the next publish
     if not kube_enabled():
         return "disabled"
     return publisher.publish_domain(domain_id=domain_id)
 
 
-def publish_key(domain_id: int) -> str:
-    """The cache key that says "a publish of this domain is queued"."""
-    return f"kube:publish-pending:{domain_id}"
+# A domain's publish queued (receivers.py); a publish lost with a killed worker costs 5 s.
+PUBLISHES = Burst("kube:publish-pending", pending_s=5)
 
 
 @shared_task(name="kube.report_refusal", **RETRY)

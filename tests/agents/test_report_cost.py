@@ -14,7 +14,7 @@ from domains.agents.fold import reports_fold
 from domains.agents.heartbeats import agent_heartbeat
 from domains.agents.joining import agent_join
 from domains.agents.selectors import reports_settled
-from domains.agents.tasks import fold_key
+from domains.agents.tasks import FOLDS
 from domains.audit.events import Actor
 from domains.audit.models import Event
 from domains.computedomains.models import ComputeDomain, DomainMember, MemberState, Phase
@@ -210,11 +210,11 @@ def test_the_bursts_last_report_queues_its_fold_without_the_wait(
     whatever else arrived); the last one queues its own at once and marks nothing."""
     domain, tokens = placed_with_tokens(big_ns, tenant_a, 2)
     (first, first_token), (last, last_token) = tokens.items()
-    cache.delete(fold_key(domain.pk))
+    cache.delete(FOLDS.key(domain.pk))
     with django_capture_on_commit_callbacks(execute=True):
         agent_heartbeat(node_id=first.pk, token=first_token, report=ready_report(domain))
-    assert cache.get(fold_key(domain.pk)) == 1
-    cache.delete(fold_key(domain.pk))
+    assert cache.get(FOLDS.key(domain.pk)) == 1
+    cache.delete(FOLDS.key(domain.pk))
     with django_capture_on_commit_callbacks(execute=True):
         agent_heartbeat(node_id=last.pk, token=last_token, report=ready_report(domain))
-    assert cache.get(fold_key(domain.pk)) is None
+    assert cache.get(FOLDS.key(domain.pk)) is None

@@ -330,7 +330,7 @@ def test_a_burst_of_changes_queues_one_publish_and_a_change_after_it_queues_the_
             phase=domain.phase,
         )
 
-    cache.delete(tasks.publish_key(domain.pk))
+    cache.delete(tasks.PUBLISHES.key(domain.pk))
     before_task_publish.connect(count, weak=False)
     try:
         for _ in range(5):
@@ -341,4 +341,4 @@ def test_a_burst_of_changes_queues_one_publish_and_a_change_after_it_queues_the_
         assert queued.count("kube.publish_domain") == 2
     finally:
         before_task_publish.disconnect(count)
-        cache.delete(tasks.publish_key(domain.pk))
+        cache.delete(tasks.PUBLISHES.key(domain.pk))

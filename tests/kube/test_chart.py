@@ -262,6 +262,20 @@ def test_external_postgres_and_redis_come_from_the_secret(objects):
     assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "portal-domain-portal"
 
 
+def test_the_portals_log_level_is_one_value_for_web_workers_and_beat():
+    """Celery's own --loglevel would change nothing (the processes log as the web does):
+    LOG_LEVEL from `logLevel` is the one knob, and no container is given another."""
+    rendered = {
+        (o["kind"], o["metadata"]["name"]): o for o in render({**VALUES, "logLevel": "DEBUG"})
+    }
+    assert rendered["ConfigMap", "portal-domain-portal"]["data"]["LOG_LEVEL"] == "DEBUG"
+    for name in ("web", "worker", "notifier", "beat"):
+        spec = rendered["Deployment", f"portal-domain-portal-{name}"]["spec"]["template"]["spec"]
+        container = spec["containers"][0]
+        assert {"configMapRef": {"name": "portal-domain-portal"}} in container["envFrom"]
+        assert not [a for a in container.get("args", []) if "loglevel" in str(a).lower()]
+
+
 def test_rbac_allows_only_what_the_portal_does(objects):
     role = objects["ClusterRole", "portal-domain-portal"]
     rules = {
@@ -355,6 +369,7 @@ def test_missing_database_settings_are_named():
         ({"databaseUrl": "mysql://db/portal"}, "/databaseUrl"),
         ({"agent": {"healthPort": 70000}}, "/agent/healthPort"),
         ({"agent": {"imex": {"logLevel": 7}}}, "/agent/imex/logLevel"),
+        ({"logLevel": "LOUD"}, "/logLevel"),
         ({"agent": {"imex": {"graceTimeSeconds": -2}}}, "/agent/imex/graceTimeSeconds"),
         ({"agent": {"channels": {"mode": "0999"}}}, "/agent/channels/mode"),
         ({"agent": {"driverRoot": "run/nvidia/driver"}}, "/agent/driverRoot"),

@@ -16,6 +16,7 @@ import json
 import logging
 from typing import Any, cast
 
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from kubernetes import client
@@ -142,13 +143,25 @@ def desired_hash(domain: ComputeDomain) -> str:
 
 
 def publish_domain(*, domain_id: int, cluster: Cluster | None = None) -> str:
-    """Bring the domain's cluster object in line with the database; returns what was done."""
-    domain = ComputeDomain.objects.select_related("namespace").filter(pk=domain_id).first()
-    if domain is None:
+    """Bring the domain's cluster object in line with the database; returns what was done.
+
+    One publish of a domain at a time, each reading the domain only once it holds the
+    domain's row of `PublishedDomain`: two tasks for one domain (a burst's next publish,
+    queued while the last one still runs) would otherwise interleave, and the older one,
+    having read the domain live, would hold the object again and make again the claim
+    template that the newer one, releasing, had just removed.
+    """
+    if not ComputeDomain.objects.filter(pk=domain_id).exists():
         return "no such domain"
-    row, _ = PublishedDomain.objects.get_or_create(domain=domain)
-    cluster = cluster or Cluster()
+    row, _ = PublishedDomain.objects.get_or_create(domain_id=domain_id)
     PublishedDomain.objects.filter(pk=row.pk).update(attempts=F("attempts") + 1)
+    with transaction.atomic():
+        row = PublishedDomain.objects.select_for_update().get(pk=row.pk)
+        domain = ComputeDomain.objects.select_related("namespace").get(pk=domain_id)
+        return _publish_or_remove(cluster or Cluster(), domain, row)
+
+
+def _publish_or_remove(cluster: Cluster, domain: ComputeDomain, row: PublishedDomain) -> str:
     try:
         if domain.is_live:
             outcome = _publish(cluster, domain, row)

@@ -5,14 +5,17 @@ installed; the others need faults or request counts only the mock API server giv
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from django.db import connections
 from kubernetes.client.exceptions import ApiException
 
 from agentwire.messages import Step
 from domains.audit.events import Actor
 from domains.computedomains.models import ComputeDomain, DomainSource, Phase
 from domains.computedomains.services import domain_release
-from domains.kube import tasks
+from domains.kube import publisher, tasks
 from domains.kube.crd import (
     MESSAGE_ANNOTATION,
     PHASE_ANNOTATION,
@@ -342,3 +345,49 @@ def test_a_burst_of_changes_queues_one_publish_and_a_change_after_it_queues_the_
     finally:
         before_task_publish.disconnect(count)
         cache.delete(tasks.PUBLISHES.key(domain.pk))
+
+
+class SlowCluster(publisher.Cluster):
+    """The publisher's own calls, the first read of the object held until `go` is set: a
+    publish that started before a change and ends after the next publish has run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading, self.go = threading.Event(), threading.Event()
+
+    def get(self, namespace: str, name: str):
+        self.reading.set()
+        assert self.go.wait(60)
+        return super().get(namespace, name)
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db(transaction=True)
+def test_a_publish_still_running_at_release_leaves_no_template_or_object_behind(
+    real_kube, topology, ns_a, tenant_a
+):
+    domain = request_and_place(ns_a, tenant_a)
+    assert tasks.publish_domain(domain.pk) == "created"
+    slow, answers = SlowCluster(), {}
+
+    def publish(name: str, cluster=None) -> None:
+        try:
+            answers[name] = publisher.publish_domain(domain_id=domain.pk, cluster=cluster)
+        finally:
+            connections.close_all()
+
+    older = threading.Thread(target=publish, args=("older", slow))
+    older.start()
+    assert slow.reading.wait(30)  # it has read the domain live and is on its way
+    domain_release(actor=Actor.for_user(tenant_a), domain=domain, reason="done")
+    all_clean(domain)
+    assert ComputeDomain.objects.get(pk=domain.pk).phase == Phase.RELEASED
+    newer = threading.Thread(target=publish, args=("newer",))
+    newer.start()
+    newer.join(timeout=3)  # the older one still holds the domain: this one waits for it
+    slow.go.set()
+    older.join(timeout=60)
+    newer.join(timeout=60)
+    assert answers == {"older": "unchanged", "newer": "removed"}
+    assert real_kube.get("resourceclaimtemplates", domain.resource_claim_template, "team-a") is None
+    assert cd(real_kube, domain.name) is None  # deleted, and no finalizer held again

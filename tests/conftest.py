@@ -8,12 +8,28 @@ import sys
 import pytest
 
 from testbed import factories
+from tests.support.quiet import wait_for_quiet_database
 
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PORTAL_TESTING", "1")
     # Emulated daemons the tests start directly run on this interpreter (as the fleet's do).
     os.environ.setdefault("IMEX_EMU_PYTHON", sys.executable)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_before_flush(request: pytest.FixtureRequest):
+    """A transactional test's database is emptied only once the processes it kept busy
+    are done with it (tests/support/quiet.py). The database is set up here, before this
+    fixture's own setup ends, so this teardown runs before its flush."""
+    marker = request.node.get_closest_marker("django_db")
+    marked = marker is not None and marker.kwargs.get("transaction", False)
+    if not (marked or "transactional_db" in request.fixturenames):
+        yield
+        return
+    request.getfixturevalue("transactional_db")
+    yield
+    wait_for_quiet_database()
 
 
 @pytest.fixture

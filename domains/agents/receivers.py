@@ -24,7 +24,7 @@ from django.dispatch import receiver
 from domains import signals
 from domains.agents.fold import reports_fold
 from domains.agents.selectors import reports_settled
-from domains.agents.tasks import FOLDS, fold_reports, release_fold
+from domains.agents.tasks import FOLDS, fold_reports
 from domains.errors import DATABASE_AWAY
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def queue_fold(sender: object, domain_id: int, **kwargs: Any) -> None:
         return
     except Exception:  # Redis away: the report must not be lost
         log.warning("could not queue agents.fold_reports for %s; folding now", domain_id)
-    release_fold(domain_id)
+    FOLDS.clear(domain_id)
     reports_fold(domain_id=domain_id)
 
 

@@ -14,13 +14,9 @@ from domains.errors import TransientError, retry_on
 @shared_task(name="agents.fold_reports", **retry_on(TransientError))
 def fold_reports(domain_id: int) -> int:
     """Fold the latest reports of a domain's members (queued once per burst of reports)."""
-    release_fold(domain_id)  # reports landing from now on queue the next fold
+    FOLDS.clear(domain_id)  # reports landing from now on queue the next fold
     return reports_fold(domain_id=domain_id)
 
 
 # A domain's fold queued (receivers.py); the mark expires after 5 s, one heartbeat's delay.
 FOLDS = Burst("agents:fold-pending", pending_s=5)
-
-
-def release_fold(domain_id: int) -> None:
-    FOLDS.clear(domain_id)

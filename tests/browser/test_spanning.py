@@ -89,6 +89,8 @@ def test_the_fleet_outlines_a_domain_over_two_racks_on_both(login, tenant_a, ope
     page = open_with_axe(login(operator), f"/ns/{namespace.name}/domains/{domain.uid}/")
     page.click("#show-on-fleet")
     page.wait_for_selector("#fleet-domain")
+    # Parsed is not styled: the toolbar is measured once the page's stylesheets are in.
+    page.wait_for_load_state("load")
     path = f"/fabric/?domain={domain.uid}"
     assert page.url.endswith(path)
     assert page.input_value("#id_domain") == "team-big/wide"  # asked by uid, shown by name

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, watch
+from urllib3.exceptions import ProtocolError
 
 from domains.computedomains.models import ComputeDomain, DomainClaim, Phase
 from nodeagent.dra.kubeapi import ResourceApi
@@ -99,10 +100,19 @@ class SliceWatch:
         self.name = slice_name(host)
         self.seen: list[tuple[str, str, bool]] = []
         self.watch = watch.Watch()
+        self.stopped = False
+        self.broke_off: ProtocolError | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
+        try:
+            self._follow()
+        except ProtocolError as exc:  # the connection cut: by the cluster's end, after stop()
+            if not self.stopped:
+                self.broke_off = exc
+
+    def _follow(self) -> None:
         stream = self.watch.stream(
             self.api.list_cluster_custom_object, "resource.k8s.io", self.version,
             "resourceslices", field_selector=f"metadata.name={self.name}",
@@ -115,7 +125,10 @@ class SliceWatch:
             self.seen.append((event["type"], domain, bool(attrs.get("eligible", {}).get("bool"))))
 
     def stop(self) -> list[tuple[str, str, bool]]:
+        """What was seen; a watch that broke off before has not seen everything."""
+        self.stopped = True
         self.watch.stop()
+        assert self.broke_off is None, f"the slice watch broke off: {self.broke_off}"
         return self.seen
 
 

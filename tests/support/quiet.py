@@ -36,9 +36,9 @@ def others_hold_locks() -> bool:
     return bool(count)
 
 
-def wait_for_quiet_database(timeout_s: float = 10.0) -> float:
-    """Seconds waited until no other session holds a table lock, at most `timeout_s`.
-    Best effort: a database that is away (a test stopped it) is left to the flush."""
+def wait_for_quiet_database(timeout_s: float = 10.0) -> None:
+    """Return once no other session holds a table lock, or after `timeout_s`. Best
+    effort: a database that is away (a test stopped it) is left to the flush."""
     started = time.monotonic()
     try:
         while others_hold_locks():
@@ -48,4 +48,3 @@ def wait_for_quiet_database(timeout_s: float = 10.0) -> float:
             time.sleep(POLL_S)
     except DatabaseError:
         pass
-    return time.monotonic() - started

@@ -63,6 +63,13 @@ def database_from_env() -> dict[str, Any]:
     return database
 
 
+def test_worker_index() -> int | None:
+    """The pytest-xdist worker this process belongs to (gw0 → 0, gw1 → 1, …; the processes a
+    worker starts inherit its name), None outside a suite split over workers."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(name[2:]) if name.startswith("gw") else None
+
+
 def redis_database(url: str, after: int) -> str:
     """`url` naming the database `after` places past the one it names (`/0` when none)."""
     parts = urlsplit(url)

@@ -19,7 +19,14 @@ import django_stubs_ext
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.environ import database_from_env, env_bool, env_int, env_list, redis_database
+from portal.environ import (
+    database_from_env,
+    env_bool,
+    env_int,
+    env_list,
+    redis_database,
+    test_worker_index,
+)
 from portal.openapi_settings import SPECTACULAR_SETTINGS  # noqa: F401  (read by drf-spectacular)
 from portal.settings_types import PortalSettings
 
@@ -114,13 +121,13 @@ DATABASES = {"default": database_from_env()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-if TESTING and os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
+if TESTING and (worker := test_worker_index()) is not None:
     # The test suite split over workers (pytest-xdist names them gw0, gw1, …; the processes
     # a worker starts inherit the name): each worker and its processes take the next Redis
     # databases after the one named (gw0 the first after it), as pytest-django gives each its
     # own PostgreSQL database, so one worker's rate-limit counts, locks and Channels groups
     # never meet another's.
-    REDIS_URL = redis_database(REDIS_URL, 1 + int(os.environ["PYTEST_XDIST_WORKER"][2:]))
+    REDIS_URL = redis_database(REDIS_URL, 1 + worker)
 
 CACHES = {
     "default": {

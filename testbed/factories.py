@@ -12,6 +12,7 @@ from django.utils import timezone
 from domains.inventory.models import Node, NodeState, Rack
 from domains.inventory.seed import RackLayout, build_fabric
 from domains.tenancy.models import Membership, Namespace, Quota, Role
+from portal.environ import test_worker_index
 
 _seq = itertools.count(1)
 
@@ -20,8 +21,8 @@ _seq = itertools.count(1)
 # A suite split over workers (pytest-xdist's gw0, gw1, …) moves each worker's base on by
 # WORKER_IP_STRIDE, past the highest offset a suite adds to it (tray_ip_prefix below).
 WORKER_IP_STRIDE = 50
-TRAY_IP_BASE = int(os.environ.get("TEST_TRAY_IP_BASE", "0")) + WORKER_IP_STRIDE * int(
-    os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0
+TRAY_IP_BASE = int(os.environ.get("TEST_TRAY_IP_BASE", "0")) + WORKER_IP_STRIDE * (
+    test_worker_index() or 0
 )
 if TRAY_IP_BASE + WORKER_IP_STRIDE > 256:
     raise RuntimeError(
